@@ -1,0 +1,224 @@
+// Package config loads gvx's runtime configuration: a TOML file (by default
+// /etc/gvx/config.toml, or the ConfigPath a containerd runtime handler
+// passes) layered over built-in defaults. Unknown keys are errors, so a typo
+// never silently falls back to a default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPath is read when the runtime options name no config file. A
+// missing file there means "use the defaults".
+const DefaultPath = "/etc/gvx/config.toml"
+
+// SentryName is the launcher binary's file name.
+const SentryName = "gvx-sentry"
+
+// Config is the runtime configuration of one shim.
+type Config struct {
+	// Sentry is the path of the gvx-sentry binary. Empty: next to the
+	// shim's own binary, else on PATH.
+	Sentry string `toml:"sentry"`
+	// LogLevel of the shim and the sentry: debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	// Platform is gVisor's syscall interception platform (systrap, ptrace).
+	Platform string `toml:"platform"`
+	// Network is gVisor's network mode: "sandbox" (gVisor's own netstack
+	// on the interfaces of the task's network namespace), "none" (loopback
+	// only) or "host".
+	Network string `toml:"network"`
+	// Root holds the sentry's per-namespace state directories.
+	Root string `toml:"root"`
+	// RootfsOverlay is where writes to the task's root filesystem go:
+	// "memory" (sandbox memory) or "self" (a file in the rootfs).
+	RootfsOverlay string `toml:"rootfs_overlay"`
+	// SentryFlags are extra runsc-style global flags (--name=value).
+	SentryFlags []string `toml:"sentry_flags"`
+	// UserNS sets the host ids the sandbox runs as.
+	UserNS UserNS `toml:"userns"`
+	// Resources are applied to tasks whose spec sets none.
+	Resources Resources `toml:"resources"`
+}
+
+// UserNS maps the sandbox's ids 0..Size-1 to host ids HostUID.. and
+// HostGID.. so that no sandbox process runs as host root.
+type UserNS struct {
+	HostUID uint32 `toml:"host_uid"`
+	HostGID uint32 `toml:"host_gid"`
+	Size    uint32 `toml:"size"`
+}
+
+// Resources are defaults for tasks that ask for nothing.
+type Resources struct {
+	// MemoryBytes caps a sandbox's memory; 0 means no default cap.
+	MemoryBytes int64 `toml:"memory_bytes"`
+	// CPUMillis caps a sandbox's CPU in thousandths of a core; 0 means none.
+	CPUMillis int64 `toml:"cpu_millis"`
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		LogLevel:      "info",
+		Platform:      "systrap",
+		Network:       "sandbox",
+		Root:          "/run/gvx/sentry",
+		RootfsOverlay: "memory",
+		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
+	}
+}
+
+// Load reads the file at path over the defaults. If path is empty,
+// DefaultPath is read when it exists.
+func Load(path string) (Config, error) {
+	explicit := path != ""
+	if !explicit {
+		path = DefaultPath
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if !explicit && errors.Is(err, os.ErrNotExist) {
+			c := Default()
+			return c, c.Validate()
+		}
+		return Config{}, fmt.Errorf("read gvx config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("gvx config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes TOML over the defaults and validates the result.
+func Parse(data []byte) (Config, error) {
+	c := Default()
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+	if err != nil {
+		return Config{}, fmt.Errorf("parse: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, 0, len(und))
+		for _, k := range und {
+			keys = append(keys, k.String())
+		}
+		sort.Strings(keys)
+		return Config{}, fmt.Errorf("unknown key(s) %s: remove them or check the spelling (known: %s)",
+			strings.Join(keys, ", "), strings.Join(knownKeys(), ", "))
+	}
+	return c, c.Validate()
+}
+
+func knownKeys() []string {
+	return []string{"sentry", "log_level", "platform", "network", "root", "rootfs_overlay", "sentry_flags",
+		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis"}
+}
+
+// Validate checks values that would otherwise fail later and less clearly.
+func (c Config) Validate() error {
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	switch c.Platform {
+	case "systrap", "ptrace":
+	default:
+		return fmt.Errorf("platform %q: want systrap or ptrace (KVM needs /dev/kvm, which gvx does not use)", c.Platform)
+	}
+	switch c.Network {
+	case "sandbox", "none", "host":
+	default:
+		return fmt.Errorf("network %q: want sandbox, none or host", c.Network)
+	}
+	switch c.RootfsOverlay {
+	case "memory", "self":
+	default:
+		return fmt.Errorf("rootfs_overlay %q: want memory or self", c.RootfsOverlay)
+	}
+	if !filepath.IsAbs(c.Root) {
+		return fmt.Errorf("root %q: must be an absolute path", c.Root)
+	}
+	if c.Sentry != "" && !filepath.IsAbs(c.Sentry) {
+		return fmt.Errorf("sentry %q: must be an absolute path", c.Sentry)
+	}
+	if c.UserNS.HostUID == 0 || c.UserNS.HostGID == 0 {
+		return errors.New("userns.host_uid and userns.host_gid must not be 0: the sandbox would run as host root")
+	}
+	if c.UserNS.Size == 0 {
+		return errors.New("userns.size must be at least 1")
+	}
+	for _, f := range c.SentryFlags {
+		if !strings.HasPrefix(f, "--") || len(f) == 2 || strings.ContainsAny(f, " \t\n") {
+			return fmt.Errorf("sentry_flags: %q is not a single --name[=value] flag", f)
+		}
+	}
+	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {
+		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
+	}
+	return nil
+}
+
+// SentryPath resolves the gvx-sentry binary: the configured path, else the
+// file next to self (the shim's own executable), else PATH. The error names
+// every place it looked and how to fix it.
+func (c Config) SentryPath(self string) (string, error) {
+	var tried []string
+	if c.Sentry != "" {
+		if err := executable(c.Sentry); err != nil {
+			return "", fmt.Errorf("gvx-sentry %s (from the gvx config's sentry key): %w; install it with `make install` or fix the path", c.Sentry, err)
+		}
+		return c.Sentry, nil
+	}
+	if self != "" {
+		p := filepath.Join(filepath.Dir(self), SentryName)
+		if executable(p) == nil {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, SentryName)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	tried = append(tried, "$PATH")
+	return "", fmt.Errorf("gvx-sentry not found (looked in %s): install it next to containerd-shim-gvx-v2 with `make install` or set `sentry` in %s", strings.Join(tried, ", "), DefaultPath)
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("not an executable file")
+	}
+	return nil
+}
+
+// SentryFlagList is the global flag list every gvx-sentry call gets.
+func (c Config) SentryFlagList() []string {
+	flags := []string{
+		"--platform=" + c.Platform,
+		"--network=" + c.Network,
+		"--overlay2=root:" + c.RootfsOverlay,
+	}
+	if c.LogLevel == "debug" {
+		flags = append(flags, "--debug")
+	}
+	return append(flags, c.SentryFlags...)
+}

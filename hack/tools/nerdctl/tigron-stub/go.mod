@@ -1,0 +1,3 @@
+module github.com/containerd/nerdctl/mod/tigron
+
+go 1.24

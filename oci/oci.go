@@ -1,0 +1,174 @@
+// Package oci turns the OCI bundle containerd hands the shim into the spec a
+// gvx sandbox runs: it validates what the sentry would otherwise reject
+// obscurely, puts the sandbox in a user namespace that maps to unprivileged
+// host ids, and applies default resources.
+package oci
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gvxrun/gvx/config"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// SpecFile is the name of the spec inside a bundle.
+const SpecFile = "config.json"
+
+// ReadSpec reads the bundle's config.json.
+func ReadSpec(bundle string) (*specs.Spec, error) {
+	p := filepath.Join(bundle, SpecFile)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read OCI spec: %w", err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("invalid OCI spec %s: %w", p, err)
+	}
+	return &s, nil
+}
+
+// WriteSpec replaces the bundle's config.json atomically.
+func WriteSpec(bundle string, s *specs.Spec) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encode OCI spec: %w", err)
+	}
+	p := filepath.Join(bundle, SpecFile)
+	tmp := p + ".gvx-tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write OCI spec: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write OCI spec: %w", err)
+	}
+	return nil
+}
+
+// Validate rejects specs that cannot run in a gvx sandbox, with a message
+// naming the field and the fix.
+func Validate(s *specs.Spec) error {
+	if s.Root == nil || s.Root.Path == "" {
+		return errors.New("invalid OCI spec: root.path is empty; the bundle needs a root filesystem")
+	}
+	if s.Process == nil {
+		return errors.New("invalid OCI spec: process is missing; give the task a command")
+	}
+	if len(s.Process.Args) == 0 {
+		return errors.New("invalid OCI spec: process.args is empty; give the task a command")
+	}
+	if s.Process.Cwd == "" || !filepath.IsAbs(s.Process.Cwd) {
+		return fmt.Errorf("invalid OCI spec: process.cwd %q must be an absolute path", s.Process.Cwd)
+	}
+	if s.Linux == nil {
+		return errors.New("invalid OCI spec: linux section is missing")
+	}
+	for _, m := range s.Mounts {
+		if !filepath.IsAbs(m.Destination) {
+			return fmt.Errorf("invalid OCI spec: mount destination %q must be an absolute path", m.Destination)
+		}
+	}
+	return nil
+}
+
+// Mapping is the user namespace a sandbox gets: guest ids 0..Size-1 are host
+// ids HostUID.. and HostGID...
+type Mapping struct {
+	HostUID, HostGID, Size uint32
+}
+
+// Prepare validates s and rewrites it in place for a gvx sandbox. It returns
+// the user namespace mapping in force.
+func Prepare(s *specs.Spec, c config.Config) (Mapping, error) {
+	if err := Validate(s); err != nil {
+		return Mapping{}, err
+	}
+	m, err := ensureUserNS(s, c.UserNS)
+	if err != nil {
+		return Mapping{}, err
+	}
+	applyResources(s, c.Resources)
+	return m, nil
+}
+
+// ensureUserNS gives the sandbox a user namespace unless the spec already
+// has one; an existing one must not map guest root to host root.
+func ensureUserNS(s *specs.Spec, u config.UserNS) (Mapping, error) {
+	has := false
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.UserNamespace {
+			if ns.Path != "" {
+				return Mapping{}, fmt.Errorf("invalid OCI spec: joining user namespace %s is not supported; leave the user namespace to gvx", ns.Path)
+			}
+			has = true
+		}
+	}
+	if has && len(s.Linux.UIDMappings) > 0 {
+		m, err := single(s.Linux.UIDMappings, s.Linux.GIDMappings)
+		if err != nil {
+			return Mapping{}, err
+		}
+		return m, nil
+	}
+	if !has {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	}
+	s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostUID, Size: u.Size}}
+	s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostGID, Size: u.Size}}
+	return Mapping{HostUID: u.HostUID, HostGID: u.HostGID, Size: u.Size}, nil
+}
+
+func single(uids, gids []specs.LinuxIDMapping) (Mapping, error) {
+	if len(uids) != 1 || len(gids) != 1 || uids[0].ContainerID != 0 || gids[0].ContainerID != 0 || uids[0].Size != gids[0].Size {
+		return Mapping{}, errors.New("invalid OCI spec: gvx supports one uid and one gid mapping starting at container id 0, of equal size")
+	}
+	if uids[0].HostID == 0 || gids[0].HostID == 0 {
+		return Mapping{}, errors.New("invalid OCI spec: uid/gid mapping puts the sandbox's root at host id 0; map it to an unprivileged range (e.g. 100000)")
+	}
+	return Mapping{HostUID: uids[0].HostID, HostGID: gids[0].HostID, Size: uids[0].Size}, nil
+}
+
+func applyResources(s *specs.Spec, r config.Resources) {
+	if r.MemoryBytes == 0 && r.CPUMillis == 0 {
+		return
+	}
+	if s.Linux.Resources == nil {
+		s.Linux.Resources = &specs.LinuxResources{}
+	}
+	res := s.Linux.Resources
+	if r.MemoryBytes > 0 {
+		if res.Memory == nil {
+			res.Memory = &specs.LinuxMemory{}
+		}
+		if res.Memory.Limit == nil || *res.Memory.Limit <= 0 {
+			v := r.MemoryBytes
+			res.Memory.Limit = &v
+		}
+	}
+	if r.CPUMillis > 0 {
+		if res.CPU == nil {
+			res.CPU = &specs.LinuxCPU{}
+		}
+		if res.CPU.Quota == nil || *res.CPU.Quota <= 0 {
+			period := uint64(100000)
+			quota := r.CPUMillis * int64(period) / 1000
+			res.CPU.Period = &period
+			res.CPU.Quota = &quota
+		}
+	}
+}
+
+// IDMapOptions returns the mount options that make containerd's mount
+// package present a rootfs layer with host ids shifted into m, so the
+// unprivileged sandbox sees host root's files as its own root's.
+func (m Mapping) IDMapOptions() []string {
+	return []string{
+		fmt.Sprintf("uidmap=0:%d:%d", m.HostUID, m.Size),
+		fmt.Sprintf("gidmap=0:%d:%d", m.HostGID, m.Size),
+	}
+}

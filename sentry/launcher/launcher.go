@@ -1,0 +1,34 @@
+// Package launcher holds the small amount of logic gvx-sentry adds in front
+// of gVisor's runsc command line: merging the shim's global flags into the
+// argument vector.
+package launcher
+
+import (
+	"fmt"
+	"strings"
+)
+
+// FlagsEnv names the environment variable carrying global runsc flags (space
+// separated, each of the form --name=value or --name) that the shim wants on
+// every invocation.
+const FlagsEnv = "GVX_SENTRY_FLAGS"
+
+// Args returns argv with the global flags from env inserted right after the
+// program name, so that flags given explicitly on the command line (which
+// come later) win. Each flag must start with "--"; anything else is refused
+// because it would be taken for a subcommand.
+func Args(argv []string, env string) ([]string, error) {
+	fields := strings.Fields(env)
+	if len(fields) == 0 || len(argv) == 0 {
+		return argv, nil
+	}
+	for _, f := range fields {
+		if !strings.HasPrefix(f, "--") || len(f) == 2 {
+			return nil, fmt.Errorf("%s: %q is not a --flag[=value]; fix the gvx config's sentry flags", FlagsEnv, f)
+		}
+	}
+	out := make([]string, 0, len(argv)+len(fields))
+	out = append(out, argv[0])
+	out = append(out, fields...)
+	return append(out, argv[1:]...), nil
+}

@@ -1,0 +1,213 @@
+// Package shim is containerd-shim-gvx-v2: a containerd shim v2 (task API v3)
+// that runs each task, or each pod, as one gVisor sandbox launched by
+// gvx-sentry under an unprivileged host uid.
+//
+// Process state machines, stdio plumbing, exit reaping and event ordering
+// come from containerd's runc shim, used as a library: gvx-sentry speaks the
+// runc command line. What gvx adds sits around it: configuration, the spec
+// rewrite that makes the sandbox unprivileged, idmapped root filesystems,
+// clean teardown, and clear errors.
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/process"
+	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/runc"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/defaults"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/shim"
+	"github.com/containerd/containerd/v2/version"
+	"github.com/containerd/errdefs"
+	runcC "github.com/containerd/go-runc"
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+)
+
+// RuntimeName is the runtime type containerd knows gvx by.
+const RuntimeName = "io.containerd.gvx.v2"
+
+// groupLabels put several containers in one shim (and so one sandbox):
+// Kubernetes pods via CRI, and anything else that sets the gvx group label.
+var groupLabels = []string{
+	"io.containerd.gvx.v2.group",
+	"io.kubernetes.cri.sandbox-id",
+}
+
+// NewManager returns the shim.Shim containerd's shim bootstrap drives.
+func NewManager() shim.Shim { return manager{} }
+
+type manager struct{}
+
+func (manager) Name() string { return RuntimeName }
+
+// Start launches the long-running shim server for a task (or joins the one
+// already serving its group) and returns its ttrpc address.
+func (manager) Start(ctx context.Context, opts *bootapi.BootstrapParams) (_ *bootapi.BootstrapResult, retErr error) {
+	result := &bootapi.BootstrapResult{Version: 3, Protocol: "ttrpc"}
+	id := opts.GetInstanceID()
+	ns, err := namespaces.NamespaceRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	grouping, err := groupID(id)
+	if err != nil {
+		return nil, err
+	}
+	socketDir := opts.GetSocketDir()
+	if socketDir == "" {
+		socketDir = filepath.Join(defaults.DefaultStateDir, "s")
+	}
+	address, err := shim.CreateSocketAddress(ctx, socketDir, opts.GetContainerdGrpcAddress(), grouping, false)
+	if err != nil {
+		return nil, fmt.Errorf("shim socket address: %w", err)
+	}
+	socket, err := shim.NewSocket(address)
+	if err != nil {
+		if !shim.SocketEaddrinuse(err) {
+			return nil, fmt.Errorf("create shim socket %s: %w", address, err)
+		}
+		if shim.CanConnect(address) {
+			// Another container of the group: its shim serves this one too.
+			result.Address = address
+			return result, nil
+		}
+		if err := shim.RemoveSocket(address); err != nil {
+			return nil, fmt.Errorf("remove stale shim socket %s: %w", address, err)
+		}
+		if socket, err = shim.NewSocket(address); err != nil {
+			return nil, fmt.Errorf("create shim socket %s: %w", address, err)
+		}
+	}
+	defer func() {
+		if retErr != nil {
+			socket.Close()
+			_ = shim.RemoveSocket(address)
+		}
+	}()
+	f, err := socket.File()
+	if err != nil {
+		return nil, fmt.Errorf("shim socket file: %w", err)
+	}
+	defer f.Close()
+
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-namespace", ns, "-id", id, "-address", opts.GetContainerdGrpcAddress()}
+	if opts.GetLogLevel() <= bootapi.LogLevel_LOG_LEVEL_DEBUG {
+		args = append(args, "-debug")
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.ExtraFiles = []*os.File{f}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start shim server: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = cmd.Process.Kill()
+		}
+	}()
+	go func() { _ = cmd.Wait() }()
+
+	// containerd may ask for a negative OOM score; some hosts refuse that
+	// even to root. A shim that cannot be protected from the OOM killer
+	// still works, so this is a warning, not a failure.
+	if err := shim.AdjustOOMScore(cmd.Process.Pid); err != nil {
+		log.G(ctx).WithError(err).Warn("gvx shim: cannot adjust OOM score; continuing")
+	}
+	result.Address = address
+	return result, nil
+}
+
+// groupID reads the bundle's (the working directory's) spec annotations to
+// decide which shim serves this task.
+func groupID(id string) (string, error) {
+	data, err := os.ReadFile("config.json")
+	if err != nil {
+		return "", fmt.Errorf("read bundle spec: %w", err)
+	}
+	var s struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return "", fmt.Errorf("invalid OCI spec config.json: %w", err)
+	}
+	for _, l := range groupLabels {
+		if g, ok := s.Annotations[l]; ok && g != "" {
+			return g, nil
+		}
+	}
+	return id, nil
+}
+
+// Stop runs when containerd cleans up after a shim that is gone (crashed or
+// killed): it force-deletes the sandbox, unmounts the root filesystem and
+// reports the recorded exit status.
+func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return shim.StopStatus{}, err
+	}
+	bundle := filepath.Join(filepath.Dir(cwd), id)
+	ns, err := namespaces.NamespaceRequired(ctx)
+	if err != nil {
+		return shim.StopStatus{}, err
+	}
+	opts, err := runc.ReadOptions(bundle)
+	if err != nil {
+		return shim.StopStatus{}, fmt.Errorf("read runtime options of %s: %w", id, err)
+	}
+	if opts != nil && opts.BinaryName != "" {
+		if err := restoreSentryEnv(bundle); err != nil {
+			log.G(ctx).WithError(err).Warn("gvx shim: sentry flags not restored")
+		}
+		r := process.NewRunc(opts.Root, bundle, ns, opts.BinaryName, false)
+		if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
+			log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
+		}
+	}
+	if err := mount.UnmountRecursive(filepath.Join(bundle, "rootfs"), unix.MNT_DETACH); err != nil {
+		log.G(ctx).WithError(err).Warn("gvx shim: unmount rootfs")
+	}
+	if e, err := runc.ReadExitStatus(bundle); err == nil {
+		return shim.StopStatus{ExitedAt: e.Timestamp, ExitStatus: e.Status, Pid: e.Pid}, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		log.G(ctx).WithError(err).Warn("gvx shim: read recorded exit status")
+	}
+	pid, err := runcC.ReadPidFile(filepath.Join(bundle, process.InitPidFile))
+	if err != nil {
+		pid = 0
+	}
+	return shim.StopStatus{ExitedAt: time.Now(), ExitStatus: 128 + int(unix.SIGKILL), Pid: pid}, nil
+}
+
+// Info reports the runtime's name and version.
+func (manager) Info(ctx context.Context, _ io.Reader) (*types.RuntimeInfo, error) {
+	return &types.RuntimeInfo{
+		Name:    RuntimeName,
+		Version: &types.RuntimeVersion{Version: version.Version, Revision: version.Revision},
+	}, nil
+}
+
+var errNotImplemented = errdefs.ErrNotImplemented
