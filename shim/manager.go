@@ -153,12 +153,17 @@ func groupID(id string) (string, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return "", fmt.Errorf("invalid OCI spec config.json: %w", err)
 	}
+	return groupOf(id, s.Annotations), nil
+}
+
+// groupOf names the shim (and sandbox) that container id belongs to.
+func groupOf(id string, annotations map[string]string) string {
 	for _, l := range groupLabels {
-		if g, ok := s.Annotations[l]; ok && g != "" {
-			return g, nil
+		if g, ok := annotations[l]; ok && g != "" {
+			return g
 		}
 	}
-	return id, nil
+	return id
 }
 
 // Stop runs when containerd cleans up after a shim that is gone (crashed or
@@ -185,6 +190,9 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		r := process.NewRunc(opts.Root, bundle, ns, opts.BinaryName, false)
 		if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
+		}
+		if err := releaseSentryRoot(filepath.Join(opts.Root, ns)); err != nil {
+			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
 		}
 	}
 	if err := mount.UnmountRecursive(filepath.Join(bundle, "rootfs"), unix.MNT_DETACH); err != nil {

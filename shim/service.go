@@ -9,10 +9,11 @@ import (
 	"sync"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
-	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/containerd/api/types/runc/options"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
 	"github.com/containerd/errdefs"
@@ -44,6 +45,8 @@ type service struct {
 	mu sync.Mutex
 	// rootfs holds, per container id, the root filesystem gvx mounted.
 	rootfs map[string]string
+	// roots holds, per container id, the sentry state root of its sandbox.
+	roots map[string]string
 }
 
 // NewTaskService returns gvx's task service.
@@ -52,7 +55,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}}, nil
+	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}, roots: map[string]string{}}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -114,16 +117,28 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		r.Rootfs = nil
 	}
 
-	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: cfg.Root})
+	group := groupOf(r.ID, spec.Annotations)
+	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: sentryRoot(cfg.Root, group)})
 	if err != nil {
 		return nil, err
 	}
 	r.Options = opts
-	resp, err := s.TTRPCTaskService.Create(ctx, r)
+	ns, err := namespaces.NamespaceRequired(ctx)
 	if err != nil {
-		s.forgetRootfs(r.ID)
 		return nil, err
 	}
+	root := filepath.Join(sentryRoot(cfg.Root, group), ns)
+	resp, err := s.TTRPCTaskService.Create(ctx, r)
+	if err != nil {
+		s.forget(r.ID)
+		if rerr := releaseSentryRoot(root); rerr != nil {
+			log.G(ctx).WithError(rerr).Warn("gvx shim: release sentry root")
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	s.roots[r.ID] = root
+	s.mu.Unlock()
 	return resp, nil
 }
 
@@ -134,20 +149,29 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	if err != nil || r.ExecID != "" {
 		return resp, err
 	}
-	if rootfs := s.forgetRootfs(r.ID); rootfs != "" {
+	rootfs, root := s.forget(r.ID)
+	if rootfs != "" {
 		if err := mount.UnmountRecursive(rootfs, 0); err != nil {
 			log.G(ctx).WithError(err).Warnf("gvx shim: unmount rootfs of %s", r.ID)
+		}
+	}
+	if root != "" {
+		if err := releaseSentryRoot(root); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx shim: release sentry root of %s", r.ID)
 		}
 	}
 	return resp, nil
 }
 
-func (s *service) forgetRootfs(id string) string {
+// forget drops what the service recorded for container id and returns its
+// rootfs mount point and sentry root.
+func (s *service) forget(id string) (rootfs, root string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.rootfs[id]
+	rootfs, root = s.rootfs[id], s.roots[id]
 	delete(s.rootfs, id)
-	return p
+	delete(s.roots, id)
+	return rootfs, root
 }
 
 // Checkpoint of whole sandboxes comes with gvx's checkpoint/rollback work;
