@@ -1,0 +1,95 @@
+# gvx — containerd shim + gVisor sandboxes for RL rollouts.
+#   make build     build the shim, gvx-sentry and the gvx CLI into _output/bin
+#   make demo      private containerd, locally built image, one task in gVisor
+#   make test      unit + integration tests against a real containerd
+#   make bench     benchmarks against runsc (via containerd's runc shim) and runc
+#   make install   PREFIX=/usr/local
+SHELL := /bin/bash
+GO ?= go
+PREFIX ?= /usr/local
+OUT := $(CURDIR)/_output
+BIN := $(OUT)/bin
+
+# Pinned tools, built from the Go module proxy into a cache keyed by version.
+CACHE ?= $(HOME)/.cache/gvx
+CONTAINERD_VERSION := v2.4.2
+NERDCTL_VERSION := v2.1.3
+GVISOR_VERSION := $(shell sed -n 's/^\s*gvisor.dev\/gvisor \(v[^ ]*\).*/\1/p' sentry/go.mod | head -1)
+CONTAINERD_BIN := $(CACHE)/tools/containerd-$(CONTAINERD_VERSION)/bin
+NERDCTL_BIN := $(CACHE)/tools/nerdctl-$(NERDCTL_VERSION)/bin
+RUNSC_BIN := $(CACHE)/tools/runsc-$(GVISOR_VERSION)/bin
+IMAGES := $(OUT)/images
+
+export CGO_ENABLED := 0
+
+.PHONY: all build shim sentry cli deps tools images demo test unit integration bench install clean lint
+
+all: build
+
+build: shim sentry cli
+
+shim:
+	$(GO) build -o $(BIN)/containerd-shim-gvx-v2 ./cmd/containerd-shim-gvx-v2
+
+cli:
+	$(GO) build -o $(BIN)/gvx ./cmd/gvx
+
+sentry:
+	cd sentry && $(GO) build -o $(BIN)/gvx-sentry ./cmd/gvx-sentry
+
+deps:
+	@hack/deps.sh
+
+tools: $(CONTAINERD_BIN)/containerd $(NERDCTL_BIN)/nerdctl $(RUNSC_BIN)/runsc
+
+$(CONTAINERD_BIN)/containerd:
+	@echo "tools: building containerd, ctr, containerd-shim-runc-v2 $(CONTAINERD_VERSION) (a few minutes, once)"
+	@mkdir -p $(CONTAINERD_BIN).tmp
+	cd /tmp && CGO_ENABLED=1 GOBIN=$(CONTAINERD_BIN).tmp $(GO) install \
+		github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD_VERSION) \
+		github.com/containerd/containerd/v2/cmd/ctr@$(CONTAINERD_VERSION)
+	cd /tmp && GOBIN=$(CONTAINERD_BIN).tmp $(GO) install github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$(CONTAINERD_VERSION)
+	rm -rf $(CONTAINERD_BIN) && mv $(CONTAINERD_BIN).tmp $(CONTAINERD_BIN)
+
+$(NERDCTL_BIN)/nerdctl:
+	@echo "tools: building nerdctl $(NERDCTL_VERSION) (a few minutes, once)"
+	cd hack/tools/nerdctl && $(GO) build -o $@.tmp github.com/containerd/nerdctl/v2/cmd/nerdctl && mv $@.tmp $@
+
+$(RUNSC_BIN)/runsc:
+	@echo "tools: building runsc $(GVISOR_VERSION) (the peer for benchmarks)"
+	cd sentry && $(GO) build -o $@.tmp gvisor.dev/gvisor/runsc && mv $@.tmp $@
+
+images: $(IMAGES)/busybox.tar
+
+$(IMAGES)/busybox.tar: hack/mkimage-busybox.sh
+	hack/mkimage-busybox.sh $@
+
+demo: deps build tools images
+	CONTAINERD_BIN=$(CONTAINERD_BIN) GVX_BIN=$(BIN) IMAGES=$(IMAGES) hack/demo.sh
+
+unit:
+	$(GO) test ./...
+	cd sentry && $(GO) test ./launcher/...
+
+integration: deps build tools images
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
+		$(GO) test -count=1 -timeout 40m -v ./integration/... 2>&1 | tee $(OUT)/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
+		exit $${PIPESTATUS[0]}
+
+test: lint unit integration
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	cd sentry && $(GO) vet ./launcher/... ./cmd/...
+
+bench: deps build tools images
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
+		$(GO) run ./integration/bench $(BENCHFLAGS)
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf $(OUT)

@@ -1,0 +1,25 @@
+// Command gvx is the operator CLI for gvx: ext4lite volumes, golden images
+// and episodes, and housekeeping of gvx sandboxes.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v3"
+)
+
+func main() {
+	app := &cli.Command{
+		Name:  "gvx",
+		Usage: "operate gvx sandboxes and ext4lite volumes",
+		Commands: []*cli.Command{
+			volumeCommand(),
+		},
+	}
+	if err := app.Run(context.Background(), os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "gvx: %v\n", err)
+		os.Exit(1)
+	}
+}
