@@ -36,8 +36,10 @@ type Config struct {
 	// on the interfaces of the task's network namespace), "none" (loopback
 	// only) or "host".
 	Network string `toml:"network"`
-	// Root holds the sentry's per-namespace state directories.
-	Root string `toml:"root"`
+	// StateDir holds gvx's runtime state: the sentry roots (sentry/) and
+	// the tasks' root filesystem mounts (rootfs/). The sandbox's
+	// unprivileged host uid must be able to traverse it.
+	StateDir string `toml:"state_dir"`
 	// RootfsOverlay is where writes to the task's root filesystem go:
 	// "memory" (sandbox memory) or "self" (a file in the rootfs).
 	RootfsOverlay string `toml:"rootfs_overlay"`
@@ -71,7 +73,7 @@ func Default() Config {
 		LogLevel:      "info",
 		Platform:      "systrap",
 		Network:       "sandbox",
-		Root:          "/run/gvx/sentry",
+		StateDir:      "/run/gvx",
 		RootfsOverlay: "memory",
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
 	}
@@ -119,7 +121,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 func knownKeys() []string {
-	return []string{"sentry", "log_level", "platform", "network", "root", "rootfs_overlay", "sentry_flags",
+	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis"}
 }
 
@@ -145,8 +147,8 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("rootfs_overlay %q: want memory or self", c.RootfsOverlay)
 	}
-	if !filepath.IsAbs(c.Root) {
-		return fmt.Errorf("root %q: must be an absolute path", c.Root)
+	if !filepath.IsAbs(c.StateDir) {
+		return fmt.Errorf("state_dir %q: must be an absolute path", c.StateDir)
 	}
 	if c.Sentry != "" && !filepath.IsAbs(c.Sentry) {
 		return fmt.Errorf("sentry %q: must be an absolute path", c.Sentry)
@@ -209,6 +211,12 @@ func executable(p string) error {
 	}
 	return nil
 }
+
+// SentryRoot is the directory holding the sentry roots of all shims.
+func (c Config) SentryRoot() string { return filepath.Join(c.StateDir, "sentry") }
+
+// RootfsDir is the directory under which task root filesystems are mounted.
+func (c Config) RootfsDir() string { return filepath.Join(c.StateDir, "rootfs") }
 
 // SentryFlagList is the global flag list every gvx-sentry call gets.
 func (c Config) SentryFlagList() []string {

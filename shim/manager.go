@@ -34,6 +34,8 @@ import (
 	runcC "github.com/containerd/go-runc"
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/oci"
 )
 
 // RuntimeName is the runtime type containerd knows gvx by.
@@ -194,6 +196,12 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		if err := releaseSentryRoot(filepath.Join(opts.Root, ns)); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
 		}
+	}
+	if spec, err := oci.ReadSpec(bundle); err == nil && spec.Linux != nil {
+		removeCgroup(ctx, spec.Linux.CgroupsPath)
+	}
+	if data, err := os.ReadFile(filepath.Join(bundle, rootfsFile)); err == nil {
+		releaseRootfs(ctx, string(data))
 	}
 	if err := mount.UnmountRecursive(filepath.Join(bundle, "rootfs"), unix.MNT_DETACH); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: unmount rootfs")

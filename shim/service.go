@@ -12,7 +12,6 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
-	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
@@ -21,7 +20,6 @@ import (
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
 	"github.com/containerd/typeurl/v2"
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -31,6 +29,9 @@ import (
 
 // sentryFlagsEnv must match gvx-sentry's launcher.FlagsEnv.
 const sentryFlagsEnv = "GVX_SENTRY_FLAGS"
+
+// rootfsFile in a bundle records where gvx mounted the task's rootfs.
+const rootfsFile = "gvx-rootfs"
 
 // sentryFlagsFile in a bundle records the flags a task was created with so
 // that cleanup after a crash (Manager.Stop) runs the sentry the same way.
@@ -47,6 +48,8 @@ type service struct {
 	rootfs map[string]string
 	// roots holds, per container id, the sentry state root of its sandbox.
 	roots map[string]string
+	// cgroups holds, per container id, the cgroup path of its spec.
+	cgroups map[string]string
 }
 
 // NewTaskService returns gvx's task service.
@@ -55,7 +58,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}, roots: map[string]string{}}, nil
+	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}, roots: map[string]string{}, cgroups: map[string]string{}}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -86,7 +89,8 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
 	}
-	if err := oci.WriteSpec(r.Bundle, spec); err != nil {
+	ns, err := namespaces.NamespaceRequired(ctx)
+	if err != nil {
 		return nil, err
 	}
 	flags := strings.Join(cfg.SentryFlagList(), " ")
@@ -95,42 +99,51 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	os.Setenv(sentryFlagsEnv, flags)
 
-	// The sandbox's gofer runs as the unprivileged host uid and must be able
-	// to reach bundle/rootfs; containerd creates the bundle 0700. Traverse
-	// only: the bundle's files keep their own modes.
-	if err := os.Chmod(r.Bundle, 0o711); err != nil {
-		return nil, fmt.Errorf("make bundle traversable: %w", err)
-	}
 	if len(r.Rootfs) > 0 {
-		rootfs := filepath.Join(r.Bundle, "rootfs")
+		// Mount the rootfs under gvx's own state directory rather than in
+		// the bundle: the sandbox's unprivileged gofer must reach it, and
+		// containerd's state directory need not be traversable by it.
+		rootfs := filepath.Join(cfg.RootfsDir(), ns, r.ID)
 		if err := mountRootfs(ctx, r.Rootfs, rootfs, mapping, spec.Mounts); err != nil {
 			return nil, errgrpc.ToGRPC(err)
 		}
 		defer func() {
 			if retErr != nil {
-				_ = mount.UnmountRecursive(rootfs, 0)
+				releaseRootfs(ctx, rootfs)
 			}
 		}()
+		if err := os.WriteFile(filepath.Join(r.Bundle, rootfsFile), []byte(rootfs), 0o600); err != nil {
+			return nil, fmt.Errorf("record rootfs mount: %w", err)
+		}
+		spec.Root.Path = rootfs
 		s.mu.Lock()
 		s.rootfs[r.ID] = rootfs
 		s.mu.Unlock()
 		r.Rootfs = nil
+	} else {
+		root := spec.Root.Path
+		if !filepath.IsAbs(root) {
+			root = filepath.Join(r.Bundle, root)
+		}
+		if err := checkTraversable(root, mapping.HostUID); err != nil {
+			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+		}
+	}
+	if err := oci.WriteSpec(r.Bundle, spec); err != nil {
+		return nil, err
 	}
 
 	group := groupOf(r.ID, spec.Annotations)
-	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: sentryRoot(cfg.Root, group)})
+	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: sentryRoot(cfg.SentryRoot(), group)})
 	if err != nil {
 		return nil, err
 	}
 	r.Options = opts
-	ns, err := namespaces.NamespaceRequired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	root := filepath.Join(sentryRoot(cfg.Root, group), ns)
+	root := filepath.Join(sentryRoot(cfg.SentryRoot(), group), ns)
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
 		s.forget(r.ID)
+		removeCgroup(ctx, spec.Linux.CgroupsPath)
 		if rerr := releaseSentryRoot(root); rerr != nil {
 			log.G(ctx).WithError(rerr).Warn("gvx shim: release sentry root")
 		}
@@ -138,6 +151,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	s.mu.Lock()
 	s.roots[r.ID] = root
+	s.cgroups[r.ID] = spec.Linux.CgroupsPath
 	s.mu.Unlock()
 	return resp, nil
 }
@@ -149,11 +163,10 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	if err != nil || r.ExecID != "" {
 		return resp, err
 	}
-	rootfs, root := s.forget(r.ID)
+	rootfs, root, cgroup := s.forget(r.ID)
+	removeCgroup(ctx, cgroup)
 	if rootfs != "" {
-		if err := mount.UnmountRecursive(rootfs, 0); err != nil {
-			log.G(ctx).WithError(err).Warnf("gvx shim: unmount rootfs of %s", r.ID)
-		}
+		releaseRootfs(ctx, rootfs)
 	}
 	if root != "" {
 		if err := releaseSentryRoot(root); err != nil {
@@ -164,14 +177,15 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 }
 
 // forget drops what the service recorded for container id and returns its
-// rootfs mount point and sentry root.
-func (s *service) forget(id string) (rootfs, root string) {
+// rootfs mount point, sentry root and cgroup path.
+func (s *service) forget(id string) (rootfs, root, cgroup string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rootfs, root = s.rootfs[id], s.roots[id]
+	rootfs, root, cgroup = s.rootfs[id], s.roots[id], s.cgroups[id]
 	delete(s.rootfs, id)
 	delete(s.roots, id)
-	return rootfs, root
+	delete(s.cgroups, id)
+	return rootfs, root, cgroup
 }
 
 // Checkpoint of whole sandboxes comes with gvx's checkpoint/rollback work;
@@ -202,7 +216,7 @@ func configFromOptions(any typeurlAny) (config.Config, error) {
 		return config.Load(o.ConfigPath)
 	case *options.Options:
 		if o.BinaryName != "" || o.Root != "" {
-			return config.Config{}, fmt.Errorf("runc options (BinaryName %q, Root %q) do not apply to gvx: set `sentry`/`root` in the gvx config instead", o.BinaryName, o.Root)
+			return config.Config{}, fmt.Errorf("runc options (BinaryName %q, Root %q) do not apply to gvx: set `sentry`/`state_dir` in the gvx config instead", o.BinaryName, o.Root)
 		}
 		return config.Load("")
 	default:
@@ -215,75 +229,22 @@ type typeurlAny interface {
 	GetValue() []byte
 }
 
-// mountRootfs mounts the task's root filesystem at target, idmapped so that
-// host root's files belong to the sandbox's root, and creates the mount
-// points the spec's bind mounts need (the unprivileged gofer cannot).
-func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci.Mapping, specMounts []specMount) error {
-	if err := os.Mkdir(target, 0o711); err != nil && !os.IsExist(err) {
-		return fmt.Errorf("create rootfs dir: %w", err)
-	}
-	mounts := make([]mount.Mount, 0, len(rootfs))
-	for _, rm := range rootfs {
-		opts := append([]string{}, rm.Options...)
-		if rm.Type == "overlay" || rm.Type == "bind" || hasOpt(opts, "bind") || hasOpt(opts, "rbind") {
-			opts = append(opts, m.IDMapOptions()...)
-		}
-		mounts = append(mounts, mount.Mount{Type: rm.Type, Source: rm.Source, Target: rm.Target, Options: opts})
-	}
-	if err := mount.All(mounts, target); err != nil {
-		return fmt.Errorf("mount rootfs (idmapped to host uid %d): %w", m.HostUID, err)
-	}
-	for _, sm := range specMounts {
-		if sm.Type != "bind" && !hasOpt(sm.Options, "bind") && !hasOpt(sm.Options, "rbind") {
-			continue
-		}
-		if err := makeMountPoint(target, sm.Destination, sm.Source); err != nil {
-			_ = mount.UnmountRecursive(target, 0)
-			return err
-		}
-	}
-	log.G(ctx).Debugf("gvx shim: rootfs mounted at %s", target)
-	return nil
-}
-
-func makeMountPoint(rootfs, dest, src string) error {
-	p, err := securejoin.SecureJoin(rootfs, dest)
-	if err != nil {
-		return fmt.Errorf("mount point %s: %w", dest, err)
-	}
-	if _, err := os.Lstat(p); err == nil {
-		return nil
-	}
-	st, err := os.Stat(src)
-	if err == nil && !st.IsDir() {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("mount point %s: %w", dest, err)
-		}
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return fmt.Errorf("mount point %s: %w", dest, err)
-		}
-		return f.Close()
-	}
-	if err := os.MkdirAll(p, 0o755); err != nil {
-		return fmt.Errorf("mount point %s: %w", dest, err)
-	}
-	return nil
-}
-
-func hasOpt(opts []string, o string) bool {
-	for _, x := range opts {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
-
 func restoreSentryEnv(bundle string) error {
 	data, err := os.ReadFile(filepath.Join(bundle, sentryFlagsFile))
 	if err != nil {
 		return err
 	}
 	return os.Setenv(sentryFlagsEnv, string(data))
+}
+
+// Kill signals a process. gVisor reports a signal to a sandbox that has
+// already exited as "sandbox is not running", which the runc shim does not
+// recognise; containerd expects NotFound there (clients such as nerdctl
+// forward signals after exit and would log an error otherwise).
+func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty, error) {
+	resp, err := s.TTRPCTaskService.Kill(ctx, r)
+	if err != nil && strings.Contains(err.Error(), "is not running") {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("process already finished: %w", errdefs.ErrNotFound))
+	}
+	return resp, err
 }

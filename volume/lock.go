@@ -1,0 +1,137 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+)
+
+// AcquireOptions tune Acquire.
+type AcquireOptions struct {
+	// Force accepts an image whose superblock is not clean (the caller
+	// is expected to repair it, e.g. with e2fsck -fp, before mounting).
+	Force bool
+}
+
+// Lease is exclusive use of an image, held by an open file description
+// with flock(LOCK_EX). The lock dies with the descriptor: on Release, or
+// when the holding process exits, however it exits.
+type Lease struct {
+	path string
+	info Info
+	mu   sync.Mutex
+	f    *os.File
+}
+
+// Acquire locks the image at path for exclusive use, typically by the shim
+// for as long as a sandbox has it mounted. It never blocks: when another
+// lease, a running Clone of it, Resize, Check or Remove holds the image it
+// fails with ErrInUse ("volume X is in use by another sandbox (locked)").
+// The image must pass Inspect and, unless opts.Force, be clean; those are
+// checked after locking so they cannot change underneath.
+func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, error) {
+	f, err := openImage(path, os.O_RDWR)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", path, err)
+	}
+	if err := lockFile(f, path, unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, withOp("acquire", err)
+	}
+	info, _, err := inspectFile(f, path)
+	if err != nil {
+		f.Close()
+		return nil, withOp("acquire", err)
+	}
+	if !info.Clean && !opts.Force {
+		f.Close()
+		return nil, withOp("acquire", notClean(path, info,
+			"unmount it everywhere, then repair it with `e2fsck -fp "+path+"` (or acquire with force)"))
+	}
+	log.G(ctx).WithField("volume", path).Debug("volume acquired")
+	return &Lease{path: path, info: info, f: f}, nil
+}
+
+// Path is the image the lease holds.
+func (l *Lease) Path() string { return l.path }
+
+// Info is the image's Inspect result taken right after locking.
+func (l *Lease) Info() Info { return l.info }
+
+// File is the locked, read-write image file; it stays valid until
+// Release. Handing its descriptor to a child process (or to a loop device
+// with LOOP_CONFIGURE) avoids reopening the path.
+func (l *Lease) File() *os.File {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f
+}
+
+// Release unlocks the image. It is safe to call more than once.
+func (l *Lease) Release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the last descriptor drops the flock
+	l.f = nil
+	if err != nil {
+		return fmt.Errorf("release %s: %w", l.path, err)
+	}
+	return nil
+}
+
+// lockFile takes flock(how|LOCK_NB) on f, mapping contention to ErrInUse.
+func lockFile(f *os.File, path string, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EWOULDBLOCK):
+			return &Error{Path: path, Err: ErrInUse, Detail: "locked",
+				Fix: "wait until the sandbox using it is deleted, or use another image"}
+		default:
+			return fmt.Errorf("lock %s: %w", path, err)
+		}
+	}
+}
+
+// checkNotAttached fails with ErrInUse when the image backs a loop device,
+// i.e. is (or was left) mounted without holding a lease. It compares
+// device and inode, so it is not fooled by different paths to one file.
+func checkNotAttached(f *os.File, path string) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	devs, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return err
+	}
+	for _, d := range devs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		bst, err := os.Stat(backing)
+		if err != nil || !os.SameFile(st, bst) {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(d)))
+		return &Error{Path: path, Err: ErrInUse, Detail: "attached to " + dev,
+			Fix: "unmount it and detach the loop device (`umount -d DIR` or `losetup -d " + dev + "`) first"}
+	}
+	return nil
+}
