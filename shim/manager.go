@@ -200,6 +200,13 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	if spec, err := oci.ReadSpec(bundle); err == nil && spec.Linux != nil {
 		removeCgroup(ctx, spec.Linux.CgroupsPath)
 	}
+	// A shim that was killed could not remove its socket; remove it unless
+	// a live shim (another container of the group) still serves it.
+	if addr, err := bootstrapAddress(bundle); err == nil && !shim.CanConnect(addr) {
+		if err := shim.RemoveSocket(addr); err != nil {
+			log.G(ctx).WithError(err).Warn("gvx shim: remove dead shim's socket")
+		}
+	}
 	if data, err := os.ReadFile(filepath.Join(bundle, rootfsFile)); err == nil {
 		releaseRootfs(ctx, string(data))
 	}
@@ -216,6 +223,25 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		pid = 0
 	}
 	return shim.StopStatus{ExitedAt: time.Now(), ExitStatus: 128 + int(unix.SIGKILL), Pid: pid}, nil
+}
+
+// bootstrapAddress reads the shim address containerd recorded in the
+// bundle when the shim started.
+func bootstrapAddress(bundle string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json"))
+	if err != nil {
+		return "", err
+	}
+	var b struct {
+		Address string `json:"address"`
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		return "", fmt.Errorf("parse bootstrap.json: %w", err)
+	}
+	if b.Address == "" {
+		return "", errors.New("bootstrap.json has no address")
+	}
+	return b.Address, nil
 }
 
 // Info reports the runtime's name and version.

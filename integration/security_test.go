@@ -1,0 +1,211 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	coci "github.com/containerd/containerd/v2/pkg/oci"
+)
+
+// procInfo is what /proc says about a host process.
+type procInfo struct {
+	pid                            int
+	name, uids, noNewPrivs, seccmp string
+	capEff                         string
+	state                          string // R, S, Z, …
+	uidMap                         string
+	userNS                         string
+}
+
+func readProc(pid int) (procInfo, error) {
+	p := procInfo{pid: pid}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return p, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "Name":
+			p.name = v
+		case "State":
+			p.state = strings.Fields(v)[0]
+		case "Uid":
+			p.uids = strings.Join(strings.Fields(v), " ")
+		case "NoNewPrivs":
+			p.noNewPrivs = v
+		case "Seccomp":
+			p.seccmp = v
+		case "CapEff":
+			p.capEff = v
+		}
+	}
+	m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+	if err != nil {
+		return p, err
+	}
+	p.uidMap = strings.Join(strings.Fields(string(m)), " ")
+	p.userNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/user", pid))
+	return p, err
+}
+
+// descendants lists the pids of all processes below pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		data, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		me, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		children[ppid] = append(children[ppid], me)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// shimPid finds the shim serving task id.
+func shimPid(t *testing.T, id string) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		data, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-gvx-v2" {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-id" && args[i+1] == id {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no shim process for %s", id)
+	return 0
+}
+
+// TestSandboxUnprivileged inspects every host process of a sandbox right
+// after Create (the task is not started: no guest instruction has run) and
+// again while it runs. At both points none is host root and none is in the
+// host user namespace (so no capability it holds applies to the host).
+// While the guest runs, every one also has no_new_privs and a seccomp
+// filter: gVisor installs the Sentry's filter in the Start path before it
+// starts the guest kernel, so the filter is there before guest code.
+func TestSandboxUnprivileged(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	c, err := client.New(filepath.Join(e.dir, "c.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	img, err := c.GetImage(ctx, busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cont, err := c.NewContainer(ctx, "sec1",
+		client.WithNewSnapshot("sec1", img),
+		client.WithNewSpec(coci.WithImageConfig(img), coci.WithProcessArgs("sleep", "60")),
+		client.WithRuntime(runtime, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cont.Delete(ctx, client.WithSnapshotCleanup); err != nil {
+			t.Errorf("delete container: %v", err)
+		}
+	}()
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = task.Kill(ctx, syscall.SIGKILL)
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+			t.Errorf("delete task: %v", err)
+		}
+	}()
+	hostNS, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(phase string, locked bool) {
+		shim := shimPid(t, "sec1")
+		pids := descendants(shim)
+		if len(pids) < 2 {
+			t.Fatalf("%s: shim %d has %d descendants, want at least the Sentry and the gofer", phase, shim, len(pids))
+		}
+		for _, pid := range pids {
+			p, err := readProc(pid)
+			if err != nil {
+				continue // exited meanwhile
+			}
+			who := fmt.Sprintf("%s: pid %d (%s)", phase, pid, p.name)
+			for _, u := range strings.Fields(p.uids) {
+				if u == "0" {
+					t.Errorf("%s runs as host root: Uid %s", who, p.uids)
+					break
+				}
+			}
+			if p.userNS == hostNS {
+				t.Errorf("%s is in the host user namespace (capabilities %s apply to the host)", who, p.capEff)
+			}
+			if strings.HasPrefix(p.uidMap, "0 0 ") {
+				t.Errorf("%s: uid_map %q maps its root to host root", who, p.uidMap)
+			}
+			if !locked {
+				t.Logf("%s: Uid %s uid_map %q (NoNewPrivs %s Seccomp %s)", who, p.uids, p.uidMap, p.noNewPrivs, p.seccmp)
+				continue
+			}
+			if p.noNewPrivs != "1" {
+				t.Errorf("%s: NoNewPrivs %s, want 1", who, p.noNewPrivs)
+			}
+			if p.seccmp != "2" {
+				t.Errorf("%s: Seccomp %s, want 2 (filter)", who, p.seccmp)
+			}
+			t.Logf("%s: Uid %s NoNewPrivs %s Seccomp %s CapEff %s uid_map %q", who, p.uids, p.noNewPrivs, p.seccmp, p.capEff, p.uidMap)
+		}
+	}
+	check("created", false)
+	if err := task.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("running", true)
+}

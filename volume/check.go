@@ -1,0 +1,65 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrFsck means e2fsck found problems in the filesystem.
+var ErrFsck = errors.New("has filesystem errors")
+
+// Check runs a full read-only check (e2fsck -fn) of the image at path. It
+// refuses images in use (leased, or attached to a loop device: a live
+// filesystem would show bogus errors) and returns nil only when the
+// superblock is clean and e2fsck finds nothing; otherwise an *Error
+// wrapping ErrNotClean or ErrFsck with e2fsck's verdict as detail.
+func Check(ctx context.Context, path string) error {
+	f, err := openImage(path, os.O_RDONLY)
+	if err != nil {
+		return fmt.Errorf("check %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := lockFile(f, path, unix.LOCK_SH); err != nil {
+		return withOp("check", err)
+	}
+	if err := checkNotAttached(f, path); err != nil {
+		return withOp("check", err)
+	}
+	info, _, err := inspectFile(f, path)
+	if err != nil {
+		return withOp("check", err)
+	}
+	res, err := run(ctx, "e2fsck", "-fn", path)
+	if err != nil {
+		return fmt.Errorf("check %s: %w", path, err)
+	}
+	if res.exitCode != 0 {
+		return &Error{Op: "check", Path: path, Err: ErrFsck,
+			Detail: fmt.Sprintf("e2fsck -fn exit %d: %s", res.exitCode, summary(res.output, 4)),
+			Fix:    "repair a copy or the unmounted image with `e2fsck -fy " + path + "`, or restore it from its source"}
+	}
+	if !info.Clean {
+		return &Error{Op: "check", Path: path, Err: ErrNotClean, Detail: info.State,
+			Fix: "replay the journal with `e2fsck -fp " + path + "` while it is unmounted"}
+	}
+	return nil
+}
+
+// fsckFix runs e2fsck -fp (preen: replay the journal, fix what is safe)
+// as resize2fs demands. Exit codes 0-2 mean clean or fixed.
+func fsckFix(ctx context.Context, path string) error {
+	res, err := run(ctx, "e2fsck", "-fp", path)
+	if err != nil {
+		return err
+	}
+	if res.exitCode&^3 != 0 {
+		return &Error{Path: path, Err: ErrFsck,
+			Detail: fmt.Sprintf("e2fsck -fp exit %d: %s", res.exitCode, summary(res.output, 4)),
+			Fix:    "repair it with `e2fsck -fy " + path + "` first"}
+	}
+	return nil
+}

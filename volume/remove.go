@@ -1,0 +1,69 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+)
+
+// Remove deletes the image at path. It refuses, touching nothing, when
+// the image is in use (leased, being cloned, or attached to a loop
+// device) and when the file is not an ext4 image at all, so that a typo
+// cannot delete an unrelated file; truncated or damaged images can be
+// removed.
+func Remove(ctx context.Context, path string) error {
+	f, err := lockPath(path, os.O_RDONLY, unix.LOCK_EX)
+	if err != nil {
+		return withOp("remove", err)
+	}
+	defer f.Close()
+	if err := checkNotAttached(f, path); err != nil {
+		return withOp("remove", err)
+	}
+	if _, _, err := inspectFile(f, path); errors.Is(err, ErrNotExt4) {
+		var e *Error
+		errors.As(err, &e)
+		e.Op, e.Fix = "remove", "not removing it; use rm(1) if you mean it"
+		return e
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	log.G(ctx).WithField("volume", path).Debug("volume removed")
+	return nil
+}
+
+// lockPath opens path and flocks it, retrying if the path was replaced
+// (e.g. by a shrinking Resize) between open and lock, so that the lock
+// is on the file the path names.
+func lockPath(path string, flag, how int) (*os.File, error) {
+	for range 10 {
+		f, err := openImage(path, flag)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := lockFile(f, path, how); err != nil {
+			f.Close()
+			return nil, err
+		}
+		fst, err1 := f.Stat()
+		pst, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(fst, pst) {
+			return f, nil
+		}
+		f.Close()
+		if err2 != nil && !errors.Is(err2, os.ErrNotExist) {
+			return nil, err2
+		}
+	}
+	return nil, fmt.Errorf("%s: replaced repeatedly while locking it", path)
+}
