@@ -163,6 +163,18 @@ func applyResources(s *specs.Spec, r config.Resources) {
 	}
 }
 
+// AddLoopbackHook makes `sentry <hook>` the first createRuntime hook, so
+// it runs on the host against the sandbox's network namespace before
+// anything else (such as nerdctl's CNI hook) and before gVisor copies the
+// namespace's interfaces.
+func AddLoopbackHook(s *specs.Spec, sentry, hook string) {
+	if s.Hooks == nil {
+		s.Hooks = &specs.Hooks{}
+	}
+	h := specs.Hook{Path: sentry, Args: []string{filepath.Base(sentry), hook}}
+	s.Hooks.CreateRuntime = append([]specs.Hook{h}, s.Hooks.CreateRuntime...)
+}
+
 // IDMapOptions returns the mount options that make containerd's mount
 // package present a rootfs layer with host ids shifted into m, so the
 // unprivileged sandbox sees host root's files as its own root's.

@@ -30,6 +30,9 @@ import (
 // sentryFlagsEnv must match gvx-sentry's launcher.FlagsEnv.
 const sentryFlagsEnv = "GVX_SENTRY_FLAGS"
 
+// loopbackHook must match gvx-sentry's netns.LoopbackHook.
+const loopbackHook = "gvx-hook-loopback-up"
+
 // rootfsFile in a bundle records where gvx mounted the task's rootfs.
 const rootfsFile = "gvx-rootfs"
 
@@ -88,6 +91,9 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	mapping, err := oci.Prepare(spec, cfg)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+	}
+	if cfg.Network == "sandbox" {
+		oci.AddLoopbackHook(spec, sentry, loopbackHook)
 	}
 	ns, err := namespaces.NamespaceRequired(ctx)
 	if err != nil {

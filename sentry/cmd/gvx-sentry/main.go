@@ -2,6 +2,8 @@
 // (OCI create/start/exec/kill/delete/state/…, plus the internal gofer and
 // boot subcommands it re-executes itself for) with gvx's defaults applied.
 //
+// gvx additions: the OCI hook netns.LoopbackHook.
+//
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
 // flags the shim wants for every call arrive in the GVX_SENTRY_FLAGS
 // environment variable so that the runc-compatible argument vector stays
@@ -13,6 +15,7 @@ import (
 	"os"
 
 	"github.com/gvxrun/gvx/sentry/launcher"
+	"github.com/gvxrun/gvx/sentry/netns"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
 	"gvisor.dev/gvisor/runsc/version"
 )
@@ -21,6 +24,13 @@ import (
 var _ = version.Version()
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == netns.LoopbackHook {
+		if err := netns.RunLoopbackHook(os.Stdin); err != nil {
+			fmt.Fprintf(os.Stderr, "gvx-sentry %s: %v\n", netns.LoopbackHook, err)
+			os.Exit(1)
+		}
+		return
+	}
 	args, err := launcher.Args(os.Args, os.Getenv(launcher.FlagsEnv))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
