@@ -14,7 +14,7 @@ BIN := $(OUT)/bin
 CACHE ?= $(HOME)/.cache/gvx
 CONTAINERD_VERSION := v2.4.2
 NERDCTL_VERSION := v2.1.3
-GVISOR_VERSION := $(shell sed -n 's/^\s*gvisor.dev\/gvisor \(v[^ ]*\).*/\1/p' sentry/go.mod | head -1)
+GVISOR_VERSION := $(shell awk '{for(i=1;i<NF;i++) if($$i=="gvisor.dev/gvisor") {print $$(i+1); exit}}' sentry/go.mod)
 CONTAINERD_BIN := $(CACHE)/tools/containerd-$(CONTAINERD_VERSION)/bin
 NERDCTL_BIN := $(CACHE)/tools/nerdctl-$(NERDCTL_VERSION)/bin
 RUNSC_BIN := $(CACHE)/tools/runsc-$(GVISOR_VERSION)/bin

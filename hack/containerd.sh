@@ -41,7 +41,7 @@ stop)
 	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 	kill -9 "$pid" 2>/dev/null || true
 	# Unmount anything containerd left below the directory (snapshots, shm).
-	grep -o " $dir/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	{ grep -o " $dir/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	rm -rf "$dir"
 	;;
 *) echo "containerd.sh: unknown command $cmd" >&2; exit 2 ;;
