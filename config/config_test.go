@@ -1,0 +1,94 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseDefaultsAndOverrides(t *testing.T) {
+	c, err := Parse([]byte(`
+network = "none"
+sentry_flags = ["--net-raw"]
+[userns]
+host_uid = 200000
+host_gid = 200000
+size = 1000
+[resources]
+memory_bytes = 1073741824
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Network != "none" || c.Platform != "systrap" || c.UserNS.HostUID != 200000 || c.Resources.MemoryBytes != 1<<30 {
+		t.Errorf("unexpected config %+v", c)
+	}
+	flags := strings.Join(c.SentryFlagList(), " ")
+	if flags != "--platform=systrap --network=none --overlay2=root:memory --net-raw" {
+		t.Errorf("flags = %q", flags)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`platfrom = "systrap"`, "unknown key(s) platfrom"},
+		{"[userns]\nhost_id = 5", "unknown key(s) userns.host_id"},
+		{`platform = "kvm"`, `platform "kvm"`},
+		{`network = "bridge"`, `network "bridge"`},
+		{`log_level = "loud"`, `log_level "loud"`},
+		{`state_dir = "relative"`, "must be an absolute path"},
+		{`sentry = "gvx-sentry"`, "must be an absolute path"},
+		{"[userns]\nhost_uid = 0", "host root"},
+		{`sentry_flags = ["debug"]`, "not a single --name"},
+		{`sentry_flags = ["--a --b"]`, "not a single --name"},
+		{`network = `, "parse"},
+	} {
+		_, err := Parse([]byte(tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want error containing %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("explicit missing file: err = %v", err)
+	}
+	p := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(p, []byte(`bogus = 1`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "bogus") {
+		t.Errorf("error should name the file and the key: %v", err)
+	}
+}
+
+func TestSentryPath(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "containerd-shim-gvx-v2")
+	t.Setenv("PATH", "")
+	c := Default()
+	if _, err := c.SentryPath(self); err == nil || !strings.Contains(err.Error(), "make install") {
+		t.Errorf("missing sentry: err = %v", err)
+	}
+	sentry := filepath.Join(dir, SentryName)
+	if err := os.WriteFile(sentry, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.SentryPath(self); err != nil || p != sentry {
+		t.Errorf("SentryPath next to shim = %q, %v", p, err)
+	}
+	c.Sentry = filepath.Join(dir, "nope")
+	if _, err := c.SentryPath(self); err == nil || !strings.Contains(err.Error(), c.Sentry) {
+		t.Errorf("configured missing sentry: err = %v", err)
+	}
+	if err := os.Chmod(sentry, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Sentry = sentry
+	if _, err := c.SentryPath(self); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("non-executable sentry: err = %v", err)
+	}
+}

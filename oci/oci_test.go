@@ -1,0 +1,115 @@
+package oci
+
+import (
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/config"
+)
+
+func baseSpec() *specs.Spec {
+	return &specs.Spec{
+		Root:    &specs.Root{Path: "rootfs"},
+		Process: &specs.Process{Args: []string{"sh"}, Cwd: "/"},
+		Linux:   &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}}},
+	}
+}
+
+func TestPrepareAddsUserNS(t *testing.T) {
+	s := baseSpec()
+	m, err := Prepare(s, config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.HostUID != 100000 || m.Size != 65536 {
+		t.Errorf("mapping %+v", m)
+	}
+	n := 0
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.UserNamespace {
+			n++
+		}
+	}
+	if n != 1 || len(s.Linux.UIDMappings) != 1 || s.Linux.UIDMappings[0].HostID != 100000 || s.Linux.GIDMappings[0].HostID != 100000 {
+		t.Errorf("user namespace not set up: %+v", s.Linux)
+	}
+	if got := strings.Join(m.IDMapOptions(), ","); got != "uidmap=0:100000:65536,gidmap=0:100000:65536" {
+		t.Errorf("IDMapOptions = %q", got)
+	}
+}
+
+func TestPrepareKeepsUnprivilegedMapping(t *testing.T) {
+	s := baseSpec()
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 300000, Size: 1000}}
+	s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 300000, Size: 1000}}
+	m, err := Prepare(s, config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.HostUID != 300000 || m.Size != 1000 {
+		t.Errorf("mapping %+v, want the spec's own", m)
+	}
+}
+
+func TestPrepareRejects(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mod  func(*specs.Spec)
+		want string
+	}{
+		"no root":        {func(s *specs.Spec) { s.Root = nil }, "root.path"},
+		"no args":        {func(s *specs.Spec) { s.Process.Args = nil }, "process.args"},
+		"relative cwd":   {func(s *specs.Spec) { s.Process.Cwd = "x" }, "process.cwd"},
+		"no linux":       {func(s *specs.Spec) { s.Linux = nil }, "linux section"},
+		"relative mount": {func(s *specs.Spec) { s.Mounts = []specs.Mount{{Destination: "data"}} }, "mount destination"},
+		"root to root": {func(s *specs.Spec) {
+			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+			s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
+			s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
+		}, "host id 0"},
+		"join userns": {func(s *specs.Spec) {
+			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: "/proc/1/ns/user"})
+		}, "not supported"},
+	} {
+		s := baseSpec()
+		tc.mod(s)
+		if _, err := Prepare(s, config.Default()); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestDefaultResources(t *testing.T) {
+	c := config.Default()
+	c.Resources = config.Resources{MemoryBytes: 1 << 30, CPUMillis: 1500}
+	s := baseSpec()
+	if _, err := Prepare(s, c); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Linux.Resources
+	if *r.Memory.Limit != 1<<30 || *r.CPU.Quota != 150000 || *r.CPU.Period != 100000 {
+		t.Errorf("resources %+v %+v", r.Memory, r.CPU)
+	}
+	// A spec's own limit wins.
+	s = baseSpec()
+	own := int64(1 << 20)
+	s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &own}}
+	if _, err := Prepare(s, c); err != nil {
+		t.Fatal(err)
+	}
+	if *s.Linux.Resources.Memory.Limit != own {
+		t.Errorf("spec's memory limit overridden: %d", *s.Linux.Resources.Memory.Limit)
+	}
+}
+
+func TestAddLoopbackHookFirst(t *testing.T) {
+	s := baseSpec()
+	s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/usr/bin/nerdctl"}}}
+	AddLoopbackHook(s, "/usr/local/bin/gvx-sentry", "hook-x")
+	h := s.Hooks.CreateRuntime
+	if len(h) != 2 || h[0].Path != "/usr/local/bin/gvx-sentry" || strings.Join(h[0].Args, " ") != "gvx-sentry hook-x" || h[1].Path != "/usr/bin/nerdctl" {
+		t.Errorf("hooks %+v", h)
+	}
+}

@@ -1,0 +1,77 @@
+package shim
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestGroupOf(t *testing.T) {
+	if g := groupOf("c1", nil); g != "c1" {
+		t.Errorf("no annotations: %q", g)
+	}
+	if g := groupOf("c1", map[string]string{"io.kubernetes.cri.sandbox-id": "pod1"}); g != "pod1" {
+		t.Errorf("CRI pod: %q", g)
+	}
+	if g := groupOf("c1", map[string]string{"io.containerd.gvx.v2.group": "g", "io.kubernetes.cri.sandbox-id": "pod1"}); g != "g" {
+		t.Errorf("gvx group label first: %q", g)
+	}
+}
+
+func TestReleaseSentryRoot(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "group", "ns")
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(root, "c1_sandbox:c1.state")
+	if err := os.WriteFile(state, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseSentryRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Fatalf("root with a live sandbox was removed: %v", err)
+	}
+	if err := os.Remove(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseSentryRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "group")); !os.IsNotExist(err) {
+		t.Errorf("empty sentry root and its group dir should be gone: %v", err)
+	}
+	if err := releaseSentryRoot(root); err != nil {
+		t.Errorf("releasing twice: %v", err)
+	}
+}
+
+func TestCheckTraversable(t *testing.T) {
+	base := t.TempDir()
+	for _, d := range []string{base, filepath.Dir(base)} { // t.TempDir makes both 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := filepath.Join(base, "closed")
+	target := filepath.Join(closed, "rootfs")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := checkTraversable(target, 100000)
+	if err == nil || !strings.Contains(err.Error(), closed) || !strings.Contains(err.Error(), "chmod o+x") {
+		t.Errorf("err = %v, want it to name %s and the fix", err, closed)
+	}
+	if err := os.Chmod(closed, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkTraversable(target, 100000); err != nil {
+		t.Errorf("traversable path refused: %v", err)
+	}
+}
