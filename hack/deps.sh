@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gvx's build, tests and demo use, if missing.
 set -euo pipefail
-pkgs=(busybox-static e2fsprogs xfsprogs btrfs-progs iptables iproute2 containernetworking-plugins debootstrap file)
+pkgs=(busybox-static e2fsprogs xfsprogs btrfs-progs iptables iproute2 containernetworking-plugins debootstrap file runc)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 const (
@@ -21,13 +23,13 @@ const (
 
 // env is the private containerd every test talks to.
 type env struct {
-	dir        string // state of the private containerd (short: socket paths)
+	*harness.Containerd
+	dir        string // the containerd's directory (short: socket paths)
 	gvxBin     string
 	ctrdBin    string
 	nerdctlBin string
 	runscBin   string
 	images     string
-	proc       *exec.Cmd
 }
 
 var e *env
@@ -36,53 +38,19 @@ var e *env
 var skipReason string
 
 func newEnv() (*env, error) {
-	x := &env{
-		gvxBin:     os.Getenv("GVX_BIN"),
-		ctrdBin:    os.Getenv("CONTAINERD_BIN"),
-		nerdctlBin: os.Getenv("NERDCTL_BIN"),
-		runscBin:   os.Getenv("RUNSC_BIN"),
-		images:     os.Getenv("IMAGES"),
-	}
-	if x.gvxBin == "" || x.ctrdBin == "" || x.images == "" {
+	bins := harness.BinsFromEnv()
+	images := os.Getenv("IMAGES")
+	if bins.GVX == "" || bins.Containerd == "" || images == "" {
 		return nil, nil
 	}
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("integration tests need root (containerd, mounts, cgroups)")
 	}
-	dir, err := os.MkdirTemp("/run", "gvxit-")
+	c, err := harness.Start(context.Background(), bins)
 	if err != nil {
 		return nil, err
 	}
-	x.dir = dir
-	cfg := fmt.Sprintf(`version = 3
-root = "%[1]s/root"
-state = "%[1]s/state"
-[grpc]
-  address = "%[1]s/c.sock"
-[ttrpc]
-  address = "%[1]s/c.sock.ttrpc"
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvx]
-  runtime_type = "io.containerd.gvx.v2"
-`, dir)
-	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
-	if err != nil {
-		return nil, err
-	}
-	x.proc = exec.Command(filepath.Join(x.ctrdBin, "containerd"), "--config", filepath.Join(dir, "config.toml"))
-	x.proc.Env = append(os.Environ(), "PATH="+x.path())
-	x.proc.Stdout, x.proc.Stderr = logf, logf
-	if err := x.proc.Start(); err != nil {
-		return nil, fmt.Errorf("start containerd: %w", err)
-	}
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(filepath.Join(dir, "c.sock")); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	x := &env{Containerd: c, dir: c.Dir, gvxBin: bins.GVX, ctrdBin: bins.Containerd, nerdctlBin: bins.Nerdctl, runscBin: bins.Runsc, images: images}
 	if _, _, err := x.ctr(context.Background(), "images", "import", filepath.Join(x.images, "busybox.tar")); err != nil {
 		x.close()
 		return nil, fmt.Errorf("import test image: %w", err)
@@ -90,38 +58,9 @@ state = "%[1]s/state"
 	return x, nil
 }
 
-// path puts gvx's and containerd's binaries first, so containerd finds
-// containerd-shim-gvx-v2 and the shim finds gvx-sentry.
-func (x *env) path() string {
-	p := x.gvxBin + ":" + x.ctrdBin
-	if x.nerdctlBin != "" {
-		p += ":" + x.nerdctlBin
-	}
-	return p + ":" + os.Getenv("PATH")
-}
+func (x *env) path() string { return x.Bins.Path() }
 
-func (x *env) close() {
-	if x.proc != nil && x.proc.Process != nil {
-		_ = x.proc.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = x.proc.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = x.proc.Process.Kill()
-			<-done
-		}
-	}
-	unmountBelow(x.dir)
-	_ = os.RemoveAll(x.dir)
-}
-
-// unmountBelow lazily unmounts whatever containerd left mounted under dir.
-func unmountBelow(dir string) {
-	for _, m := range mountsMatching(dir + "/") {
-		_ = exec.Command("umount", "-l", m).Run()
-	}
-}
+func (x *env) close() { x.Containerd.Close() }
 
 // result is a finished command.
 type result struct {

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // hostState is what a gvx sandbox could leave behind on the host.
@@ -125,20 +126,4 @@ func gvxProcs() []string {
 }
 
 // mountsMatching lists mount points starting with prefix, deepest first.
-func mountsMatching(prefix string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], prefix) {
-			out = append(out, fields[4])
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(out)))
-	return out
-}
+func mountsMatching(prefix string) []string { return harness.MountsUnder(prefix) }

@@ -1,0 +1,337 @@
+// Command bench measures gvx against its peers in one run, through the
+// containerd client: gvx (io.containerd.gvx.v2), runsc of the same gVisor
+// version driven by containerd's runc shim (the usual production gVisor
+// path) and runc. It prints p50/p95 latencies, ratios against the peers,
+// create throughput and idle memory. `make bench` runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+
+	"github.com/gvxrun/gvx/integration/harness"
+)
+
+type runtimeUnderTest struct {
+	name    string
+	runtime string
+	opts    any
+}
+
+func main() {
+	runs := flag.Int("runs", 30, "cycles per runtime")
+	conc := flag.Int("concurrency", 8, "parallel creates in the throughput test")
+	burst := flag.Int("burst", 32, "sandboxes created in the throughput test")
+	flag.Parse()
+	if err := run(*runs, *conc, *burst); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(runs, conc, burst int) error {
+	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
+	bins := harness.BinsFromEnv()
+	images := os.Getenv("IMAGES")
+	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
+		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
+	}
+	ctrd, err := harness.Start(ctx, bins)
+	if err != nil {
+		return err
+	}
+	defer ctrd.Close()
+	c, err := client.New(ctrd.Socket())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	f, err := os.Open(filepath.Join(images, "busybox.tar"))
+	if err != nil {
+		return err
+	}
+	imgs, err := c.Import(ctx, f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	img := client.NewImage(c, imgs[0])
+	if err := img.Unpack(ctx, ""); err != nil {
+		return fmt.Errorf("unpack: %w", err)
+	}
+
+	rts := []runtimeUnderTest{
+		{"gvx", "io.containerd.gvx.v2", nil},
+		{"runsc (runc shim)", "io.containerd.runc.v2", &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
+		{"runc", "io.containerd.runc.v2", nil},
+	}
+	fmt.Printf("gvx bench: %d create→start→exec→delete cycles per runtime, busybox, containerd %s client, %d CPUs\n\n", runs, "v2.4.2", numCPU())
+	results := map[string]cycleStats{}
+	for _, rt := range rts {
+		st, err := cycles(ctx, c, img, rt, runs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rt.name, err)
+		}
+		results[rt.name] = st
+	}
+	fmt.Printf("%-18s %12s %12s %12s %12s %12s %12s\n", "runtime", "create→exec", "p95", "full cycle", "p95", "delete", "p95")
+	for _, rt := range rts {
+		s := results[rt.name]
+		fmt.Printf("%-18s %12s %12s %12s %12s %12s %12s\n", rt.name, ms(pct(s.toExec, 50)), ms(pct(s.toExec, 95)),
+			ms(pct(s.total, 50)), ms(pct(s.total, 95)), ms(pct(s.del, 50)), ms(pct(s.del, 95)))
+	}
+	g, r, rc := results["gvx"], results["runsc (runc shim)"], results["runc"]
+	fmt.Printf("\nratios (p50, lower is better): create→exec gvx/runsc %.2f×, gvx/runc %.2f×; full cycle gvx/runsc %.2f×, gvx/runc %.2f×\n",
+		ratio(g.toExec, r.toExec), ratio(g.toExec, rc.toExec), ratio(g.total, r.total), ratio(g.total, rc.total))
+
+	fmt.Printf("\nthroughput: %d sandboxes created+started, %d at a time\n", burst, conc)
+	for _, rt := range rts[:2] {
+		rate, err := throughput(ctx, c, img, rt, burst, conc)
+		if err != nil {
+			return fmt.Errorf("%s throughput: %w", rt.name, err)
+		}
+		fmt.Printf("  %-18s %6.1f creates/s\n", rt.name, rate)
+	}
+
+	fmt.Printf("\nidle memory of one sandbox (sleep), host processes below and including the shim:\n")
+	for _, rt := range rts[:2] {
+		uss, pss, n, err := idleMemory(ctx, c, img, rt)
+		if err != nil {
+			return fmt.Errorf("%s memory: %w", rt.name, err)
+		}
+		fmt.Printf("  %-18s USS %6.1f MiB  PSS %6.1f MiB  (%d processes)\n", rt.name, mib(uss), mib(pss), n)
+	}
+	return nil
+}
+
+type cycleStats struct{ toExec, total, del []time.Duration }
+
+func cycles(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, n int) (cycleStats, error) {
+	var st cycleStats
+	// One warm-up cycle (page cache, first shim start) is not counted.
+	for i := -1; i < n; i++ {
+		id := fmt.Sprintf("bench-%d", i+1)
+		t0 := time.Now()
+		cont, task, err := startSandbox(ctx, c, img, rt, id)
+		if err != nil {
+			return st, err
+		}
+		spec, err := cont.Spec(ctx)
+		if err != nil {
+			return st, err
+		}
+		pspec := *spec.Process
+		pspec.Args = []string{"true"}
+		p, err := task.Exec(ctx, "e", &pspec, cio.NullIO)
+		if err != nil {
+			return st, fmt.Errorf("exec: %w", err)
+		}
+		ch, err := p.Wait(ctx)
+		if err != nil {
+			return st, err
+		}
+		if err := p.Start(ctx); err != nil {
+			return st, fmt.Errorf("exec start: %w", err)
+		}
+		if s := <-ch; s.ExitCode() != 0 {
+			return st, fmt.Errorf("exec exited %d", s.ExitCode())
+		}
+		t1 := time.Now()
+		if _, err := p.Delete(ctx); err != nil {
+			return st, err
+		}
+		if err := stopSandbox(ctx, cont, task); err != nil {
+			return st, err
+		}
+		t2 := time.Now()
+		if i >= 0 {
+			st.toExec = append(st.toExec, t1.Sub(t0))
+			st.total = append(st.total, t2.Sub(t0))
+			st.del = append(st.del, t2.Sub(t1))
+		}
+	}
+	return st, nil
+}
+
+func startSandbox(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, id string) (client.Container, client.Task, error) {
+	cont, err := c.NewContainer(ctx, id,
+		client.WithNewSnapshot(id, img),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600")),
+		client.WithRuntime(rt.runtime, rt.opts))
+	if err != nil {
+		return nil, nil, fmt.Errorf("container: %w", err)
+	}
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		_ = cont.Delete(ctx, client.WithSnapshotCleanup)
+		return nil, nil, fmt.Errorf("task: %w", err)
+	}
+	if err := task.Start(ctx); err != nil {
+		_, _ = task.Delete(ctx, client.WithProcessKill)
+		_ = cont.Delete(ctx, client.WithSnapshotCleanup)
+		return nil, nil, fmt.Errorf("start: %w", err)
+	}
+	return cont, task, nil
+}
+
+func stopSandbox(ctx context.Context, cont client.Container, task client.Task) error {
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+		return fmt.Errorf("delete task: %w", err)
+	}
+	return cont.Delete(ctx, client.WithSnapshotCleanup)
+}
+
+func throughput(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, n, conc int) (float64, error) {
+	type made struct {
+		cont client.Container
+		task client.Task
+	}
+	var (
+		mu    sync.Mutex
+		all   []made
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, conc)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("burst-%d", i))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			if err == nil {
+				all = append(all, made{cont, task})
+			}
+		}(i)
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	for _, m := range all {
+		if err := stopSandbox(ctx, m.cont, m.task); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return 0, first
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest) (uss, pss int64, n int, err error) {
+	cont, task, err := startSandbox(ctx, c, img, rt, "idle")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() {
+		if derr := stopSandbox(ctx, cont, task); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	time.Sleep(time.Second) // let start-up settle
+	shim := parentOf(int(task.Pid()))
+	for _, pid := range append([]int{shim}, descendants(shim)...) {
+		u, p, ok := smapsRollup(pid)
+		if ok {
+			uss += u
+			pss += p
+			n++
+		}
+	}
+	return uss, pss, n, nil
+}
+
+func smapsRollup(pid int) (uss, pss int64, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss = v * 1024
+		case "Private_Clean:", "Private_Dirty:":
+			uss += v * 1024
+		}
+	}
+	return uss, pss, true
+}
+
+func parentOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		me, _ := strconv.Atoi(filepath.Base(d))
+		if pp := parentOf(me); pp != 0 {
+			children[pp] = append(children[pp], me)
+		}
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i]
+}
+
+func ratio(a, b []time.Duration) float64 { return float64(pct(a, 50)) / float64(pct(b, 50)) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func numCPU() int { return goruntime.NumCPU() }

@@ -1,0 +1,144 @@
+// Package harness runs a private containerd for gvx's integration tests and
+// benchmarks: its own root, state and sockets in one directory under /run,
+// with gvx's and containerd's binaries first on its PATH.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Bins says where the binaries live (the Makefile's cached builds).
+type Bins struct {
+	GVX, Containerd, Nerdctl, Runsc string
+}
+
+// BinsFromEnv reads GVX_BIN, CONTAINERD_BIN, NERDCTL_BIN and RUNSC_BIN.
+func BinsFromEnv() Bins {
+	return Bins{
+		GVX:        os.Getenv("GVX_BIN"),
+		Containerd: os.Getenv("CONTAINERD_BIN"),
+		Nerdctl:    os.Getenv("NERDCTL_BIN"),
+		Runsc:      os.Getenv("RUNSC_BIN"),
+	}
+}
+
+// Path is a PATH with gvx's, containerd's and nerdctl's binaries first, so
+// containerd finds containerd-shim-gvx-v2 and the shim finds gvx-sentry.
+func (b Bins) Path() string {
+	var p []string
+	for _, d := range []string{b.GVX, b.Containerd, b.Nerdctl} {
+		if d != "" {
+			p = append(p, d)
+		}
+	}
+	return strings.Join(append(p, os.Getenv("PATH")), ":")
+}
+
+// Containerd is a running private containerd.
+type Containerd struct {
+	Dir  string
+	Bins Bins
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Socket is the containerd gRPC address.
+func (c *Containerd) Socket() string { return filepath.Join(c.Dir, "c.sock") }
+
+// Start launches containerd with a private configuration that registers
+// gvx as the CRI runtime handler "gvx".
+func Start(ctx context.Context, bins Bins) (_ *Containerd, retErr error) {
+	dir, err := os.MkdirTemp("/run", "gvxit-")
+	if err != nil {
+		return nil, fmt.Errorf("containerd state dir: %w", err)
+	}
+	c := &Containerd{Dir: dir, Bins: bins, done: make(chan struct{})}
+	defer func() {
+		if retErr != nil {
+			c.Close()
+		}
+	}()
+	cfg := fmt.Sprintf(`version = 3
+root = "%[1]s/root"
+state = "%[1]s/state"
+[grpc]
+  address = "%[1]s/c.sock"
+[ttrpc]
+  address = "%[1]s/c.sock.ttrpc"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvx]
+  runtime_type = "io.containerd.gvx.v2"
+`, dir)
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	c.cmd = exec.Command(filepath.Join(bins.Containerd, "containerd"), "--config", filepath.Join(dir, "config.toml"))
+	c.cmd.Env = append(os.Environ(), "PATH="+bins.Path())
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(c.Socket()); err == nil {
+			return c, nil
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("containerd exited at start; see %s/containerd.log", dir)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("containerd socket did not appear; see %s/containerd.log", dir)
+		}
+	}
+}
+
+// Close stops containerd and removes its directory, unmounting anything
+// left below it.
+func (c *Containerd) Close() {
+	if c.cmd != nil && c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	}
+	for _, m := range MountsUnder(c.Dir + "/") {
+		_ = exec.Command("umount", "-l", m).Run()
+	}
+	_ = os.RemoveAll(c.Dir)
+}
+
+// MountsUnder lists mount points starting with prefix, deepest first.
+func MountsUnder(prefix string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && strings.HasPrefix(f[4], prefix) {
+			out = append(out, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(out)))
+	return out
+}
