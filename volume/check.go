@@ -18,14 +18,11 @@ var ErrFsck = errors.New("has filesystem errors")
 // superblock is clean and e2fsck finds nothing; otherwise an *Error
 // wrapping ErrNotClean or ErrFsck with e2fsck's verdict as detail.
 func Check(ctx context.Context, path string) error {
-	f, err := openImage(path, os.O_RDONLY)
+	f, err := lockPath(path, os.O_RDONLY, unix.LOCK_SH)
 	if err != nil {
-		return fmt.Errorf("check %s: %w", path, err)
+		return wrap("check", path, err)
 	}
 	defer f.Close()
-	if err := lockFile(f, path, unix.LOCK_SH); err != nil {
-		return withOp("check", err)
-	}
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("check", err)
 	}

@@ -52,6 +52,9 @@ func (c *sparseCopier) copy(ctx context.Context) (Method, error) {
 	fd := int(c.src.Fd())
 	var off int64
 	for off < c.size {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
 		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break // only a hole remains

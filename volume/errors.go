@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -72,4 +73,13 @@ func withOp(op string, err error) error {
 		return &c
 	}
 	return err
+}
+
+// wrap adds op to an *Error, or "op path: " to any other error.
+func wrap(op, path string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return withOp(op, err)
+	}
+	return fmt.Errorf("%s %s: %w", op, path, err)
 }

@@ -37,13 +37,9 @@ type Lease struct {
 // The image must pass Inspect and, unless opts.Force, be clean; those are
 // checked after locking so they cannot change underneath.
 func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, error) {
-	f, err := openImage(path, os.O_RDWR)
+	f, err := lockPath(path, os.O_RDWR, unix.LOCK_EX)
 	if err != nil {
-		return nil, fmt.Errorf("acquire %s: %w", path, err)
-	}
-	if err := lockFile(f, path, unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, withOp("acquire", err)
+		return nil, wrap("acquire", path, err)
 	}
 	info, _, err := inspectFile(f, path)
 	if err != nil {

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -13,23 +14,20 @@ import (
 
 // Remove deletes the image at path. It refuses, touching nothing, when
 // the image is in use (leased, being cloned, or attached to a loop
-// device) and when the file is not an ext4 image at all, so that a typo
-// cannot delete an unrelated file; truncated or damaged images can be
-// removed.
+// device) and when the file lacks the ext4 magic, so that a typo cannot
+// delete an unrelated file; truncated or damaged images can be removed.
 func Remove(ctx context.Context, path string) error {
 	f, err := lockPath(path, os.O_RDONLY, unix.LOCK_EX)
 	if err != nil {
-		return withOp("remove", err)
+		return wrap("remove", path, err)
 	}
 	defer f.Close()
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("remove", err)
 	}
-	if _, _, err := inspectFile(f, path); errors.Is(err, ErrNotExt4) {
-		var e *Error
-		errors.As(err, &e)
-		e.Op, e.Fix = "remove", "not removing it; use rm(1) if you mean it"
-		return e
+	if !hasMagic(f) {
+		return &Error{Op: "remove", Path: path, Err: ErrNotExt4,
+			Detail: "no ext4 magic at byte 1080", Fix: "not removing it; use rm(1) if you mean it"}
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove %s: %w", path, err)
@@ -42,6 +40,14 @@ func Remove(ctx context.Context, path string) error {
 	return nil
 }
 
+// hasMagic reports whether f has the ext4 superblock magic, whatever
+// else is wrong with it.
+func hasMagic(f *os.File) bool {
+	b := make([]byte, 2)
+	_, err := f.ReadAt(b, superblockOffset+offMagic)
+	return err == nil && binary.LittleEndian.Uint16(b) == ext4Magic
+}
+
 // lockPath opens path and flocks it, retrying if the path was replaced
 // (e.g. by a shrinking Resize) between open and lock, so that the lock
 // is on the file the path names.
@@ -49,7 +55,7 @@ func lockPath(path string, flag, how int) (*os.File, error) {
 	for range 10 {
 		f, err := openImage(path, flag)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, err
 		}
 		if err := lockFile(f, path, how); err != nil {
 			f.Close()
@@ -65,5 +71,5 @@ func lockPath(path string, flag, how int) (*os.File, error) {
 			return nil, err2
 		}
 	}
-	return nil, fmt.Errorf("%s: replaced repeatedly while locking it", path)
+	return nil, errors.New("replaced repeatedly while locking it")
 }
