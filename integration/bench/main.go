@@ -95,6 +95,12 @@ func run(runs, conc, burst int) error {
 		fmt.Printf("%-18s %12s %12s %12s %12s %12s %12s\n", rt.name, ms(pct(s.toExec, 50)), ms(pct(s.toExec, 95)),
 			ms(pct(s.total, 50)), ms(pct(s.total, 95)), ms(pct(s.del, 50)), ms(pct(s.del, 95)))
 	}
+	fmt.Printf("\ncreate→exec by phase (p50): container = snapshot + metadata; task create = shim start + sandbox create\n")
+	fmt.Printf("%-18s %12s %12s %12s %12s\n", "runtime", "container", "task create", "task start", "exec")
+	for _, rt := range rts {
+		s := results[rt.name]
+		fmt.Printf("%-18s %12s %12s %12s %12s\n", rt.name, ms(pct(s.container, 50)), ms(pct(s.create, 50)), ms(pct(s.start, 50)), ms(pct(s.exec, 50)))
+	}
 	g, r, rc := results["gvx"], results["runsc (runc shim)"], results["runc"]
 	fmt.Printf("\nratios (p50, lower is better): create→exec gvx/runsc %.2f×, gvx/runc %.2f×; full cycle gvx/runsc %.2f×, gvx/runc %.2f×\n",
 		ratio(g.toExec, r.toExec), ratio(g.toExec, rc.toExec), ratio(g.total, r.total), ratio(g.total, rc.total))
@@ -119,7 +125,12 @@ func run(runs, conc, burst int) error {
 	return nil
 }
 
-type cycleStats struct{ toExec, total, del []time.Duration }
+type cycleStats struct {
+	toExec, total, del []time.Duration
+	// phases of create→exec: container (snapshot+metadata), task create
+	// (shim start + sandbox create), task start, exec.
+	container, create, start, exec []time.Duration
+}
 
 func cycles(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, n int) (cycleStats, error) {
 	var st cycleStats
@@ -127,7 +138,7 @@ func cycles(ctx context.Context, c *client.Client, img client.Image, rt runtimeU
 	for i := -1; i < n; i++ {
 		id := fmt.Sprintf("bench-%d", i+1)
 		t0 := time.Now()
-		cont, task, err := startSandbox(ctx, c, img, rt, id)
+		cont, task, ph, err := startSandboxPhases(ctx, c, img, rt, id)
 		if err != nil {
 			return st, err
 		}
@@ -160,6 +171,10 @@ func cycles(ctx context.Context, c *client.Client, img client.Image, rt runtimeU
 		}
 		t2 := time.Now()
 		if i >= 0 {
+			st.container = append(st.container, ph[0])
+			st.create = append(st.create, ph[1])
+			st.start = append(st.start, ph[2])
+			st.exec = append(st.exec, t1.Sub(t0)-ph[0]-ph[1]-ph[2])
 			st.toExec = append(st.toExec, t1.Sub(t0))
 			st.total = append(st.total, t2.Sub(t0))
 			st.del = append(st.del, t2.Sub(t1))
@@ -169,24 +184,38 @@ func cycles(ctx context.Context, c *client.Client, img client.Image, rt runtimeU
 }
 
 func startSandbox(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, id string) (client.Container, client.Task, error) {
+	cont, task, _, err := startSandboxPhases(ctx, c, img, rt, id)
+	return cont, task, err
+}
+
+// startSandboxPhases creates and starts a sandbox and returns how long the
+// container, the task's creation and its start took.
+func startSandboxPhases(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, id string) (client.Container, client.Task, [3]time.Duration, error) {
+	var ph [3]time.Duration
+	t := time.Now()
 	cont, err := c.NewContainer(ctx, id,
 		client.WithNewSnapshot(id, img),
 		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600")),
 		client.WithRuntime(rt.runtime, rt.opts))
 	if err != nil {
-		return nil, nil, fmt.Errorf("container: %w", err)
+		return nil, nil, ph, fmt.Errorf("container: %w", err)
 	}
+	ph[0] = time.Since(t)
+	t = time.Now()
 	task, err := cont.NewTask(ctx, cio.NullIO)
 	if err != nil {
 		_ = cont.Delete(ctx, client.WithSnapshotCleanup)
-		return nil, nil, fmt.Errorf("task: %w", err)
+		return nil, nil, ph, fmt.Errorf("task: %w", err)
 	}
+	ph[1] = time.Since(t)
+	t = time.Now()
 	if err := task.Start(ctx); err != nil {
 		_, _ = task.Delete(ctx, client.WithProcessKill)
 		_ = cont.Delete(ctx, client.WithSnapshotCleanup)
-		return nil, nil, fmt.Errorf("start: %w", err)
+		return nil, nil, ph, fmt.Errorf("start: %w", err)
 	}
-	return cont, task, nil
+	ph[2] = time.Since(t)
+	return cont, task, ph, nil
 }
 
 func stopSandbox(ctx context.Context, cont client.Container, task client.Task) error {
