@@ -2,15 +2,11 @@ package volume
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
-
-// ErrFsck means e2fsck found problems in the filesystem.
-var ErrFsck = errors.New("has filesystem errors")
 
 // Check runs a full read-only check (e2fsck -fn) of the image at path. It
 // refuses images in use (leased, or attached to a loop device: a live

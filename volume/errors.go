@@ -23,6 +23,8 @@ var (
 	// ErrInUse means another process holds the image's lock, or the image
 	// is attached to a loop device.
 	ErrInUse = errors.New("is in use by another sandbox")
+	// ErrFsck means e2fsck found problems in the filesystem.
+	ErrFsck = errors.New("has filesystem errors")
 	// ErrExists means the destination of Create or Clone already exists.
 	ErrExists = errors.New("already exists")
 )

@@ -339,8 +339,8 @@ func (p *progress) finish() {
 
 func roundDuration(d time.Duration) time.Duration {
 	switch {
-	case d > 10*time.Second:
-		return d.Round(100 * time.Millisecond)
+	case d > time.Second:
+		return d.Round(10 * time.Millisecond)
 	case d > 10*time.Millisecond:
 		return d.Round(100 * time.Microsecond)
 	}
