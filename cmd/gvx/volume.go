@@ -12,7 +12,6 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
-	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -44,7 +43,7 @@ func volumeCreateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "size", Usage: "filesystem size, e.g. 4G (required)"},
 			&cli.StringFlag{Name: "label", Usage: "ext4 volume label, up to 16 bytes"},
-			&cli.StringFlag{Name: "owner", Usage: "UID:GID owning the root directory (default: the configured sandbox host uid:gid, 100000:100000)"},
+			&cli.StringFlag{Name: "owner", Usage: "UID:GID owning the root directory, as the guest sees it (default 0:0: gvx mounts volumes idmapped, so the guest's root owns it)", Value: "0:0"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			args, err := needArgs(cmd, "IMG")
@@ -73,20 +72,15 @@ func volumeCreateCommand() *cli.Command {
 	}
 }
 
-// rootOwner is --owner, or the sandbox host ids from the gvx config.
+// rootOwner is --owner. gvx mounts volumes idmapped into the sandbox's
+// user namespace, so ids on disk are the guest's own: 0:0 is the guest's
+// root, whatever host uid the sandbox runs as.
 func rootOwner(cmd *cli.Command) (volume.Owner, error) {
-	if cmd.IsSet("owner") {
-		o, err := volume.ParseOwner(cmd.String("owner"))
-		if err != nil {
-			return o, usageError(cmd, "--owner: "+err.Error())
-		}
-		return o, nil
-	}
-	cfg, err := config.Load("")
+	o, err := volume.ParseOwner(cmd.String("owner"))
 	if err != nil {
-		return volume.Owner{}, fmt.Errorf("default --owner comes from the gvx config: %w; fix it or pass --owner UID:GID", err)
+		return o, usageError(cmd, "--owner: "+err.Error())
 	}
-	return volume.Owner{UID: cfg.UserNS.HostUID, GID: cfg.UserNS.HostGID}, nil
+	return o, nil
 }
 
 func volumeCloneCommand() *cli.Command {

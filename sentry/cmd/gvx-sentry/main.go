@@ -2,7 +2,8 @@
 // (OCI create/start/exec/kill/delete/state/…, plus the internal gofer and
 // boot subcommands it re-executes itself for) with gvx's defaults applied.
 //
-// gvx additions: the OCI hook netns.LoopbackHook.
+// gvx additions: the OCI hook netns.LoopbackHook, and ext4lite volumes
+// mounted in a private mount namespace before gVisor's create (volmount).
 //
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
 // flags the shim wants for every call arrive in the GVX_SENTRY_FLAGS
@@ -16,6 +17,8 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/netns"
+	"github.com/gvxrun/gvx/sentry/volmount"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
 	"gvisor.dev/gvisor/runsc/version"
 )
@@ -31,6 +34,10 @@ func main() {
 		}
 		return
 	}
+	if err := mountVolumes(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
+		os.Exit(1)
+	}
 	args, err := launcher.Args(os.Args, os.Getenv(launcher.FlagsEnv))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
@@ -38,4 +45,31 @@ func main() {
 	}
 	os.Args = args
 	maincli.Main()
+}
+
+// mountVolumes handles a create/run of a sandbox with ext4lite volumes: the
+// first call re-executes gvx-sentry in a private mount namespace (and does
+// not return); the re-executed one mounts the volumes there and returns so
+// that gVisor's create runs inside that namespace.
+func mountVolumes(argv []string) error {
+	bundle, ok := volmount.CreateBundle(argv)
+	if !ok {
+		return nil
+	}
+	spec, err := volmount.ReadSpec(bundle)
+	if err != nil {
+		return nil // gVisor reports a bad bundle itself
+	}
+	vols, err := volmount.FromSpec(spec)
+	if err != nil || len(vols) == 0 {
+		return err
+	}
+	if !volmount.InPrivateNamespace() {
+		return volmount.Reexec(argv)
+	}
+	var uids, gids []specs.LinuxIDMapping
+	if spec.Linux != nil {
+		uids, gids = spec.Linux.UIDMappings, spec.Linux.GIDMappings
+	}
+	return volmount.Prepare(vols, uids, gids)
 }

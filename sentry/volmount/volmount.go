@@ -1,0 +1,293 @@
+// Package volmount mounts gvx's ext4lite volumes for a sandbox inside a
+// private mount namespace, so the host's mount table never shows them and
+// their loop devices disappear with the sandbox.
+//
+// The shim lists the volumes in the spec annotation Annotation and turns
+// each into an ordinary bind mount from a staging directory. gvx-sentry,
+// when asked to create such a sandbox, re-executes itself in a new mount
+// namespace (Reexec), attaches each image to an auto-clearing loop device,
+// mounts it idmapped to the sandbox's user namespace at its staging
+// directory (Mount), and only then runs gVisor's create, whose gofer and
+// Sentry inherit that namespace. When the last sandbox process exits, the
+// namespace, the mounts and the loop devices go with it.
+package volmount
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Annotation carries the volumes of a sandbox as JSON ([]Volume).
+const Annotation = "dev.gvx.volumes"
+
+// reexecEnv marks the re-executed gvx-sentry running in its own mount
+// namespace.
+const reexecEnv = "GVX_SENTRY_MNTNS"
+
+// Volume is one ext4 image to mount at Staging (a host path the spec
+// bind-mounts into the sandbox).
+type Volume struct {
+	Image    string `json:"image"`
+	Staging  string `json:"staging"`
+	ReadOnly bool   `json:"readonly,omitempty"`
+}
+
+// FromSpec returns the volumes the spec's annotation lists.
+func FromSpec(s *specs.Spec) ([]Volume, error) {
+	v, ok := s.Annotations[Annotation]
+	if !ok || v == "" {
+		return nil, nil
+	}
+	var vols []Volume
+	if err := json.Unmarshal([]byte(v), &vols); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", Annotation, err)
+	}
+	for _, vol := range vols {
+		if !filepath.IsAbs(vol.Image) || !filepath.IsAbs(vol.Staging) {
+			return nil, fmt.Errorf("annotation %s: image %q and staging %q must be absolute", Annotation, vol.Image, vol.Staging)
+		}
+	}
+	return vols, nil
+}
+
+// ReadSpec reads bundle/config.json.
+func ReadSpec(bundle string) (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("parse %s/config.json: %w", bundle, err)
+	}
+	return &s, nil
+}
+
+// CreateBundle returns the bundle directory of a runc-style "create" or
+// "run" invocation (argv as gvx-sentry received it), and whether argv is
+// one.
+func CreateBundle(argv []string) (string, bool) {
+	sub := -1
+	for i, a := range argv[1:] {
+		if a == "create" || a == "run" {
+			sub = i + 1
+			break
+		}
+	}
+	if sub < 0 {
+		return "", false
+	}
+	for i := sub + 1; i < len(argv); i++ {
+		a := strings.TrimLeft(argv[i], "-")
+		if a == "bundle" || a == "b" {
+			if i+1 < len(argv) {
+				return argv[i+1], true
+			}
+		}
+		if v, ok := strings.CutPrefix(a, "bundle="); ok {
+			return v, true
+		}
+		if v, ok := strings.CutPrefix(a, "b="); ok {
+			return v, true
+		}
+	}
+	wd, _ := os.Getwd()
+	return wd, true
+}
+
+// InPrivateNamespace reports whether this process is the re-executed one.
+func InPrivateNamespace() bool { return os.Getenv(reexecEnv) == "1" }
+
+// Reexec runs argv again in a new mount namespace and exits with its
+// status. Its standard streams and extra files are this process's.
+func Reexec(argv []string) error {
+	cmd := exec.Command("/proc/self/exe", argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), reexecEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	// Pass through inherited descriptors (e.g. a console socket, sync
+	// pipes): runc-style callers may hand the runtime extra fds.
+	for fd := 3; fd < 64; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			continue
+		}
+		for len(cmd.ExtraFiles) < fd-3 {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fd), fmt.Sprintf("fd%d", fd)))
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.ExitCode())
+	}
+	if err != nil {
+		return fmt.Errorf("re-execute in a private mount namespace: %w", err)
+	}
+	os.Exit(0)
+	return nil
+}
+
+// Prepare makes this (re-executed) process's mount namespace receive host
+// mount events but send none back, then mounts every volume.
+func Prepare(vols []Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
+	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	var userns *os.File
+	if len(uidMap) > 0 {
+		f, err := usernsFD(uidMap, gidMap)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		userns = f
+	}
+	for _, v := range vols {
+		if err := Mount(v, userns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Mount attaches v.Image to an auto-clearing loop device and mounts its
+// ext4 filesystem at v.Staging, idmapped through userns when it is set.
+func Mount(v Volume, userns *os.File) error {
+	loop, err := attachLoop(v.Image, v.ReadOnly)
+	if err != nil {
+		return fmt.Errorf("volume %s: %w", v.Image, err)
+	}
+	// The mount holds the loop device; closing our fd lets autoclear
+	// detach it when the (last) mount goes.
+	defer loop.Close()
+	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("volume %s: fsopen ext4: %w", v.Image, err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigSetString(fsfd, "source", loop.Name()); err != nil {
+		return fmt.Errorf("volume %s: %w", v.Image, err)
+	}
+	if v.ReadOnly {
+		if err := unix.FsconfigSetFlag(fsfd, "ro"); err != nil {
+			return fmt.Errorf("volume %s: %w", v.Image, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("volume %s: mount ext4 (is it a clean ext4 image? try `gvx volume check`): %w", v.Image, err)
+	}
+	attrs := unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID
+	if v.ReadOnly {
+		attrs |= unix.MOUNT_ATTR_RDONLY
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return fmt.Errorf("volume %s: fsmount: %w", v.Image, err)
+	}
+	defer unix.Close(mfd)
+	if userns != nil {
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())}
+		if err := unix.MountSetattr(mfd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fmt.Errorf("volume %s: idmap to the sandbox's user namespace: %w", v.Image, err)
+		}
+	}
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, v.Staging, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("volume %s: attach at %s: %w", v.Image, v.Staging, err)
+	}
+	return nil
+}
+
+// attachLoop binds image to a free loop device with autoclear set.
+func attachLoop(image string, ro bool) (*os.File, error) {
+	flags := os.O_RDWR
+	if ro {
+		flags = os.O_RDONLY
+	}
+	img, err := os.OpenFile(image, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer img.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/loop-control: %w", err)
+	}
+	defer ctl.Close()
+	cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+	if ro {
+		cfg.Info.Flags |= unix.LO_FLAGS_READ_ONLY
+	}
+	// Another process may take the free device between GET_FREE and
+	// CONFIGURE; retry then.
+	for attempt := 0; attempt < 20; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("find a free loop device: %w", err)
+		}
+		dev, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), flags|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
+		if err == nil {
+			return dev, nil
+		}
+		dev.Close()
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("configure loop device: %w", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil, errors.New("no free loop device after 20 attempts")
+}
+
+// usernsFD returns a user namespace with the given mappings, held open by
+// a file. A child is created in it, stopped before it runs anything (it is
+// traced), and killed once the namespace is open.
+func usernsFD(uidMap, gidMap []specs.LinuxIDMapping) (*os.File, error) {
+	// The tracer of a traced child is the thread that forked it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: toSys(uidMap),
+		GidMappings: toSys(gidMap),
+		Ptrace:      true,
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("create user namespace: %w", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	if err != nil {
+		return nil, fmt.Errorf("open user namespace: %w", err)
+	}
+	return f, nil
+}
+
+func toSys(m []specs.LinuxIDMapping) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, 0, len(m))
+	for _, x := range m {
+		out = append(out, syscall.SysProcIDMap{ContainerID: int(x.ContainerID), HostID: int(x.HostID), Size: int(x.Size)})
+	}
+	return out
+}
