@@ -53,6 +53,8 @@ type service struct {
 	roots map[string]string
 	// cgroups holds, per container id, the cgroup path of its spec.
 	cgroups map[string]string
+	// volumes holds, per container id, its leased ext4lite volumes.
+	volumes map[string]*taskVolumes
 }
 
 // NewTaskService returns gvx's task service.
@@ -61,7 +63,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}, roots: map[string]string{}, cgroups: map[string]string{}}, nil
+	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}, roots: map[string]string{}, cgroups: map[string]string{}, volumes: map[string]*taskVolumes{}}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -99,7 +101,26 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, err
 	}
-	flags := strings.Join(cfg.SentryFlagList(), " ")
+	volDir := filepath.Join(cfg.StateDir, "volumes", ns, r.ID)
+	vols, err := prepareVolumes(ctx, spec, volDir)
+	if err != nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+	}
+	defer func() {
+		if retErr != nil {
+			vols.release(ctx)
+		}
+	}()
+	flagList := cfg.SentryFlagList()
+	if vols != nil {
+		if err := os.WriteFile(filepath.Join(r.Bundle, volumesFile), []byte(volDir), 0o600); err != nil {
+			return nil, fmt.Errorf("record volumes: %w", err)
+		}
+		// The sandbox leases its volumes exclusively, so gVisor may cache
+		// their contents without revalidating against the host.
+		flagList = append(flagList, "--file-access-mounts=exclusive")
+	}
+	flags := strings.Join(flagList, " ")
 	if err := os.WriteFile(filepath.Join(r.Bundle, sentryFlagsFile), []byte(flags), 0o600); err != nil {
 		return nil, fmt.Errorf("record sentry flags: %w", err)
 	}
@@ -158,6 +179,9 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	s.mu.Lock()
 	s.roots[r.ID] = root
 	s.cgroups[r.ID] = spec.Linux.CgroupsPath
+	if vols != nil {
+		s.volumes[r.ID] = vols
+	}
 	s.mu.Unlock()
 	return resp, nil
 }
@@ -169,8 +193,9 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	if err != nil || r.ExecID != "" {
 		return resp, err
 	}
-	rootfs, root, cgroup := s.forget(r.ID)
+	rootfs, root, cgroup, vols := s.forget(r.ID)
 	removeCgroup(ctx, cgroup)
+	vols.release(ctx)
 	if rootfs != "" {
 		releaseRootfs(ctx, rootfs)
 	}
@@ -183,15 +208,16 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 }
 
 // forget drops what the service recorded for container id and returns its
-// rootfs mount point, sentry root and cgroup path.
-func (s *service) forget(id string) (rootfs, root, cgroup string) {
+// rootfs mount point, sentry root, cgroup path and volumes.
+func (s *service) forget(id string) (rootfs, root, cgroup string, vols *taskVolumes) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rootfs, root, cgroup = s.rootfs[id], s.roots[id], s.cgroups[id]
+	rootfs, root, cgroup, vols = s.rootfs[id], s.roots[id], s.cgroups[id], s.volumes[id]
 	delete(s.rootfs, id)
 	delete(s.roots, id)
 	delete(s.cgroups, id)
-	return rootfs, root, cgroup
+	delete(s.volumes, id)
+	return rootfs, root, cgroup, vols
 }
 
 // Checkpoint of whole sandboxes comes with gvx's checkpoint/rollback work;

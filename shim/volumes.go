@@ -1,0 +1,144 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/volume"
+)
+
+// volumesAnnotation must match gvx-sentry's volmount.Annotation: the
+// volumes gvx-sentry mounts in the sandbox's private mount namespace.
+const volumesAnnotation = "dev.gvx.volumes"
+
+// volumesFile in a bundle records the task's volume staging directory so
+// cleanup after a crash can remove it.
+const volumesFile = "gvx-volumes"
+
+// sentryVolume is one entry of volumesAnnotation.
+type sentryVolume struct {
+	Image    string `json:"image"`
+	Staging  string `json:"staging"`
+	ReadOnly bool   `json:"readonly,omitempty"`
+}
+
+// taskVolumes are the ext4lite volumes of one task: their leases (held
+// while the task exists, so no other sandbox can use an image at the same
+// time) and their staging directory.
+type taskVolumes struct {
+	dir    string
+	leases []*volume.Lease
+}
+
+// release drops the leases and removes the staging directories (on the
+// host they are empty: the images are mounted only inside the sandbox's
+// private mount namespace).
+func (v *taskVolumes) release(ctx context.Context) {
+	if v == nil {
+		return
+	}
+	for _, l := range v.leases {
+		if err := l.Release(); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx shim: release volume %s", l.Path())
+		}
+	}
+	v.leases = nil
+	removeVolumeDir(ctx, v.dir)
+}
+
+func removeVolumeDir(ctx context.Context, dir string) {
+	if dir == "" {
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: remove volume staging dir %s", dir)
+	}
+	_ = os.Remove(filepath.Dir(dir)) // the namespace dir, if empty
+}
+
+// prepareVolumes finds the spec's ext4lite volumes — mounts of type ext4,
+// and bind mounts whose source is an ext4 image file — leases each image,
+// and rewrites the mount into a bind mount of a staging directory that
+// gvx-sentry mounts the image on inside the sandbox's mount namespace. It
+// returns nil when the task has no volumes.
+func prepareVolumes(ctx context.Context, s *specs.Spec, dir string) (_ *taskVolumes, retErr error) {
+	tv := &taskVolumes{dir: dir}
+	defer func() {
+		if retErr != nil {
+			tv.release(ctx)
+		}
+	}()
+	var list []sentryVolume
+	for i, m := range s.Mounts {
+		isVol, ro, err := volumeMount(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		if !isVol {
+			continue
+		}
+		lease, err := volume.Acquire(ctx, m.Source, volume.AcquireOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
+		}
+		tv.leases = append(tv.leases, lease)
+		staging := filepath.Join(dir, strconv.Itoa(len(list)))
+		if err := os.MkdirAll(staging, 0o711); err != nil {
+			return nil, fmt.Errorf("volume staging dir: %w", err)
+		}
+		opts := []string{"rbind", "rw"}
+		if ro {
+			opts = []string{"rbind", "ro"}
+		}
+		list = append(list, sentryVolume{Image: lease.Path(), Staging: staging, ReadOnly: ro})
+		s.Mounts[i] = specs.Mount{Destination: m.Destination, Type: "bind", Source: staging, Options: opts}
+	}
+	if len(list) == 0 {
+		return nil, nil
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[volumesAnnotation] = string(data)
+	return tv, nil
+}
+
+// volumeMount reports whether m is an ext4lite volume, and read-only.
+func volumeMount(ctx context.Context, m specs.Mount) (isVolume, readOnly bool, err error) {
+	readOnly = hasOpt(m.Options, "ro")
+	switch {
+	case m.Type == "ext4":
+		if !filepath.IsAbs(m.Source) {
+			return false, false, fmt.Errorf("volume for %s: source %q must be an absolute path to an ext4 image", m.Destination, m.Source)
+		}
+		return true, readOnly, nil
+	case m.Type == "bind" || hasOpt(m.Options, "bind") || hasOpt(m.Options, "rbind"):
+		st, err := os.Stat(m.Source)
+		if err != nil || !st.Mode().IsRegular() {
+			return false, false, nil // directories, devices, missing: gVisor's business
+		}
+		if _, err := volume.Inspect(ctx, m.Source); err != nil {
+			if errors.Is(err, volume.ErrNotExt4) || errors.Is(err, volume.ErrTruncated) && st.Size() < 2048 {
+				return false, false, nil // an ordinary file bind mount
+			}
+			return false, false, fmt.Errorf("volume for %s: %w", m.Destination, err)
+		}
+		return true, readOnly, nil
+	}
+	return false, false, nil
+}
