@@ -170,3 +170,5 @@ func TestTTY(t *testing.T) {
 		t.Errorf("tty task exit code %d, want 5", code)
 	}
 }
+
+func sleepShort() { time.Sleep(100 * time.Millisecond) }
