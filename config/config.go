@@ -49,6 +49,14 @@ type Config struct {
 	UserNS UserNS `toml:"userns"`
 	// Resources are applied to tasks whose spec sets none.
 	Resources Resources `toml:"resources"`
+	// Docker turns on docker mode for every task of this runtime handler
+	// (tasks can also ask for it with the dev.gvx.docker annotation).
+	Docker Docker `toml:"docker"`
+}
+
+// Docker configures docker mode: the sandbox settings dockerd needs.
+type Docker struct {
+	Enabled bool `toml:"enabled"`
 }
 
 // UserNS maps the sandbox's ids 0..Size-1 to host ids HostUID.. and
@@ -122,7 +130,7 @@ func Parse(data []byte) (Config, error) {
 
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
-		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis"}
+		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -217,6 +225,10 @@ func (c Config) SentryRoot() string { return filepath.Join(c.StateDir, "sentry")
 
 // RootfsDir is the directory under which task root filesystems are mounted.
 func (c Config) RootfsDir() string { return filepath.Join(c.StateDir, "rootfs") }
+
+// DockerDir is the directory under which docker-mode tasks get their
+// host-side docker socket: DockerDir/<namespace>/<id>/docker.sock.
+func (c Config) DockerDir() string { return filepath.Join(c.StateDir, "docker") }
 
 // SentryFlagList is the global flag list every gvx-sentry call gets.
 func (c Config) SentryFlagList() []string {

@@ -207,9 +207,7 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 			log.G(ctx).WithError(err).Warn("gvx shim: remove dead shim's socket")
 		}
 	}
-	if data, err := os.ReadFile(filepath.Join(bundle, volumesFile)); err == nil {
-		removeVolumeDir(ctx, string(data))
-	}
+	removeTaskDirs(ctx, bundle)
 	if data, err := os.ReadFile(filepath.Join(bundle, rootfsFile)); err == nil {
 		releaseRootfs(ctx, string(data))
 	}

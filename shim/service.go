@@ -23,6 +23,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/oci"
 )
@@ -46,15 +48,33 @@ const sentryFlagsFile = "gvx-sentry-flags"
 type service struct {
 	task.TTRPCTaskService
 
-	mu sync.Mutex
-	// rootfs holds, per container id, the root filesystem gvx mounted.
-	rootfs map[string]string
-	// roots holds, per container id, the sentry state root of its sandbox.
-	roots map[string]string
-	// cgroups holds, per container id, the cgroup path of its spec.
-	cgroups map[string]string
-	// volumes holds, per container id, its leased ext4lite volumes.
-	volumes map[string]*taskVolumes
+	mu    sync.Mutex
+	tasks map[string]*taskState // by container id
+}
+
+// taskState is what gvx set up for one container and must undo when it is
+// deleted.
+type taskState struct {
+	bundle string
+	rootfs string       // rootfs mount point, if gvx mounted it
+	root   string       // sentry state root of its sandbox
+	cgroup string       // cgroup path of its spec
+	vols   *taskVolumes // leased ext4lite volumes
+}
+
+// release undoes everything recorded in t (after the sandbox is gone).
+func (t *taskState) release(ctx context.Context) {
+	removeCgroup(ctx, t.cgroup)
+	t.vols.release(ctx)
+	removeTaskDirs(ctx, t.bundle)
+	if t.rootfs != "" {
+		releaseRootfs(ctx, t.rootfs)
+	}
+	if t.root != "" {
+		if err := releaseSentryRoot(t.root); err != nil {
+			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
+		}
+	}
 }
 
 // NewTaskService returns gvx's task service.
@@ -63,7 +83,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, rootfs: map[string]string{}, roots: map[string]string{}, cgroups: map[string]string{}, volumes: map[string]*taskVolumes{}}, nil
+	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -101,24 +121,37 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, err
 	}
+	ts := &taskState{bundle: r.Bundle, cgroup: spec.Linux.CgroupsPath}
+	defer func() {
+		if retErr != nil {
+			ts.release(ctx)
+		}
+	}()
 	volDir := filepath.Join(cfg.StateDir, "volumes", ns, r.ID)
-	vols, err := prepareVolumes(ctx, spec, volDir)
+	vols, err := prepareVolumes(ctx, spec, r.Bundle, volDir)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
 	}
-	defer func() {
-		if retErr != nil {
-			vols.release(ctx)
-		}
-	}()
+	ts.vols = vols
 	flagList := cfg.SentryFlagList()
 	if vols != nil {
-		if err := os.WriteFile(filepath.Join(r.Bundle, volumesFile), []byte(volDir), 0o600); err != nil {
-			return nil, fmt.Errorf("record volumes: %w", err)
-		}
 		// The sandbox leases its volumes exclusively, so gVisor may cache
 		// their contents without revalidating against the host.
 		flagList = append(flagList, "--file-access-mounts=exclusive")
+	}
+	docker, err := dockerMode(cfg, spec)
+	if err != nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+	}
+	if docker {
+		// The host reaches the inner dockerd through a socket the sandbox
+		// creates in this directory, owned by the sandbox's host uid.
+		dir := filepath.Join(cfg.DockerDir(), ns, r.ID)
+		if err := makeTaskDir(r.Bundle, dir, 0o700, int(mapping.HostUID), int(mapping.HostGID)); err != nil {
+			return nil, err
+		}
+		oci.EnableDocker(spec, dir)
+		flagList = append(flagList, oci.DockerSentryFlags...)
 	}
 	flags := strings.Join(flagList, " ")
 	if err := os.WriteFile(filepath.Join(r.Bundle, sentryFlagsFile), []byte(flags), 0o600); err != nil {
@@ -134,18 +167,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		if err := mountRootfs(ctx, r.Rootfs, rootfs, mapping, spec.Mounts); err != nil {
 			return nil, errgrpc.ToGRPC(err)
 		}
-		defer func() {
-			if retErr != nil {
-				releaseRootfs(ctx, rootfs)
-			}
-		}()
+		ts.rootfs = rootfs
 		if err := os.WriteFile(filepath.Join(r.Bundle, rootfsFile), []byte(rootfs), 0o600); err != nil {
 			return nil, fmt.Errorf("record rootfs mount: %w", err)
 		}
 		spec.Root.Path = rootfs
-		s.mu.Lock()
-		s.rootfs[r.ID] = rootfs
-		s.mu.Unlock()
 		r.Rootfs = nil
 	} else {
 		root := spec.Root.Path
@@ -166,22 +192,13 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, err
 	}
 	r.Options = opts
-	root := filepath.Join(sentryRoot(cfg.SentryRoot(), group), ns)
+	ts.root = filepath.Join(sentryRoot(cfg.SentryRoot(), group), ns)
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
-		s.forget(r.ID)
-		removeCgroup(ctx, spec.Linux.CgroupsPath)
-		if rerr := releaseSentryRoot(root); rerr != nil {
-			log.G(ctx).WithError(rerr).Warn("gvx shim: release sentry root")
-		}
 		return nil, err
 	}
 	s.mu.Lock()
-	s.roots[r.ID] = root
-	s.cgroups[r.ID] = spec.Linux.CgroupsPath
-	if vols != nil {
-		s.volumes[r.ID] = vols
-	}
+	s.tasks[r.ID] = ts
 	s.mu.Unlock()
 	return resp, nil
 }
@@ -193,31 +210,14 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	if err != nil || r.ExecID != "" {
 		return resp, err
 	}
-	rootfs, root, cgroup, vols := s.forget(r.ID)
-	removeCgroup(ctx, cgroup)
-	vols.release(ctx)
-	if rootfs != "" {
-		releaseRootfs(ctx, rootfs)
-	}
-	if root != "" {
-		if err := releaseSentryRoot(root); err != nil {
-			log.G(ctx).WithError(err).Warnf("gvx shim: release sentry root of %s", r.ID)
-		}
+	s.mu.Lock()
+	ts := s.tasks[r.ID]
+	delete(s.tasks, r.ID)
+	s.mu.Unlock()
+	if ts != nil {
+		ts.release(ctx)
 	}
 	return resp, nil
-}
-
-// forget drops what the service recorded for container id and returns its
-// rootfs mount point, sentry root, cgroup path and volumes.
-func (s *service) forget(id string) (rootfs, root, cgroup string, vols *taskVolumes) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rootfs, root, cgroup, vols = s.rootfs[id], s.roots[id], s.cgroups[id], s.volumes[id]
-	delete(s.rootfs, id)
-	delete(s.roots, id)
-	delete(s.cgroups, id)
-	delete(s.volumes, id)
-	return rootfs, root, cgroup, vols
 }
 
 // Checkpoint of whole sandboxes comes with gvx's checkpoint/rollback work;
@@ -259,6 +259,16 @@ func configFromOptions(any typeurlAny) (config.Config, error) {
 type typeurlAny interface {
 	GetTypeUrl() string
 	GetValue() []byte
+}
+
+// dockerMode decides whether the task runs in docker mode: the task's
+// annotation wins over the runtime handler's config.
+func dockerMode(cfg config.Config, spec *specs.Spec) (bool, error) {
+	req, set, err := oci.DockerRequested(spec)
+	if err != nil || set {
+		return req, err
+	}
+	return cfg.Docker.Enabled, nil
 }
 
 func restoreSentryEnv(bundle string) error {

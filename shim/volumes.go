@@ -19,10 +19,6 @@ import (
 // volumes gvx-sentry mounts in the sandbox's private mount namespace.
 const volumesAnnotation = "dev.gvx.volumes"
 
-// volumesFile in a bundle records the task's volume staging directory so
-// cleanup after a crash can remove it.
-const volumesFile = "gvx-volumes"
-
 // sentryVolume is one entry of volumesAnnotation.
 type sentryVolume struct {
 	Image    string `json:"image"`
@@ -34,13 +30,12 @@ type sentryVolume struct {
 // while the task exists, so no other sandbox can use an image at the same
 // time) and their staging directory.
 type taskVolumes struct {
-	dir    string
 	leases []*volume.Lease
 }
 
-// release drops the leases and removes the staging directories (on the
-// host they are empty: the images are mounted only inside the sandbox's
-// private mount namespace).
+// release drops the leases. (The staging directories are task state
+// directories, removed with the others; on the host they are empty: the
+// images are mounted only inside the sandbox's private mount namespace.)
 func (v *taskVolumes) release(ctx context.Context) {
 	if v == nil {
 		return
@@ -51,17 +46,6 @@ func (v *taskVolumes) release(ctx context.Context) {
 		}
 	}
 	v.leases = nil
-	removeVolumeDir(ctx, v.dir)
-}
-
-func removeVolumeDir(ctx context.Context, dir string) {
-	if dir == "" {
-		return
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx shim: remove volume staging dir %s", dir)
-	}
-	_ = os.Remove(filepath.Dir(dir)) // the namespace dir, if empty
 }
 
 // prepareVolumes finds the spec's ext4lite volumes — mounts of type ext4,
@@ -69,8 +53,8 @@ func removeVolumeDir(ctx context.Context, dir string) {
 // and rewrites the mount into a bind mount of a staging directory that
 // gvx-sentry mounts the image on inside the sandbox's mount namespace. It
 // returns nil when the task has no volumes.
-func prepareVolumes(ctx context.Context, s *specs.Spec, dir string) (_ *taskVolumes, retErr error) {
-	tv := &taskVolumes{dir: dir}
+func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *taskVolumes, retErr error) {
+	tv := &taskVolumes{}
 	defer func() {
 		if retErr != nil {
 			tv.release(ctx)
@@ -90,8 +74,13 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string) (_ *taskVolu
 			return nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
 		}
 		tv.leases = append(tv.leases, lease)
+		if len(list) == 0 {
+			if err := makeTaskDir(bundle, dir, 0o711, -1, -1); err != nil {
+				return nil, fmt.Errorf("volume staging dir: %w", err)
+			}
+		}
 		staging := filepath.Join(dir, strconv.Itoa(len(list)))
-		if err := os.MkdirAll(staging, 0o711); err != nil {
+		if err := os.Mkdir(staging, 0o711); err != nil {
 			return nil, fmt.Errorf("volume staging dir: %w", err)
 		}
 		opts := []string{"rbind", "rw"}
@@ -103,9 +92,6 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string) (_ *taskVolu
 	}
 	if len(list) == 0 {
 		return nil, nil
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return nil, err
 	}
 	data, err := json.Marshal(list)
 	if err != nil {

@@ -1,0 +1,82 @@
+package oci
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DockerAnnotation asks for docker mode on one task ("true"/"false").
+const DockerAnnotation = "dev.gvx.docker"
+
+// DockerGuestDir is where the host-side socket directory appears inside a
+// docker-mode sandbox; dockerd listens on DockerGuestDir/docker.sock too.
+const DockerGuestDir = "/run/gvx"
+
+// DockerSocketEnv tells the image's init where to put the host socket.
+const DockerSocketEnv = "GVX_DOCKER_SOCKET"
+
+// DockerSentryFlags are the gVisor settings dockerd needs: raw and packet
+// sockets for its bridge networking, and creation of host-visible Unix
+// sockets (only: the sandbox cannot connect to host sockets) for the
+// socket the host talks to.
+var DockerSentryFlags = []string{"--net-raw", "--allow-packet-socket-write", "--host-uds=create"}
+
+// allCaps is every capability; inside a docker-mode sandbox they are the
+// guest's (gVisor's), never the host's.
+var allCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
+	"CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE",
+	"CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT",
+	"CAP_SYS_NICE", "CAP_SYS_RESOURCE", "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE",
+	"CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN",
+	"CAP_SYSLOG", "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF",
+	"CAP_CHECKPOINT_RESTORE",
+}
+
+// DockerRequested reports whether the spec's annotation asks for docker
+// mode, and rejects values other than true/false.
+func DockerRequested(s *specs.Spec) (requested, set bool, err error) {
+	v, ok := s.Annotations[DockerAnnotation]
+	if !ok {
+		return false, false, nil
+	}
+	switch strings.ToLower(v) {
+	case "true", "1", "yes":
+		return true, true, nil
+	case "false", "0", "no":
+		return false, true, nil
+	}
+	return false, false, fmt.Errorf("annotation %s=%q: want true or false", DockerAnnotation, v)
+}
+
+// EnableDocker gives the task what dockerd needs inside gVisor: every
+// capability inside the sandbox, a high open-file limit, a writable root,
+// and the host socket directory hostDir mounted at DockerGuestDir.
+func EnableDocker(s *specs.Spec, hostDir string) {
+	p := s.Process
+	if p.Capabilities == nil {
+		p.Capabilities = &specs.LinuxCapabilities{}
+	}
+	caps := append([]string(nil), allCaps...)
+	p.Capabilities.Bounding, p.Capabilities.Effective, p.Capabilities.Permitted = caps, caps, caps
+	p.NoNewPrivileges = false
+	nofile := false
+	for i, r := range p.Rlimits {
+		if r.Type == "RLIMIT_NOFILE" {
+			p.Rlimits[i].Hard, p.Rlimits[i].Soft = 1048576, 1048576
+			nofile = true
+		}
+	}
+	if !nofile {
+		p.Rlimits = append(p.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: 1048576, Soft: 1048576})
+	}
+	if s.Root != nil {
+		s.Root.Readonly = false
+	}
+	s.Mounts = append(s.Mounts, specs.Mount{Destination: DockerGuestDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}})
+	p.Env = append(p.Env, DockerSocketEnv+"="+filepath.Join(DockerGuestDir, "docker.sock"))
+}
