@@ -59,10 +59,23 @@ $(RUNSC_BIN)/runsc:
 	@echo "tools: building runsc $(GVISOR_VERSION) (the peer for benchmarks)"
 	cd sentry && $(GO) build -o $@.tmp gvisor.dev/gvisor/runsc && mv $@.tmp $@
 
-images: $(IMAGES)/busybox.tar
+images: $(IMAGES)/busybox.tar $(IMAGES)/dind.tar
 
-$(IMAGES)/busybox.tar: hack/mkimage-busybox.sh
+$(IMAGES)/busybox.tar: hack/mkimage-busybox.sh hack/oci-archive.sh
 	hack/mkimage-busybox.sh $@
+
+# The dind image (debootstrap + Debian's docker.io) takes a minute or two to
+# build; it is cached by the hash of what goes into it.
+DIND_HASH := $(shell cat hack/mkimage-dind.sh hack/oci-archive.sh hack/dind/* | sha256sum | cut -c1-16)
+DIND_CACHED := $(CACHE)/images/dind-$(DIND_HASH).tar
+
+$(DIND_CACHED):
+	@echo "images: building the dind image (debootstrap bookworm + docker.io, once per content hash)"
+	hack/mkimage-dind.sh $@
+
+$(IMAGES)/dind.tar: $(DIND_CACHED)
+	@mkdir -p $(IMAGES)
+	ln -f $< $@ 2>/dev/null || cp $< $@
 
 demo: deps build tools images
 	CONTAINERD_BIN=$(CONTAINERD_BIN) GVX_BIN=$(BIN) IMAGES=$(IMAGES) hack/demo.sh

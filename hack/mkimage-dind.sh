@@ -31,5 +31,8 @@ chroot "$root" sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-ge
 umount "$root/proc"
 chroot "$root" sh -c 'apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/*.log /usr/share/doc /usr/share/man'
 rm -f "$root/usr/sbin/policy-rc.d"
+# gVisor implements the legacy iptables interface, not nftables: docker's
+# embedded DNS (the rules redirecting 127.0.0.11:53) needs the legacy tools.
+chroot "$root" sh -c 'update-alternatives --set iptables /usr/sbin/iptables-legacy && update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy' >/dev/null
 install -m 0755 "$here/dind/gvx-dind" "$root/usr/local/bin/gvx-dind"
 COMPRESS=none "$here/oci-archive.sh" "$root" "$out" "$ref" '["/usr/local/bin/gvx-dind"]'

@@ -16,6 +16,8 @@ func main() {
 		Usage: "operate gvx sandboxes and ext4lite volumes",
 		Commands: []*cli.Command{
 			volumeCommand(),
+			goldenCommand(),
+			episodeCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

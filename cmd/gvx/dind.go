@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/urfave/cli/v3"
+
+	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/dind"
+	"github.com/gvxrun/gvx/volume"
+)
+
+// containerdFlags are the flags of every command that talks to containerd.
+func containerdFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "address", Value: "/run/containerd/containerd.sock", Sources: cli.EnvVars("CONTAINERD_ADDRESS"), Usage: "containerd socket"},
+		&cli.StringFlag{Name: "namespace", Value: "default", Sources: cli.EnvVars("CONTAINERD_NAMESPACE"), Usage: "containerd namespace"},
+		&cli.StringFlag{Name: "runtime-config", Usage: "gvx config file for the sandbox (default: /etc/gvx/config.toml if present)"},
+	}
+}
+
+// runner connects to containerd and returns a dind.Runner and a context in
+// the chosen namespace.
+func runner(ctx context.Context, cmd *cli.Command) (*dind.Runner, context.Context, func(), error) {
+	c, err := client.New(cmd.String("address"))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connect to containerd at %s: %w (is it running? set --address)", cmd.String("address"), err)
+	}
+	cfg, err := config.Load(cmd.String("runtime-config"))
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, err
+	}
+	r := &dind.Runner{Client: c, StateDir: cfg.StateDir, Progress: os.Stderr}
+	if p := cmd.String("runtime-config"); p != "" {
+		r.RuntimeOptions = &runtimeoptions.Options{ConfigPath: p}
+	}
+	return r, namespaces.WithNamespace(ctx, cmd.String("namespace")), func() { c.Close() }, nil
+}
+
+// resolveImage imports an image archive given as a file path and returns
+// the image name to run; a name is returned as is.
+func resolveImage(ctx context.Context, r *dind.Runner, image string) (string, error) {
+	st, err := os.Stat(image)
+	if err != nil || st.IsDir() {
+		return image, nil
+	}
+	f, err := os.Open(image)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fmt.Fprintf(os.Stderr, "importing %s into containerd\n", image)
+	imgs, err := r.Client.Import(ctx, f)
+	if err != nil {
+		return "", fmt.Errorf("import %s: %w", image, err)
+	}
+	if len(imgs) == 0 {
+		return "", fmt.Errorf("import %s: the archive names no image", image)
+	}
+	return imgs[0].Name, nil
+}
+
+func goldenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "golden",
+		Usage: "build golden /var/lib/docker volumes",
+		Commands: []*cli.Command{{
+			Name:      "build",
+			Usage:     "start a seed dind sandbox on a fresh volume, load image archives, stop cleanly, verify",
+			ArgsUsage: "OUT.ext4",
+			Flags: append(containerdFlags(),
+				&cli.StringFlag{Name: "image", Value: "gvx.test/dind:latest", Usage: "dind image name in containerd, or an image archive to import"},
+				&cli.StringSliceFlag{Name: "load", Usage: "image archive (docker save / OCI layout) to preload; repeatable"},
+				&cli.StringFlag{Name: "size", Value: "8G", Usage: "volume size"},
+			),
+			Action: func(ctx context.Context, cmd *cli.Command) error {
+				args, err := needArgs(cmd, "OUT.ext4")
+				if err != nil {
+					return err
+				}
+				size, err := volume.ParseSize(cmd.String("size"))
+				if err != nil {
+					return usageError(cmd, "--size: "+err.Error())
+				}
+				r, ctx, done, err := runner(ctx, cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				image, err := resolveImage(ctx, r, cmd.String("image"))
+				if err != nil {
+					return err
+				}
+				t0 := time.Now()
+				res, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: args[0], Size: size, Image: image, Load: cmd.StringSlice("load")})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout(cmd), "golden %s: %s used of %s, %s allocated, clean; images: %s (%s)\n", args[0],
+					volume.FormatSize(res.Info.Used), volume.FormatSize(res.Info.Size), volume.FormatSize(res.Info.Allocated),
+					strings.Join(res.Images, " "), time.Since(t0).Round(time.Millisecond))
+				return nil
+			},
+		}},
+	}
+}
+
+func episodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "episode",
+		Usage: "run RL episodes: a dind sandbox on a clone of a golden volume",
+		Commands: []*cli.Command{{
+			Name:      "start",
+			Usage:     "clone the golden volume and start a docker-mode sandbox on it",
+			ArgsUsage: "ID",
+			Flags: append(containerdFlags(),
+				&cli.StringFlag{Name: "golden", Required: true, Usage: "golden volume to clone"},
+				&cli.StringFlag{Name: "volume", Usage: "the episode's volume file (default: ID.ext4 next to the golden volume)"},
+				&cli.StringFlag{Name: "image", Value: "gvx.test/dind:latest", Usage: "dind image name in containerd"},
+			),
+			Action: func(ctx context.Context, cmd *cli.Command) error {
+				args, err := needArgs(cmd, "ID")
+				if err != nil {
+					return err
+				}
+				vol := cmd.String("volume")
+				if vol == "" {
+					vol = filepath.Join(filepath.Dir(cmd.String("golden")), args[0]+".ext4")
+				}
+				r, ctx, done, err := runner(ctx, cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				ep, err := r.StartEpisode(ctx, args[0], cmd.String("image"), cmd.String("golden"), vol)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "episode %s: cloned (%s) in %s, dockerd ready after %s\n", ep.ID, ep.Method,
+					ep.Clone.Round(time.Microsecond), ep.Ready.Round(time.Millisecond))
+				fmt.Fprintf(stdout(cmd), "DOCKER_HOST=unix://%s\n", ep.Docker.Socket)
+				return nil
+			},
+		}, {
+			Name:      "rm",
+			Usage:     "stop an episode's sandbox and delete its volume",
+			ArgsUsage: "ID",
+			Flags: append(containerdFlags(),
+				&cli.BoolFlag{Name: "keep-volume", Usage: "keep the episode's volume file"},
+			),
+			Action: func(ctx context.Context, cmd *cli.Command) error {
+				args, err := needArgs(cmd, "ID")
+				if err != nil {
+					return err
+				}
+				r, ctx, done, err := runner(ctx, cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				sb, err := r.Attach(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				ep := &dind.Episode{Sandbox: sb}
+				return ep.Close(ctx, cmd.Bool("keep-volume") || sb.Volume == "")
+			},
+		}},
+	}
+}

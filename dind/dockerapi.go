@@ -1,0 +1,149 @@
+package dind
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// Docker talks to one inner dockerd over its host-side Unix socket, with
+// the few Docker Engine API calls gvx needs.
+type Docker struct {
+	Socket string
+	http   *http.Client
+}
+
+// NewDocker returns a client for the dockerd listening on socket.
+func NewDocker(socket string) *Docker {
+	return &Docker{Socket: socket, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}}
+}
+
+// Ping asks dockerd whether it is ready.
+func (d *Docker) Ping(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/_ping", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("dockerd /_ping: %s", resp.Status)
+	}
+	return nil
+}
+
+// WaitReady polls until dockerd answers, the context ends or stop reports
+// that waiting is pointless (e.g. the sandbox exited).
+func (d *Docker) WaitReady(ctx context.Context, stop func() error) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(d.Socket); err == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := d.Ping(pctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		if stop != nil {
+			if err := stop(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dockerd at %s not ready: %w", d.Socket, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Load streams an image archive (docker-save or OCI layout) into dockerd
+// (`docker load`) and returns the names it loaded.
+func (d *Docker) Load(ctx context.Context, archive io.Reader) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://docker/images/load?quiet=1", archive)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("docker load: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("docker load: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	var loaded []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var m struct {
+			Stream      string `json:"stream"`
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			continue
+		}
+		if m.Error != "" {
+			return loaded, fmt.Errorf("docker load: %s", m.Error)
+		}
+		if name, ok := strings.CutPrefix(strings.TrimSpace(m.Stream), "Loaded image: "); ok {
+			loaded = append(loaded, name)
+		} else if id, ok := strings.CutPrefix(strings.TrimSpace(m.Stream), "Loaded image ID: "); ok {
+			loaded = append(loaded, id)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return loaded, fmt.Errorf("docker load: %w", err)
+	}
+	if len(loaded) == 0 {
+		return nil, errors.New("docker load: dockerd loaded nothing from the archive")
+	}
+	return loaded, nil
+}
+
+// Images lists the repo:tag names dockerd has.
+func (d *Docker) Images(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/images/json", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var imgs []struct {
+		RepoTags []string `json:"RepoTags"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&imgs); err != nil {
+		return nil, fmt.Errorf("docker images: %w", err)
+	}
+	var out []string
+	for _, i := range imgs {
+		out = append(out, i.RepoTags...)
+	}
+	return out, nil
+}

@@ -1,0 +1,131 @@
+package dind
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gvxrun/gvx/volume"
+)
+
+// GoldenOptions describe a golden /var/lib/docker volume to build.
+type GoldenOptions struct {
+	Out   string   // the ext4 image file to create (must not exist)
+	Size  int64    // its size
+	Image string   // the dind image the seed sandbox runs (in containerd)
+	Load  []string // image archives (docker save or OCI layout) to preload
+}
+
+// GoldenResult says what a golden build produced.
+type GoldenResult struct {
+	Images []string // repo:tag names dockerd has in the golden volume
+	Info   volume.Info
+}
+
+// BuildGolden makes a golden volume: a seed sandbox on a fresh volume loads
+// the archives (no registry), stops dockerd cleanly (its init also removes
+// stale network state), and the result is verified clean. On failure the
+// partial volume is removed.
+func (r *Runner) BuildGolden(ctx context.Context, o GoldenOptions) (_ GoldenResult, retErr error) {
+	var res GoldenResult
+	for _, p := range o.Load {
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			return res, fmt.Errorf("golden: --load %s: not a readable image archive file", p)
+		}
+	}
+	r.logf("golden: creating %s (%s)", o.Out, volume.FormatSize(o.Size))
+	if _, err := volume.Create(ctx, o.Out, volume.CreateOptions{Size: o.Size, Label: "gvx-golden"}); err != nil {
+		return res, fmt.Errorf("golden: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.Remove(o.Out)
+		}
+	}()
+	id := fmt.Sprintf("gvx-golden-%d", time.Now().UnixNano())
+	r.logf("golden: starting seed sandbox %s from %s", id, o.Image)
+	sb, err := r.Start(ctx, id, o.Image, o.Out)
+	if err != nil {
+		return res, fmt.Errorf("golden: %w", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = sb.Kill(context.WithoutCancel(ctx))
+		}
+	}()
+	r.logf("golden: dockerd ready after %s", sb.Ready.Round(time.Millisecond))
+	for _, p := range o.Load {
+		names, err := r.load(ctx, sb.Docker, p)
+		if err != nil {
+			return res, fmt.Errorf("golden: %w", err)
+		}
+		r.logf("golden: loaded %s from %s", names, filepath.Base(p))
+	}
+	if res.Images, err = sb.Docker.Images(ctx); err != nil {
+		return res, fmt.Errorf("golden: %w", err)
+	}
+	r.logf("golden: stopping dockerd cleanly")
+	stopped = true
+	if err := sb.Stop(ctx, time.Minute); err != nil {
+		return res, fmt.Errorf("golden: %w", err)
+	}
+	if err := waitDetached(ctx, o.Out); err != nil {
+		return res, fmt.Errorf("golden: %w", err)
+	}
+	r.logf("golden: verifying %s", o.Out)
+	if err := volume.Check(ctx, o.Out); err != nil {
+		return res, fmt.Errorf("golden: the volume is not clean after the seed stopped: %w", err)
+	}
+	if res.Info, err = volume.Inspect(ctx, o.Out); err != nil {
+		return res, fmt.Errorf("golden: %w", err)
+	}
+	if !res.Info.Clean {
+		return res, fmt.Errorf("golden: %s is not clean (%s) after the seed stopped", o.Out, res.Info.State)
+	}
+	return res, nil
+}
+
+// load streams one archive into dockerd, reporting progress on big ones.
+func (r *Runner) load(ctx context.Context, d *Docker, path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var src io.Reader = f
+	if r.Progress != nil && st.Size() > 64<<20 {
+		src = &progressReader{r: f, total: st.Size(), name: filepath.Base(path), w: r.Progress, last: time.Now()}
+	}
+	names, err := d.Load(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return names, nil
+}
+
+type progressReader struct {
+	r     io.Reader
+	done  int64
+	total int64
+	name  string
+	w     io.Writer
+	last  time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.done += int64(n)
+	if time.Since(p.last) > time.Second {
+		p.last = time.Now()
+		fmt.Fprintf(p.w, "golden: loading %s: %d%%\n", p.name, p.done*100/p.total)
+	}
+	return n, err
+}
