@@ -99,6 +99,7 @@ lint:
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
 		$(GO) run ./integration/bench $(BENCHFLAGS)
+	$(GO) run ./integration/volbench $(VOLBENCHFLAGS)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin

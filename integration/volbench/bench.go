@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gvxrun/gvx/volume"
+)
+
+// bench runs in the private mount namespace; wd is the scratch directory.
+type bench struct {
+	cfg     config
+	wd      string
+	imgMnt  string // mount point for images (filling, space test)
+	summary []string
+}
+
+// golden is a source image on a host filesystem.
+type golden struct {
+	size   int64
+	filled bool
+	path   string
+	alloc  int64 // bytes allocated to the file
+}
+
+func (g golden) label() string {
+	if g.filled {
+		return "50 %"
+	}
+	return "empty"
+}
+
+// row is one measured (or n/a) method for one golden image.
+type row struct {
+	method string
+	how    string // volume.Clone's Method, or the copy kind judged from the space used
+	na     string // reason the method does not apply
+	times  []time.Duration
+	space  []int64 // filesystem bytes used by each copy
+}
+
+func (b *bench) run(ctx context.Context) error {
+	b.imgMnt = filepath.Join(b.wd, "m")
+	if err := os.Mkdir(b.imgMnt, 0o755); err != nil {
+		return fmt.Errorf("image mount point: %w", err)
+	}
+	b.header(ctx)
+	for _, typ := range []string{"xfs", "ext4"} {
+		if b.cfg.only != "" && b.cfg.only != typ {
+			continue
+		}
+		if err := b.runFS(ctx, typ); err != nil {
+			return fmt.Errorf("%s: %w", typ, err)
+		}
+	}
+	fmt.Printf("\n== Summary ==\n")
+	for _, s := range b.summary {
+		fmt.Println(s)
+	}
+	return nil
+}
+
+func (b *bench) header(ctx context.Context) {
+	first := func(name string, args ...string) string {
+		out, err := sh(ctx, name, args...)
+		if err != nil {
+			return "?"
+		}
+		l, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+		return strings.TrimSpace(l)
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	cmd := "go run ./integration/volbench"
+	if len(b.cfg.args) > 0 {
+		cmd += " " + strings.Join(b.cfg.args, " ")
+	}
+	var sizes []string
+	for _, s := range b.cfg.sizes {
+		sizes = append(sizes, volume.FormatSize(s))
+	}
+	fmt.Printf("gvx volbench: ext4lite volume clones (issue 3)\n")
+	fmt.Printf("command: %s   (as root)\n", cmd)
+	fmt.Printf("date: %s; kernel %s; %d CPUs; %s; %s; %s; %s\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.TrimSpace(string(kernel)), runtime.NumCPU(),
+		runtime.Version(), first("cp", "--version"), first("mkfs.xfs", "-V"), strings.TrimSuffix(first("mke2fs", "-V"), ":"))
+	fmt.Printf("images: %s, each empty (fresh volume.Create) and 50 %% filled (a file of half the image size with\n"+
+		"  non-zero pseudo-random data, written through a loop mount); made once per host filesystem, shared by all methods\n",
+		strings.Join(sizes, ", "))
+	fmt.Printf("host filesystems: a %s loop filesystem per type in %s, one at a time, mounted in a private mount namespace\n",
+		volume.FormatSize(hostFSSize(b.cfg)), b.cfg.dir)
+	fmt.Printf("timing: warm page cache (caches are NOT dropped); every copy ends durable (fsync); times include\n"+
+		"  opening/creating the files and, for cp, starting the process (~1 ms); %d runs per measurement, %d when the\n"+
+		"  first run took > %s; the destination is deleted and the filesystem synced between runs (untimed)\n",
+		b.cfg.runs, b.cfg.slowRuns, b.cfg.slowAfter)
+	fmt.Printf("space/copy: the host filesystem's used bytes (statfs after syncfs) after the copy minus before, median\n")
+	fmt.Printf("methods:\n")
+	for _, m := range methods {
+		fmt.Printf("  %-26s %s\n", m.name, m.legend)
+	}
+}
+
+// runFS makes one host filesystem, its golden images, measures every
+// method on each and runs the space test, then tears it all down.
+func (b *bench) runFS(ctx context.Context, typ string) (err error) {
+	size := hostFSSize(b.cfg)
+	progress("%s: making a %s host filesystem", typ, volume.FormatSize(size))
+	h, err := newHostFS(ctx, b.wd, typ, size)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := h.close(); err == nil {
+			err = cerr
+		}
+	}()
+	reflink := typ == "xfs"
+	title := map[string]string{"xfs": "XFS (reflink)", "ext4": "ext4 (no reflink: fallback)"}[typ]
+	fmt.Printf("\n== %s: %s loop filesystem, `%s` ==\n", title, volume.FormatSize(size), strings.Join(h.mkfs, " "))
+
+	var goldens []golden
+	for _, s := range b.cfg.sizes {
+		for _, filled := range []bool{false, true} {
+			g, err := b.makeGolden(ctx, h, s, filled)
+			if err != nil {
+				return err
+			}
+			goldens = append(goldens, g)
+		}
+	}
+	fmt.Printf("golden images:\n")
+	for _, g := range goldens {
+		fmt.Printf("  %-8s %-6s allocated %s\n", volume.FormatSize(g.size), g.label(), volume.FormatSize(g.alloc))
+	}
+
+	var rows [][]row
+	for _, g := range goldens {
+		var rs []row
+		for _, m := range methods {
+			r, err := b.measure(ctx, h, g, m, reflink)
+			if err != nil {
+				return fmt.Errorf("%s, %s %s golden: %w", m.name, volume.FormatSize(g.size), g.label(), err)
+			}
+			rs = append(rs, r)
+		}
+		rows = append(rows, rs)
+	}
+	b.printTable(goldens, rows)
+	b.targets(typ, goldens, rows)
+
+	if b.cfg.clones > 0 {
+		var src golden
+		var perFilledCopy int64
+		for i, g := range goldens {
+			// XFS: the 50 % golden. ext4: the empty one, since every
+			// sparse copy duplicates the golden's data.
+			if g.size == b.cfg.cloneSize && g.filled == reflink {
+				src = g
+			}
+			if g.size == b.cfg.cloneSize && g.filled {
+				perFilledCopy = median64(rows[i][0].space)
+			}
+		}
+		if err := b.spaceTest(ctx, h, src, perFilledCopy); err != nil {
+			return fmt.Errorf("space test: %w", err)
+		}
+	}
+	for _, g := range goldens {
+		if err := os.Remove(g.path); err != nil {
+			return fmt.Errorf("remove golden: %w", err)
+		}
+	}
+	return nil
+}
+
+// makeGolden creates an image with volume.Create and, for filled, writes
+// a file of half its size through a loop mount.
+func (b *bench) makeGolden(ctx context.Context, h *hostFS, size int64, filled bool) (golden, error) {
+	g := golden{size: size, filled: filled}
+	g.path = filepath.Join(h.mnt, fmt.Sprintf("golden-%s-%s.img", sizeName(size), map[bool]string{false: "empty", true: "half"}[filled]))
+	start := time.Now()
+	if _, err := volume.Create(ctx, g.path, volume.CreateOptions{Size: size, Label: "volbench"}); err != nil {
+		return g, err
+	}
+	if filled {
+		label := fmt.Sprintf("%s: filling the %s golden", h.typ, volume.FormatSize(size))
+		progress("%s with %s of data", label, volume.FormatSize(size/2))
+		if err := mountLoop(g.path, b.imgMnt); err != nil {
+			return g, err
+		}
+		werr := writeData(ctx, filepath.Join(b.imgMnt, "data"), size/2, uint64(size), label)
+		if err := unmount(b.imgMnt, g.path); err != nil {
+			return g, errors.Join(werr, err)
+		}
+		if werr != nil {
+			return g, werr
+		}
+		info, err := volume.Inspect(ctx, g.path)
+		if err != nil {
+			return g, err
+		}
+		if !info.Clean {
+			return g, fmt.Errorf("golden %s is not clean after unmount (state %s)", g.path, info.State)
+		}
+		progress("%s: done in %s", label, fmtDur(time.Since(start)))
+	}
+	a, err := allocated(g.path)
+	g.alloc = a
+	return g, err
+}
+
+// measure runs one method on one golden image: runs times (slowRuns if
+// the first run was slow), deleting the destination in between.
+func (b *bench) measure(ctx context.Context, h *hostFS, g golden, m method, reflink bool) (row, error) {
+	r := row{method: m.name}
+	if !reflink && m.skipNoReflink != "" {
+		r.na = m.skipNoReflink
+		return r, nil
+	}
+	dst := filepath.Join(h.mnt, "copy.img")
+	n := b.cfg.runs
+	hows := map[string]bool{}
+	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		before, err := used(h.mnt)
+		if err != nil {
+			return r, err
+		}
+		label := fmt.Sprintf("%s %s %s, %s run %d/%d", h.typ, volume.FormatSize(g.size), g.label(), m.name, i+1, n)
+		stop := watch(label, dst)
+		start := time.Now()
+		how, err := m.run(ctx, g.path, dst)
+		d := time.Since(start)
+		stop()
+		if err != nil {
+			os.Remove(dst)
+			if m.needsReflink && !reflink && i == 0 {
+				r.na = "fails without reflink (cp: " + lastPart(err.Error()) + ")"
+				progress("%s: n/a (%s)", label, r.na)
+				return r, nil
+			}
+			return r, err
+		}
+		if err := checkCopy(g, dst); err != nil {
+			return r, err
+		}
+		after, err := used(h.mnt)
+		if err != nil {
+			return r, err
+		}
+		r.times = append(r.times, d)
+		r.space = append(r.space, after-before)
+		if how != "" {
+			hows[how] = true
+		}
+		if err := os.Remove(dst); err != nil {
+			return r, fmt.Errorf("remove copy: %w", err)
+		}
+		if _, err := settle(h.mnt, before); err != nil {
+			return r, err
+		}
+		progress("%s: %s, +%s", label, fmtDur(d), volume.FormatSize(after-before))
+		if i == 0 && d > b.cfg.slowAfter {
+			n = min(n, b.cfg.slowRuns)
+		}
+	}
+	var list []string
+	for h := range hows {
+		list = append(list, h)
+	}
+	if len(list) > 0 {
+		r.how = strings.Join(list, "+")
+	} else {
+		r.how = copyKind(median64(r.space), g)
+	}
+	return r, nil
+}
+
+// checkCopy makes sure a copy has the source's length.
+func checkCopy(g golden, dst string) error {
+	st, err := os.Stat(dst)
+	if err != nil {
+		return fmt.Errorf("check copy: %w", err)
+	}
+	if st.Size() != g.size {
+		return fmt.Errorf("copy %s has %d bytes, want %d", dst, st.Size(), g.size)
+	}
+	return nil
+}
+
+// copyKind judges from the space a copy took what kind of copy it was.
+func copyKind(space int64, g golden) string {
+	switch {
+	case space < g.alloc/4:
+		return "shared extents (reflink)"
+	case space < g.size*19/20:
+		return "copy, sparse"
+	default:
+		return "copy, full (holes filled)"
+	}
+}
+
+// watch reports a long-running copy on stderr every few seconds with
+// the space allocated to dst so far; the returned function stops it.
+func watch(label, dst string) func() {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		t := time.NewTicker(3 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				a, _ := allocated(dst)
+				progress("%s: %s so far, %s allocated to the copy", label, fmtDur(time.Since(start).Truncate(time.Second)), volume.FormatSize(a))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+// lastPart returns what follows the last ": " in an error message, e.g.
+// "Operation not supported".
+func lastPart(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+// sizeName renders a size for file names: 4G, 256M.
+func sizeName(n int64) string {
+	if n%(1<<30) == 0 {
+		return strconv.FormatInt(n>>30, 10) + "G"
+	}
+	return strconv.FormatInt(n>>20, 10) + "M"
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gvxrun/gvx/volume"
+)
+
+// targetSize is the image size of issue 3's clone-time target.
+const (
+	targetSize  = 4 << 30
+	targetClone = 20 * time.Millisecond
+)
+
+// printTable prints one host filesystem's results: a row per golden image
+// and method.
+func (b *bench) printTable(goldens []golden, rows [][]row) {
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "image\tgolden\tmethod\thow\truns\tp50\tp95/max\tvs Clone\tspace/copy\n")
+	var notes []string
+	seen := map[string]bool{}
+	for i, g := range goldens {
+		ref := rows[i][0]
+		for _, r := range rows[i] {
+			if r.na != "" {
+				fmt.Fprintf(w, "%s\t%s\t%s\tn/a (below)\t-\t-\t-\t-\t-\n", volume.FormatSize(g.size), g.label(), r.method)
+				if n := r.method + ": " + r.na; !seen[n] {
+					seen[n] = true
+					notes = append(notes, n)
+				}
+				continue
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", volume.FormatSize(g.size), g.label(), r.method, r.how,
+				len(r.times), fmtDur(median(r.times)), fmtDur(p95(r.times)), ratio(median(r.times), median(ref.times)),
+				volume.FormatSize(median64(r.space)))
+		}
+	}
+	w.Flush()
+	for _, n := range notes {
+		fmt.Printf("n/a: %s\n", n)
+	}
+	fmt.Printf("(p95/max: nearest-rank 95th percentile, i.e. the slowest run when there are fewer than 20; vs Clone: p50 / volume.Clone's p50)\n")
+}
+
+// targets adds the clone-time lines of one host filesystem to the summary.
+func (b *bench) targets(typ string, goldens []golden, rows [][]row) {
+	for i, g := range goldens {
+		if g.size != targetSize && !(g.size == b.cfg.cloneSize && !hasSize(b.cfg.sizes, targetSize)) {
+			continue
+		}
+		c := rows[i][0]
+		line := fmt.Sprintf("%s, %s %s: volume.Clone (%s) p50 %s, max %s", typ, volume.FormatSize(g.size), g.label(), c.how,
+			fmtDur(median(c.times)), fmtDur(p95(c.times)))
+		for _, r := range rows[i][1:] {
+			if r.na == "" {
+				line += fmt.Sprintf("; %s %s", r.method, fmtDur(median(r.times)))
+			}
+		}
+		if typ == "xfs" {
+			verdict := "MET"
+			if p95(c.times) > targetClone {
+				verdict = "NOT MET at the slowest run"
+				if median(c.times) > targetClone {
+					verdict = "NOT MET"
+				}
+			}
+			if g.size != targetSize {
+				verdict += fmt.Sprintf(" (at %s: -sizes has no 4G)", volume.FormatSize(g.size))
+			}
+			line += fmt.Sprintf(". Target clone ≤ %s at 4 GiB on XFS: %s", fmtDur(targetClone), verdict)
+		}
+		b.summary = append(b.summary, line)
+	}
+}
+
+func hasSize(sizes []int64, s int64) bool { return slices.Contains(sizes, s) }
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// p95 is the nearest-rank 95th percentile: the maximum below 20 samples.
+func p95(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(math.Ceil(0.95*float64(len(s))))-1]
+}
+
+func median64(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+func ratio(a, ref time.Duration) string {
+	if ref <= 0 {
+		return "-"
+	}
+	r := float64(a) / float64(ref)
+	if r < 10 {
+		return fmt.Sprintf("%.2f×", r)
+	}
+	return fmt.Sprintf("%.0f×", r)
+}
+
+// fmtDur renders a duration with three significant digits or so.
+func fmtDur(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1f ms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.0f ms", ms)
+	case ms < 10000:
+		return fmt.Sprintf("%.2f s", ms/1000)
+	default:
+		return fmt.Sprintf("%.1f s", ms/1000)
+	}
+}
