@@ -18,6 +18,7 @@ func main() {
 			volumeCommand(),
 			goldenCommand(),
 			episodeCommand(),
+			snapshotterCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {
