@@ -54,7 +54,13 @@ func (c *Containerd) Socket() string { return filepath.Join(c.Dir, "c.sock") }
 
 // Start launches containerd with a private configuration that registers
 // gvx as the CRI runtime handler "gvx".
-func Start(ctx context.Context, bins Bins) (_ *Containerd, retErr error) {
+func Start(ctx context.Context, bins Bins) (*Containerd, error) {
+	return StartWithConfig(ctx, bins, "")
+}
+
+// StartWithConfig is Start with extraTOML appended to the configuration,
+// e.g. a [proxy_plugins.NAME] section or snapshotter plugin settings.
+func StartWithConfig(ctx context.Context, bins Bins, extraTOML string) (_ *Containerd, retErr error) {
 	dir, err := os.MkdirTemp("/run", "gvxit-")
 	if err != nil {
 		return nil, fmt.Errorf("containerd state dir: %w", err)
@@ -74,7 +80,7 @@ state = "%[1]s/state"
   address = "%[1]s/c.sock.ttrpc"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvx]
   runtime_type = "io.containerd.gvx.v2"
-`, dir)
+`, dir) + extraTOML
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
