@@ -63,7 +63,8 @@ func (r *Runner) SocketPath(ns, id string) string {
 
 // Sandbox is a running docker-mode sandbox.
 type Sandbox struct {
-	ID     string
+	ID        string
+	Namespace string // containerd namespace; used when a ctx carries none
 	Volume string
 	Docker *Docker
 	// Timings of Start: the task was created and started (Up) and dockerd
@@ -121,7 +122,7 @@ func (r *Runner) Start(ctx context.Context, id, image, volume string) (_ *Sandbo
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	s := &Sandbox{ID: id, Volume: abs, container: cont, task: task, Docker: NewDocker(r.SocketPath(ns, id))}
+	s := &Sandbox{ID: id, Namespace: ns, Volume: abs, container: cont, task: task, Docker: NewDocker(r.SocketPath(ns, id))}
 	defer func() {
 		if retErr != nil {
 			_, _ = task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
@@ -152,6 +153,7 @@ func (r *Runner) Start(ctx context.Context, id, image, volume string) (_ *Sandbo
 // Stop asks the sandbox's init to stop dockerd cleanly (SIGTERM), waits up
 // to grace, kills it after that, and deletes the task and container.
 func (s *Sandbox) Stop(ctx context.Context, grace time.Duration) error {
+	ctx = s.nsContext(ctx)
 	if err := s.task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("stop sandbox %s: %w", s.ID, err)
 	}
@@ -168,11 +170,20 @@ func (s *Sandbox) Stop(ctx context.Context, grace time.Duration) error {
 
 // Kill ends the sandbox at once and deletes the task and container.
 func (s *Sandbox) Kill(ctx context.Context) error {
+	ctx = s.nsContext(ctx)
 	if err := s.task.Kill(ctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("kill sandbox %s: %w", s.ID, err)
 	}
 	<-s.exit
 	return s.delete(ctx)
+}
+
+// nsContext gives ctx the sandbox's namespace unless it has one.
+func (s *Sandbox) nsContext(ctx context.Context) context.Context {
+	if _, ok := namespaces.Namespace(ctx); !ok && s.Namespace != "" {
+		return namespaces.WithNamespace(ctx, s.Namespace)
+	}
+	return ctx
 }
 
 func (s *Sandbox) delete(ctx context.Context) error {
@@ -188,6 +199,7 @@ func (s *Sandbox) delete(ctx context.Context) error {
 // Exec runs args inside the sandbox (not in an inner container) and
 // returns its exit code; output goes to stdout and stderr.
 func (s *Sandbox) Exec(ctx context.Context, execID string, stdout, stderr io.Writer, args ...string) (int, error) {
+	ctx = s.nsContext(ctx)
 	spec, err := s.container.Spec(ctx)
 	if err != nil {
 		return -1, err
@@ -263,7 +275,7 @@ func (r *Runner) Attach(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{ID: id, container: cont, Docker: NewDocker(r.SocketPath(ns, id))}
+	s := &Sandbox{ID: id, Namespace: ns, container: cont, Docker: NewDocker(r.SocketPath(ns, id))}
 	for _, m := range spec.Mounts {
 		if m.Destination == DockerRoot && m.Type == "ext4" {
 			s.Volume = m.Source

@@ -43,6 +43,7 @@ func (r *Runner) StartEpisode(ctx context.Context, id, image, golden, vol string
 
 // Close ends the episode at once and removes its volume unless keep.
 func (e *Episode) Close(ctx context.Context, keep bool) error {
+	ctx = e.nsContext(ctx)
 	if err := e.Kill(ctx); err != nil {
 		return err
 	}

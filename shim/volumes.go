@@ -80,7 +80,7 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *
 			}
 		}
 		staging := filepath.Join(dir, strconv.Itoa(len(list)))
-		if err := os.Mkdir(staging, 0o711); err != nil {
+		if err := os.MkdirAll(staging, 0o711); err != nil {
 			return nil, fmt.Errorf("volume staging dir: %w", err)
 		}
 		opts := []string{"rbind", "rw"}

@@ -1,0 +1,313 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gvxrun/gvx/dind"
+)
+
+const dindImage = "gvx.test/dind:latest"
+
+var (
+	dindOnce sync.Once
+	dindErr  error
+	golden   string // built once, shared by the docker tests (read-only)
+)
+
+// dindEnv imports the dind image and builds a golden volume with the
+// busybox image preloaded, once for all docker tests.
+func dindEnv(t *testing.T) (*dind.Runner, context.Context) {
+	t.Helper()
+	requireEnv(t)
+	archive := filepath.Join(e.images, "dind.tar")
+	if _, err := os.Stat(archive); err != nil {
+		t.Skipf("dind image not built (%v): run `make images`", err)
+	}
+	c, err := client.New(e.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	dindOnce.Do(func() {
+		if _, _, dindErr = e.ctr(ctx, "images", "import", archive); dindErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "gvx-golden-")
+		if err != nil {
+			dindErr = err
+			return
+		}
+		if dindErr = os.Chmod(dir, 0o755); dindErr != nil {
+			return
+		}
+		golden = filepath.Join(dir, "golden.ext4")
+		// The CLI, as a user runs it.
+		r, err := e.run(ctx, "", filepath.Join(e.gvxBin, "gvx"), "golden", "build", "--address", e.Socket(), "--namespace", testNS,
+			"--image", dindImage, "--load", filepath.Join(e.images, "busybox.tar"), "--size", "2G", golden)
+		if err == nil && r.code != 0 {
+			err = fmt.Errorf("gvx golden build: exit %d: %s", r.code, r.stderr)
+		}
+		dindErr = err
+	})
+	if dindErr != nil {
+		t.Fatalf("dind setup: %v", dindErr)
+	}
+	return &dind.Runner{Client: c}, ctx
+}
+
+// sbRun executes a shell script inside the sandbox (where the docker CLI
+// is) and returns its output; it fails the test on a non-zero exit.
+func sbRun(t *testing.T, ctx context.Context, sb *dind.Sandbox, script string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code, err := sb.Exec(ctx, fmt.Sprintf("x%d", time.Now().UnixNano()), &out, &errb, "sh", "-c", script)
+	if err != nil || code != 0 {
+		t.Fatalf("in %s: %q: exit %d, %v\nstdout: %s\nstderr: %s", sb.ID, script, code, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+func startEpisode(t *testing.T, r *dind.Runner, ctx context.Context, id string) *dind.Episode {
+	t.Helper()
+	vol := filepath.Join(filepath.Dir(golden), id+".ext4")
+	ep, err := r.StartEpisode(ctx, id, dindImage, golden, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ep.Close(context.Background(), false); err != nil {
+			t.Errorf("close episode %s: %v", id, err)
+		}
+	})
+	return ep
+}
+
+const dockerfile = `FROM gvx.test/busybox:latest AS build
+RUN echo built-in-stage-one > /built
+FROM gvx.test/busybox:latest
+COPY --from=build /built /built
+COPY hello.txt /hello.txt
+RUN cat /built /hello.txt > /both
+CMD ["cat", "/both"]
+`
+
+const composeFile = `version: "3"
+services:
+  web:
+    image: gvx.test/busybox:latest
+    command: sh -c "mkdir -p /www && echo compose-web-ok > /www/index.html && httpd -f -p 80 -h /www"
+  client:
+    image: gvx.test/busybox:latest
+    depends_on: [web]
+    command: sh -c "for i in $$(seq 20); do wget -qO- http://web/ && exit 0; sleep 0.25; done; exit 1"
+`
+
+// TestDockerEpisode: inside an episode: overlay2, preloaded images run
+// without a pull, docker build with RUN, COPY and a multi-stage step, and a
+// two-service compose project whose services reach each other by name.
+func TestDockerEpisode(t *testing.T) {
+	r, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	ep := startEpisode(t, r, ctx, "dk1")
+	t.Logf("clone %s (%s), dockerd ready after %s", ep.Clone, ep.Method, ep.Ready)
+
+	if out := sbRun(t, ctx, ep.Sandbox, "docker info --format '{{.Driver}}'"); strings.TrimSpace(out) != "overlay2" {
+		t.Errorf("storage driver %q, want overlay2", out)
+	}
+	if out := sbRun(t, ctx, ep.Sandbox, "docker run --rm --pull never gvx.test/busybox:latest echo ok"); strings.TrimSpace(out) != "ok" {
+		t.Errorf("docker run: %q", out)
+	}
+	out := sbRun(t, ctx, ep.Sandbox, fmt.Sprintf(`set -e; mkdir -p /b && cd /b
+echo hello-ctx > hello.txt
+cat > Dockerfile <<'DOCKERFILE'
+%sDOCKERFILE
+docker build -q -t gvx-test/built . >/dev/null
+docker run --rm gvx-test/built`, dockerfile))
+	if !strings.Contains(out, "built-in-stage-one") || !strings.Contains(out, "hello-ctx") {
+		t.Errorf("docker build result printed %q", out)
+	}
+	out = sbRun(t, ctx, ep.Sandbox, fmt.Sprintf(`set -e; mkdir -p /c && cd /c
+cat > docker-compose.yml <<'COMPOSE'
+%sCOMPOSE
+docker-compose up --no-color --abort-on-container-exit --exit-code-from client 2>/dev/null
+docker-compose down >/dev/null 2>&1`, composeFile))
+	if !strings.Contains(out, "compose-web-ok") {
+		t.Errorf("compose client did not reach web by name:\n%s", out)
+	}
+}
+
+// TestDockerHostSocket: the inner dockerd is reachable from the host at
+// the documented per-task socket path.
+func TestDockerHostSocket(t *testing.T) {
+	r, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	ep := startEpisode(t, r, ctx, "dk2")
+	want := filepath.Join("/run/gvx/docker", testNS, "dk2", "docker.sock")
+	if ep.Docker.Socket != want {
+		t.Errorf("socket %s, want %s", ep.Docker.Socket, want)
+	}
+	imgs, err := dind.NewDocker(want).Images(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(imgs, " "), "gvx.test/busybox:latest") {
+		t.Errorf("images through the host socket: %v, want the preloaded busybox", imgs)
+	}
+}
+
+// TestDockerCtrNerdctl: an episode volume works when the dind sandbox is
+// launched by hand with ctr and with nerdctl.
+func TestDockerCtrNerdctl(t *testing.T) {
+	_, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	vol := filepath.Join(filepath.Dir(golden), "byhand.ext4")
+	gvx(t, "volume", "clone", golden, vol)
+	defer os.Remove(vol)
+	check := func(id string) {
+		t.Helper()
+		sock := filepath.Join("/run/gvx/docker", testNS, id, "docker.sock")
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := dind.NewDocker(sock).WaitReady(wctx, nil); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		r, err := e.ctrResult(ctx, "task", "exec", "--exec-id", "chk", id, "sh", "-c",
+			"docker info --format '{{.Driver}}' && docker run --rm --pull never gvx.test/busybox:latest echo ok")
+		if err != nil || r.code != 0 || !strings.Contains(r.stdout, "overlay2") || !strings.Contains(r.stdout, "ok") {
+			t.Errorf("%s: exit %d stdout %q stderr %q", id, r.code, r.stdout, r.stderr)
+		}
+	}
+	cleanupTask(t, "dkctr")
+	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime, "--annotation", "dev.gvx.docker=true"},
+		volMount(vol, "/var/lib/docker")...), dindImage, "dkctr")...)
+	check("dkctr")
+	mustCtr(t, "task", "kill", "-s", "TERM", "dkctr")
+	waitStatus(t, "dkctr", "STOPPED")
+	mustCtr(t, "task", "rm", "dkctr")
+	mustCtr(t, "container", "rm", "dkctr")
+
+	t.Cleanup(func() { nerdctl(t, "rm", "-f", "dknerd") })
+	mustNerdctl(t, "run", "-d", "--name", "dknerd", "--runtime", runtime, "--net", "none",
+		"--annotation", "dev.gvx.docker=true", "-v", vol+":/var/lib/docker", dindImage)
+	id := strings.TrimSpace(mustNerdctl(t, "inspect", "--format", "{{.ID}}", "dknerd"))
+	check(id)
+	mustNerdctl(t, "rm", "-f", "dknerd")
+}
+
+// TestDockerBlastRadius: `docker run --privileged` deleting everything it
+// can reach, then `rm -rf /` in the sandbox itself, damage one episode
+// only: the host, the image, the golden volume and another episode are
+// untouched.
+func TestDockerBlastRadius(t *testing.T) {
+	r, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	sentinel := filepath.Join(t.TempDir(), "host-sentinel")
+	if err := os.WriteFile(sentinel, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goldenSum := sha(t, golden)
+	victim := startEpisode(t, r, ctx, "dkv")
+	other := startEpisode(t, r, ctx, "dko")
+	sbRun(t, ctx, other.Sandbox, "docker run -d --name keep gvx.test/busybox:latest sleep 600 >/dev/null && echo mine > /var/lib/docker/other-was-here")
+
+	var out, errb bytes.Buffer
+	_, _ = victim.Exec(ctx, "priv", &out, &errb, "sh", "-c",
+		"docker run --privileged --rm -v /:/host gvx.test/busybox:latest sh -c 'rm -rf --no-preserve-root /host/ 2>/dev/null; ls /host | wc -l'")
+	t.Logf("after the privileged wipe, the victim's / has %s entries left", strings.TrimSpace(out.String()))
+	_, _ = victim.Exec(ctx, "rmrf", &out, &errb, "/bin/busybox", "rm", "-rf", "--no-preserve-root", "/")
+
+	if b, err := os.ReadFile(sentinel); err != nil || string(b) != "host" {
+		t.Errorf("host file damaged: %q, %v", b, err)
+	}
+	if got := sha(t, golden); got != goldenSum {
+		t.Error("golden volume changed")
+	}
+	if out := sbRun(t, ctx, other.Sandbox, "cat /var/lib/docker/other-was-here && docker ps --format '{{.Names}}' && docker run --rm --pull never gvx.test/busybox:latest echo still-fine"); !strings.Contains(out, "mine") || !strings.Contains(out, "keep") || !strings.Contains(out, "still-fine") {
+		t.Errorf("the other episode was affected:\n%s", out)
+	}
+	// The image's layers on the host are intact: a new sandbox still runs.
+	if out := mustCtr(t, "run", "--rm", "--runtime", runtime, busybox, "after-blast", "echo", "image-intact"); strings.TrimSpace(out) != "image-intact" {
+		t.Errorf("busybox image after the blast: %q", out)
+	}
+}
+
+// TestDockerEightEpisodes: eight episodes from one golden volume at once:
+// all work, their disks diverge, the golden volume is unchanged, and
+// teardown leaves nothing.
+func TestDockerEightEpisodes(t *testing.T) {
+	r, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	goldenSum := sha(t, golden)
+	eps := make([]*dind.Episode, 8)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for i := range eps {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			id := fmt.Sprintf("dk8-%d", i)
+			eps[i], errs[i] = r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(filepath.Dir(golden), id+".ext4"))
+		}(i)
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, ep := range eps {
+			if ep != nil {
+				if err := ep.Close(context.Background(), false); err != nil {
+					t.Errorf("close %s: %v", ep.ID, err)
+				}
+			}
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("episode %d: %v", i, err)
+		}
+	}
+	for i, ep := range eps {
+		wg.Add(1)
+		go func(i int, ep *dind.Episode) {
+			defer wg.Done()
+			var out, errb bytes.Buffer
+			code, err := ep.Exec(ctx, "w", &out, &errb, "sh", "-c",
+				fmt.Sprintf("docker run --rm --pull never gvx.test/busybox:latest echo ep-%d > /var/lib/docker/mark && cat /var/lib/docker/mark", i))
+			if err != nil || code != 0 || !strings.Contains(out.String(), fmt.Sprintf("ep-%d", i)) {
+				errs[i] = fmt.Errorf("episode %d: exit %d %v: %s %s", i, code, err, out.String(), errb.String())
+			}
+		}(i, ep)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for i, ep := range eps {
+		if err := ep.Close(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := readInImage(t, ep.Volume, "/mark")
+		if !ok || strings.TrimSpace(got) != fmt.Sprintf("ep-%d", i) {
+			t.Errorf("%s: /mark = %q, want ep-%d (disks must diverge)", ep.Volume, got, i)
+		}
+		if err := os.Remove(ep.Volume); err != nil {
+			t.Error(err)
+		}
+		eps[i] = nil
+	}
+	if got := sha(t, golden); got != goldenSum {
+		t.Error("golden volume changed")
+	}
+}
