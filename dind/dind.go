@@ -65,8 +65,8 @@ func (r *Runner) SocketPath(ns, id string) string {
 type Sandbox struct {
 	ID        string
 	Namespace string // containerd namespace; used when a ctx carries none
-	Volume string
-	Docker *Docker
+	Volume    string
+	Docker    *Docker
 	// Timings of Start: the task was created and started (Up) and dockerd
 	// answered (Ready), both measured from the call.
 	Up, Ready time.Duration
