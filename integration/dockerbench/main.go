@@ -1,0 +1,286 @@
+// Command dockerbench measures episode reset for Docker-in-gvx: from a
+// golden /var/lib/docker volume to the first inner `docker run` done, split
+// into clone, sandbox up, dockerd ready and first run; sequentially and
+// with several episodes at once; for a reflink clone (XFS), a copy on a
+// filesystem without reflink (ext4), and a cold start on an empty volume
+// plus `docker load`. `make bench` runs it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gvxrun/gvx/dind"
+	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/volume"
+)
+
+const (
+	dindImage = "gvx.test/dind:latest"
+	busybox   = "gvx.test/busybox:latest"
+)
+
+func main() {
+	runs := flag.Int("runs", 20, "sequential episodes per flow")
+	conc := flag.Int("concurrency", 8, "episodes started at once")
+	flag.Parse()
+	if err := run(*runs, *conc); err != nil {
+		fmt.Fprintf(os.Stderr, "dockerbench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// sample is one episode reset, each phase measured from the start.
+type sample struct{ clone, up, ready, firstRun time.Duration }
+
+type flow struct {
+	name string
+	dir  string // where golden and episode volumes live
+	cold bool   // empty volume + docker load instead of a clone
+}
+
+func run(runs, conc int) error {
+	bins := harness.BinsFromEnv()
+	images := os.Getenv("IMAGES")
+	if bins.GVX == "" || bins.Containerd == "" || images == "" {
+		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, IMAGES)")
+	}
+	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
+	ctrd, err := harness.Start(ctx, bins)
+	if err != nil {
+		return err
+	}
+	defer ctrd.Close()
+	c, err := client.New(ctrd.Socket())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	progress("importing the dind image")
+	if err := importArchive(ctx, c, filepath.Join(images, "dind.tar")); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("/var/tmp", "gvx-dockerbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil {
+		return err
+	}
+	xfs, cleanup, err := loopFS(work, "xfs")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	ext4, cleanup2, err := loopFS(work, "ext4")
+	if err != nil {
+		return err
+	}
+	defer cleanup2()
+
+	r := &dind.Runner{Client: c}
+	bb := filepath.Join(images, "busybox.tar")
+	for _, dir := range []string{xfs, ext4} {
+		progress("building a golden volume in " + dir)
+		if _, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: filepath.Join(dir, "golden.ext4"), Size: 4 << 30, Image: dindImage, Load: []string{bb}}); err != nil {
+			return err
+		}
+	}
+	flows := []flow{
+		{name: "reflink clone (XFS)", dir: xfs},
+		{name: "sparse copy (ext4, no reflink)", dir: ext4},
+		{name: "cold: empty volume + docker load", dir: xfs, cold: true},
+	}
+	fmt.Printf("episode reset: golden 4 GiB volume with busybox preloaded; dind = Debian docker.io 20.10 in gVisor; %d sequential runs, then %d at once\n\n", runs, conc)
+	fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s\n", "flow", "mode", "clone", "sandbox up", "dockerd", "first run", "p95 first run")
+	var base time.Duration
+	for _, f := range flows {
+		seq := make([]sample, 0, runs)
+		for i := 0; i < runs; i++ {
+			s, err := episode(ctx, r, f, fmt.Sprintf("ep-%d", i), bb)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			seq = append(seq, s)
+		}
+		p := summarize(seq)
+		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s\n", f.name, "sequential", ms(p.clone), ms(p.up), ms(p.ready), ms(p.firstRun), ms(pct(firstRuns(seq), 95)))
+		if base == 0 {
+			base = p.firstRun
+		}
+		par, wall, err := concurrent(ctx, r, f, conc, bb)
+		if err != nil {
+			return fmt.Errorf("%s concurrent: %w", f.name, err)
+		}
+		q := summarize(par)
+		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s   (all %d done in %s)\n", "", fmt.Sprintf("%d at once", conc), ms(q.clone), ms(q.up), ms(q.ready), ms(q.firstRun), ms(pct(firstRuns(par), 95)), conc, ms(wall))
+		if f.name != flows[0].name {
+			fmt.Printf("%-34s ratio of first-run p50 to the reflink flow: %.2f×\n", "", float64(p.firstRun)/float64(base))
+		}
+	}
+	fmt.Printf("\n(phases are cumulative from the start of the reset; p50 unless noted)\n")
+	return nil
+}
+
+// episode resets one episode and measures it, then tears it down.
+func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample, error) {
+	vol := filepath.Join(f.dir, id+".ext4")
+	var s sample
+	var ep *dind.Episode
+	t0 := time.Now()
+	if f.cold {
+		if _, err := volume.Create(ctx, vol, volume.CreateOptions{Size: 4 << 30}); err != nil {
+			return s, err
+		}
+		s.clone = time.Since(t0)
+		sb, err := r.Start(ctx, id, dindImage, vol)
+		if err != nil {
+			os.Remove(vol)
+			return s, err
+		}
+		ep = &dind.Episode{Sandbox: sb}
+		s.up, s.ready = s.clone+sb.Up, s.clone+sb.Ready
+		f, err := os.Open(bb)
+		if err != nil {
+			return s, err
+		}
+		_, err = sb.Docker.Load(ctx, f)
+		f.Close()
+		if err != nil {
+			return s, err
+		}
+	} else {
+		var err error
+		if ep, err = r.StartEpisode(ctx, id, dindImage, filepath.Join(f.dir, "golden.ext4"), vol); err != nil {
+			return s, err
+		}
+		s.clone, s.up, s.ready = ep.Clone, ep.Up, ep.Ready
+	}
+	var out, errb bytes.Buffer
+	code, err := ep.Exec(ctx, "first", &out, &errb, "docker", "run", "--rm", "--pull", "never", busybox, "true")
+	s.firstRun = time.Since(t0)
+	if cerr := ep.Close(ctx, false); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err == nil && code != 0 {
+		err = fmt.Errorf("first docker run exited %d: %s", code, errb.String())
+	}
+	return s, err
+}
+
+func concurrent(ctx context.Context, r *dind.Runner, f flow, n int, bb string) ([]sample, time.Duration, error) {
+	out := make([]sample, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			out[i], errs[i] = episode(ctx, r, f, fmt.Sprintf("par-%d", i), bb)
+		}(i)
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	for _, err := range errs {
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	return out, wall, nil
+}
+
+func summarize(s []sample) sample {
+	col := func(f func(sample) time.Duration) time.Duration {
+		d := make([]time.Duration, len(s))
+		for i, x := range s {
+			d[i] = f(x)
+		}
+		return pct(d, 50)
+	}
+	return sample{
+		clone:    col(func(x sample) time.Duration { return x.clone }),
+		up:       col(func(x sample) time.Duration { return x.up }),
+		ready:    col(func(x sample) time.Duration { return x.ready }),
+		firstRun: col(func(x sample) time.Duration { return x.firstRun }),
+	}
+}
+
+func firstRuns(s []sample) []time.Duration {
+	d := make([]time.Duration, len(s))
+	for i, x := range s {
+		d[i] = x.firstRun
+	}
+	return d
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+func progress(s string) { fmt.Fprintf(os.Stderr, "dockerbench: %s\n", s) }
+
+func importArchive(ctx context.Context, c *client.Client, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w (run `make images`)", err)
+	}
+	defer f.Close()
+	imgs, err := c.Import(ctx, f)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", path, err)
+	}
+	return client.NewImage(c, imgs[0]).Unpack(ctx, "")
+}
+
+// loopFS makes and mounts a loop filesystem of kind under work.
+func loopFS(work, kind string) (string, func(), error) {
+	img := filepath.Join(work, kind+".fs")
+	mnt := filepath.Join(work, kind)
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return "", nil, err
+	}
+	f, err := os.Create(img)
+	if err != nil {
+		return "", nil, err
+	}
+	err = f.Truncate(40 << 30)
+	f.Close()
+	if err != nil {
+		return "", nil, err
+	}
+	mkfs := exec.Command("mkfs.xfs", "-q", img)
+	if kind == "ext4" {
+		mkfs = exec.Command("mkfs.ext4", "-q", "-F", img)
+	}
+	if out, err := mkfs.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("mkfs.%s: %v: %s", kind, err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("mount %s: %v: %s", kind, err, out)
+	}
+	return mnt, func() { _ = exec.Command("umount", "-d", mnt).Run() }, nil
+}
