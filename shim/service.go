@@ -127,17 +127,24 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 			ts.release(ctx)
 		}
 	}()
+	rootfsDir := filepath.Join(cfg.RootfsDir(), ns, r.ID)
+	rootVol := ext4Rootfs(r.Rootfs, rootfsDir)
 	volDir := filepath.Join(cfg.StateDir, "volumes", ns, r.ID)
-	vols, err := prepareVolumes(ctx, spec, r.Bundle, volDir)
+	vols, err := prepareVolumes(ctx, spec, r.Bundle, volDir, rootVol)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
 	}
 	ts.vols = vols
 	flagList := cfg.SentryFlagList()
-	if vols != nil {
-		// The sandbox leases its volumes exclusively, so gVisor may cache
-		// their contents without revalidating against the host.
+	if vols != nil || rootVol != nil {
+		// The sandbox leases its volumes exclusively (containerd its
+		// snapshots), so gVisor may cache their contents without
+		// revalidating against the host.
 		flagList = append(flagList, "--file-access-mounts=exclusive")
+	}
+	if rootVol != nil {
+		// Writes go to the container's own ext4 clone, not to memory.
+		flagList = append(flagList, "--overlay2=none")
 	}
 	docker, err := dockerMode(cfg, spec)
 	if err != nil {
@@ -159,11 +166,23 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	os.Setenv(sentryFlagsEnv, flags)
 
-	if len(r.Rootfs) > 0 {
+	if rootVol != nil {
+		// gvx-sentry mounts it here in the sandbox's mount namespace; on
+		// the host this stays an empty, traverse-only directory.
+		if err := os.MkdirAll(rootfsDir, 0o711); err != nil {
+			return nil, fmt.Errorf("create rootfs dir: %w", err)
+		}
+		ts.rootfs = rootfsDir
+		if err := os.WriteFile(filepath.Join(r.Bundle, rootfsFile), []byte(rootfsDir), 0o600); err != nil {
+			return nil, fmt.Errorf("record rootfs mount: %w", err)
+		}
+		spec.Root.Path = rootfsDir
+		r.Rootfs = nil
+	} else if len(r.Rootfs) > 0 {
 		// Mount the rootfs under gvx's own state directory rather than in
 		// the bundle: the sandbox's unprivileged gofer must reach it, and
 		// containerd's state directory need not be traversable by it.
-		rootfs := filepath.Join(cfg.RootfsDir(), ns, r.ID)
+		rootfs := rootfsDir
 		if err := mountRootfs(ctx, r.Rootfs, rootfs, mapping, spec.Mounts); err != nil {
 			return nil, errgrpc.ToGRPC(err)
 		}

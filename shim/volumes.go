@@ -53,7 +53,7 @@ func (v *taskVolumes) release(ctx context.Context) {
 // and rewrites the mount into a bind mount of a staging directory that
 // gvx-sentry mounts the image on inside the sandbox's mount namespace. It
 // returns nil when the task has no volumes.
-func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *taskVolumes, retErr error) {
+func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string, root *sentryVolume) (_ *taskVolumes, retErr error) {
 	tv := &taskVolumes{}
 	defer func() {
 		if retErr != nil {
@@ -61,6 +61,10 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *
 		}
 	}()
 	var list []sentryVolume
+	if root != nil {
+		list = append(list, *root)
+	}
+	n := 0
 	for i, m := range s.Mounts {
 		isVol, ro, err := volumeMount(ctx, m)
 		if err != nil {
@@ -74,12 +78,13 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *
 			return nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
 		}
 		tv.leases = append(tv.leases, lease)
-		if len(list) == 0 {
+		if n == 0 {
 			if err := makeTaskDir(bundle, dir, 0o711, -1, -1); err != nil {
 				return nil, fmt.Errorf("volume staging dir: %w", err)
 			}
 		}
-		staging := filepath.Join(dir, strconv.Itoa(len(list)))
+		staging := filepath.Join(dir, strconv.Itoa(n))
+		n++
 		if err := os.MkdirAll(staging, 0o711); err != nil {
 			return nil, fmt.Errorf("volume staging dir: %w", err)
 		}
@@ -93,6 +98,9 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *
 	if len(list) == 0 {
 		return nil, nil
 	}
+	if n == 0 {
+		tv = nil // only the root filesystem: nothing leased
+	}
 	data, err := json.Marshal(list)
 	if err != nil {
 		return nil, err
@@ -102,6 +110,17 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string) (_ *
 	}
 	s.Annotations[volumesAnnotation] = string(data)
 	return tv, nil
+}
+
+// ext4Rootfs recognises a root filesystem that is one ext4 image attached
+// by loop (what the ext4lite snapshotter returns). gvx does not mount it on
+// the host: like a volume, gvx-sentry mounts it at target inside the
+// sandbox's private mount namespace.
+func ext4Rootfs(rootfs []*typesMount, target string) *sentryVolume {
+	if len(rootfs) != 1 || rootfs[0].Type != "ext4" || !hasOpt(rootfs[0].Options, "loop") || !filepath.IsAbs(rootfs[0].Source) {
+		return nil
+	}
+	return &sentryVolume{Image: rootfs[0].Source, Staging: target, ReadOnly: hasOpt(rootfs[0].Options, "ro")}
 }
 
 // volumeMount reports whether m is an ext4lite volume, and read-only.
