@@ -10,6 +10,7 @@ ref=${3:?}
 cmd=${4:-'["sh"]'}
 env=${5:-'["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]'}
 compress=${COMPRESS:-gzip}
+mkdir -p "$(dirname "$out")"
 work=$(mktemp -d "$(dirname "$out")/.oci-archive.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 blobs=$work/oci/blobs/sha256
@@ -44,7 +45,6 @@ printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.
 	"$mdig" "$msize" "$ref" "${ref##*:}" >"$work/oci/index.json"
 # docker-save layout, for `docker load` inside a sandbox.
 printf '[{"Config":"blobs/sha256/%s","RepoTags":["%s"],"Layers":["blobs/sha256/%s"]}]' "$cdig" "$ref" "$ldig" >"$work/oci/manifest.json"
-mkdir -p "$(dirname "$out")"
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/oci" -cf "$out.tmp" .
 mv "$out.tmp" "$out"
 echo "oci-archive: wrote $ref to $out ($(du -h "$out" | cut -f1))"

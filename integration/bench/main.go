@@ -20,17 +20,21 @@ import (
 
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/volume"
 )
 
 type runtimeUnderTest struct {
 	name    string
 	runtime string
 	opts    any
+	volume  string // an ext4lite volume mounted at /data, if set
 }
 
 func main() {
@@ -75,10 +79,23 @@ func run(runs, conc, burst int) error {
 		return fmt.Errorf("unpack: %w", err)
 	}
 
+	volDir, err := os.MkdirTemp("/var/tmp", "gvx-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(volDir)
+	if err := os.Chmod(volDir, 0o755); err != nil {
+		return err
+	}
+	vol := filepath.Join(volDir, "data.ext4")
+	if _, err := volume.Create(ctx, vol, volume.CreateOptions{Size: 1 << 30}); err != nil {
+		return err
+	}
 	rts := []runtimeUnderTest{
-		{"gvx", "io.containerd.gvx.v2", nil},
-		{"runsc (runc shim)", "io.containerd.runc.v2", &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
-		{"runc", "io.containerd.runc.v2", nil},
+		{name: "gvx", runtime: "io.containerd.gvx.v2"},
+		{name: "runsc (runc shim)", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
+		{name: "runc", runtime: "io.containerd.runc.v2"},
+		{name: "gvx + ext4 volume", runtime: "io.containerd.gvx.v2", volume: vol},
 	}
 	fmt.Printf("gvx bench: %d create→start→exec→delete cycles per runtime, busybox, containerd %s client, %d CPUs\n\n", runs, "v2.4.2", numCPU())
 	results := map[string]cycleStats{}
@@ -101,6 +118,9 @@ func run(runs, conc, burst int) error {
 		s := results[rt.name]
 		fmt.Printf("%-18s %12s %12s %12s %12s\n", rt.name, ms(pct(s.container, 50)), ms(pct(s.create, 50)), ms(pct(s.start, 50)), ms(pct(s.exec, 50)))
 	}
+	fmt.Printf("\nmount-into-sandbox overhead of one 1 GiB ext4lite volume (p50): create→exec +%s, full cycle +%s\n",
+		ms(pct(results["gvx + ext4 volume"].toExec, 50)-pct(results["gvx"].toExec, 50)),
+		ms(pct(results["gvx + ext4 volume"].total, 50)-pct(results["gvx"].total, 50)))
 	g, r, rc := results["gvx"], results["runsc (runc shim)"], results["runc"]
 	fmt.Printf("\nratios (p50, lower is better): create→exec gvx/runsc %.2f×, gvx/runc %.2f×; full cycle gvx/runsc %.2f×, gvx/runc %.2f×\n",
 		ratio(g.toExec, r.toExec), ratio(g.toExec, rc.toExec), ratio(g.total, r.total), ratio(g.total, rc.total))
@@ -195,7 +215,7 @@ func startSandboxPhases(ctx context.Context, c *client.Client, img client.Image,
 	t := time.Now()
 	cont, err := c.NewContainer(ctx, id,
 		client.WithNewSnapshot(id, img),
-		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600")),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600"), withVolume(rt.volume)),
 		client.WithRuntime(rt.runtime, rt.opts))
 	if err != nil {
 		return nil, nil, ph, fmt.Errorf("container: %w", err)
@@ -342,6 +362,17 @@ func descendants(pid int) []int {
 	}
 	walk(pid)
 	return out
+}
+
+// withVolume mounts an ext4lite volume at /data.
+func withVolume(path string) oci.SpecOpts {
+	return func(ctx context.Context, c oci.Client, cont *containers.Container, s *oci.Spec) error {
+		if path == "" {
+			return nil
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/data", Type: "ext4", Source: path, Options: []string{"rw"}})
+		return nil
+	}
 }
 
 func pct(d []time.Duration, p int) time.Duration {
