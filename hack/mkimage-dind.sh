@@ -17,17 +17,28 @@ cleanup() {
 }
 trap cleanup EXIT
 root=$work/rootfs
+# Package downloads occasionally fail for a moment: try each step 3 times.
+retry() {
+	local log=$1 n
+	shift
+	for n in 1 2 3; do
+		"$@" >"$log" 2>&1 && return 0
+		echo "mkimage-dind: attempt $n failed: $(grep -E '^E:|rror' "$log" | tail -1)" >&2
+		sleep $((n * 5))
+	done
+	tail -20 "$log" >&2
+	return 1
+}
 echo "mkimage-dind: debootstrap bookworm (about a minute)"
-debootstrap --variant=minbase bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-	{ tail -20 "$work/debootstrap.log" >&2; exit 1; }
+bootstrap() { rm -rf "$root" && debootstrap --variant=minbase bookworm "$root" "$mirror"; }
+retry "$work/debootstrap.log" bootstrap
 # No service starts during package installation.
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod +x "$root/usr/sbin/policy-rc.d"
 mount -t proc proc "$root/proc"
 echo "mkimage-dind: installing docker.io, docker-compose, iptables"
-chroot "$root" sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-	docker.io docker-compose iptables busybox-static procps iproute2 ca-certificates kmod' >"$work/apt.log" 2>&1 ||
-	{ tail -20 "$work/apt.log" >&2; exit 1; }
+retry "$work/apt.log" chroot "$root" sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	docker.io docker-compose iptables busybox-static procps iproute2 ca-certificates kmod'
 umount "$root/proc"
 chroot "$root" sh -c 'apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/*.log /usr/share/doc /usr/share/man'
 rm -f "$root/usr/sbin/policy-rc.d"
