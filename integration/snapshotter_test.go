@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -175,11 +176,21 @@ func newSnapEnv(t *testing.T) *snapEnv {
 	t.Cleanup(func() { checkSnapLeaks(t, x.mnt) })
 	sockDir := t.TempDir()
 	x.serve = startServe(t, filepath.Join(x.mnt, "ext4lite"), filepath.Join(sockDir, "ext4lite.sock"))
+	// The transfer service (ctr images import without --local) unpacks only
+	// for the snapshotters its unpack_config lists.
 	c, err := harness.StartWithConfig(context.Background(), harness.BinsFromEnv(), fmt.Sprintf(`
-[proxy_plugins.%s]
+[proxy_plugins.%[1]s]
   type = "snapshot"
-  address = %q
-`, snapName, x.serve.sock))
+  address = %[2]q
+[[plugins."io.containerd.transfer.v1.local".unpack_config]]
+  platform = "linux/%[3]s"
+  snapshotter = "overlayfs"
+  differ = "walking"
+[[plugins."io.containerd.transfer.v1.local".unpack_config]]
+  platform = "linux/%[3]s"
+  snapshotter = "%[1]s"
+  differ = "walking"
+`, snapName, x.serve.sock, goruntime.GOARCH))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,14 +304,19 @@ func layeredImage(t *testing.T) string {
 // their root filesystems apart, and leaves nothing once they are gone.
 func TestSnapshotterContainerd(t *testing.T) {
 	x := newSnapEnv(t)
-	x.mustCtr(t, "images", "import", "--local", "--snapshotter", snapName, filepath.Join(e.images, "busybox.tar"))
-	x.mustCtr(t, "images", "import", "--local", "--snapshotter", snapName, layeredImage(t))
 	t.Cleanup(func() {
 		x.ctr(t, "images", "rm", "--sync", busybox, layeredRef)
 	})
 	direct := x.serve.client(t)
 
 	t.Run("unpacked", func(t *testing.T) {
+		// Both import paths: the transfer service (configured above) and
+		// the client-side one (--local).
+		x.mustCtr(t, "images", "import", "--snapshotter", snapName, filepath.Join(e.images, "busybox.tar"))
+		if keys := checkFiles(t, x.serve, direct); len(keys) != 1 || !strings.HasSuffix(keys[0], "=Committed") {
+			t.Fatalf("snapshots after importing busybox: %v, want its one layer committed", keys)
+		}
+		x.mustCtr(t, "images", "import", "--local", "--snapshotter", snapName, layeredImage(t))
 		// busybox's layer is the layered image's first: 3 committed snapshots.
 		keys := checkFiles(t, x.serve, direct)
 		if len(keys) != 3 {
@@ -488,6 +504,30 @@ func TestSnapshotterCrash(t *testing.T) {
 			}
 			p.stop()
 		})
+	}
+}
+
+// TestSnapshotterServeRefusals: a second daemon on the same root, or on
+// a socket another daemon serves, exits with an error saying so, and the
+// first keeps serving.
+func TestSnapshotterServeRefusals(t *testing.T) {
+	requireEnv(t)
+	dir := t.TempDir()
+	p := startServe(t, filepath.Join(dir, "root"), filepath.Join(dir, "a.sock"))
+	for _, c := range []struct{ root, sock, want string }{
+		{filepath.Join(dir, "root"), filepath.Join(dir, "b.sock"), "is in use by another process"},
+		{filepath.Join(dir, "root2"), filepath.Join(dir, "a.sock"), "another process serves this socket"},
+	} {
+		r, err := e.run(context.Background(), "", filepath.Join(e.gvxBin, "gvx"), "snapshotter", "serve", "--root", c.root, "--address", c.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("second serve on %s, %s: exit %d, stderr %q; want an error saying %q", c.root, c.sock, r.code, r.stderr, c.want)
+		}
+	}
+	if _, err := p.client(t).Prepare(context.Background(), "still-serving", ""); err != nil {
+		t.Errorf("the first daemon stopped serving: %v", err)
 	}
 }
 

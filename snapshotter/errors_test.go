@@ -309,3 +309,21 @@ func randomBytes(t *testing.T, n int) []byte {
 	}
 	return b
 }
+
+// TestRootInUse: a second snapshotter on the same root is refused (and
+// the first keeps working); once the first closes, the root is free.
+func TestRootInUse(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := open(t, root)
+	_, err := New(ctx, root, Config{DefaultSize: testSize})
+	expectErr(t, "second New", err, errdefs.IsUnavailable, root, "in use by another process")
+	if _, err := s.Prepare(ctx, "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2 := open(t, root)
+	if _, err := s2.Mounts(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+}
