@@ -100,6 +100,7 @@ bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
 		$(GO) run ./integration/bench $(BENCHFLAGS)
 	$(GO) run ./integration/volbench $(VOLBENCHFLAGS)
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./integration/snapbench $(SNAPBENCHFLAGS)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
