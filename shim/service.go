@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/runc/options"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
@@ -298,14 +299,37 @@ func restoreSentryEnv(bundle string) error {
 	return os.Setenv(sentryFlagsEnv, string(data))
 }
 
-// Kill signals a process. gVisor reports a signal to a sandbox that has
-// already exited as "sandbox is not running", which the runc shim does not
-// recognise; containerd expects NotFound there (clients such as nerdctl
-// forward signals after exit and would log an error otherwise).
+// Kill signals a process. When the sandbox is already gone or going (it
+// exited, or was killed from outside), gVisor answers "sandbox is not
+// running" or cannot reach the sandbox's control server; containerd
+// expects NotFound then (clients such as nerdctl forward signals after
+// exit, and Delete(WithProcessKill) kills again), not an unknown error.
 func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty, error) {
 	resp, err := s.TTRPCTaskService.Kill(ctx, r)
-	if err != nil && strings.Contains(err.Error(), "is not running") {
+	if err == nil {
+		return resp, nil
+	}
+	gone := strings.Contains(err.Error(), "is not running")
+	if !gone {
+		st, serr := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: r.ID, ExecID: r.ExecID})
+		gone = serr == nil && (st.Status == tasktypes.Status_STOPPED || r.ExecID == "" && !alive(int(st.Pid)))
+	}
+	if gone {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("process already finished: %w", errdefs.ErrNotFound))
 	}
 	return resp, err
+}
+
+// alive reports whether host process pid exists and is not a zombie (an
+// init's pid is the sandbox's host pid; exec pids are gVisor's own).
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
 }
