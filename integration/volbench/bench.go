@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,6 +21,10 @@ type bench struct {
 	wd      string
 	imgMnt  string // mount point for images (filling, space test)
 	summary []string
+	// targetTimes are volume.Clone's times on XFS at the target size,
+	// from the method table and the space test; targetFrom says which.
+	targetTimes []time.Duration
+	targetFrom  []string
 }
 
 // golden is a source image on a host filesystem.
@@ -64,6 +69,9 @@ func (b *bench) run(ctx context.Context) error {
 	for _, s := range b.summary {
 		fmt.Println(s)
 	}
+	if v := b.verdict(); v != "" {
+		fmt.Println(v)
+	}
 	return nil
 }
 
@@ -93,11 +101,13 @@ func (b *bench) header(ctx context.Context) {
 	fmt.Printf("images: %s, each empty (fresh volume.Create) and 50 %% filled (a file of half the image size with\n"+
 		"  non-zero pseudo-random data, written through a loop mount); made once per host filesystem, shared by all methods\n",
 		strings.Join(sizes, ", "))
-	fmt.Printf("host filesystems: a %s loop filesystem per type in %s, one at a time, mounted in a private mount namespace\n",
+	fmt.Printf("host filesystems: a %s file per type in %s (preallocated), one at a time, on a direct-I/O loop device\n"+
+		"  (cached once, like a disk), mounted in a private mount namespace; the images in them use buffered loop devices\n",
 		volume.FormatSize(hostFSSize(b.cfg)), b.cfg.dir)
-	fmt.Printf("timing: warm page cache (caches are NOT dropped); every copy ends durable (fsync); times include\n"+
-		"  opening/creating the files and, for cp, starting the process (~1 ms); %d runs per measurement, %d when the\n"+
-		"  first run took > %s; the destination is deleted and the filesystem synced between runs (untimed)\n",
+	fmt.Printf("timing: warm page cache (caches are NOT dropped; each golden is read once before its runs); every copy\n"+
+		"  ends durable (fsync); times include opening/creating the files and, for cp, starting the process (~1 ms);\n"+
+		"  %d runs per measurement, %d when the first run took > %s; in rounds (each round runs every method once);\n"+
+		"  the destination is deleted between runs and its space awaited (untimed)\n",
 		b.cfg.runs, b.cfg.slowRuns, b.cfg.slowAfter)
 	fmt.Printf("space/copy: the host filesystem's used bytes (statfs after syncfs) after the copy minus before, median\n")
 	fmt.Printf("methods:\n")
@@ -122,7 +132,11 @@ func (b *bench) runFS(ctx context.Context, typ string) (err error) {
 	}()
 	reflink := typ == "xfs"
 	title := map[string]string{"xfs": "XFS (reflink)", "ext4": "ext4 (no reflink: fallback)"}[typ]
-	fmt.Printf("\n== %s: %s loop filesystem, `%s` ==\n", title, volume.FormatSize(size), strings.Join(h.mkfs, " "))
+	dio := "direct I/O"
+	if !h.dio {
+		dio = "buffered (direct I/O refused)"
+	}
+	fmt.Printf("\n== %s: %s loop filesystem, `%s`, loop device %s ==\n", title, volume.FormatSize(size), strings.Join(h.mkfs, " "), dio)
 
 	var goldens []golden
 	for _, s := range b.cfg.sizes {
@@ -141,13 +155,9 @@ func (b *bench) runFS(ctx context.Context, typ string) (err error) {
 
 	var rows [][]row
 	for _, g := range goldens {
-		var rs []row
-		for _, m := range methods {
-			r, err := b.measure(ctx, h, g, m, reflink)
-			if err != nil {
-				return fmt.Errorf("%s, %s %s golden: %w", m.name, volume.FormatSize(g.size), g.label(), err)
-			}
-			rs = append(rs, r)
+		rs, err := b.measureGolden(ctx, h, g, reflink)
+		if err != nil {
+			return fmt.Errorf("%s %s golden: %w", volume.FormatSize(g.size), g.label(), err)
 		}
 		rows = append(rows, rs)
 	}
@@ -215,73 +225,123 @@ func (b *bench) makeGolden(ctx context.Context, h *hostFS, size int64, filled bo
 	return g, err
 }
 
-// measure runs one method on one golden image: runs times (slowRuns if
-// the first run was slow), deleting the destination in between.
-func (b *bench) measure(ctx context.Context, h *hostFS, g golden, m method, reflink bool) (row, error) {
-	r := row{method: m.name}
-	if !reflink && m.skipNoReflink != "" {
-		r.na = m.skipNoReflink
-		return r, nil
+// measureGolden measures every method on one golden image, in rounds:
+// each round runs every method once, in order, so page-cache and
+// writeback state drift evenly over all of them instead of favouring the
+// methods measured last. A method whose first run was slow gets slowRuns
+// runs instead of runs. The destination is deleted between runs.
+func (b *bench) measureGolden(ctx context.Context, h *hostFS, g golden, reflink bool) ([]row, error) {
+	if err := warm(g.path); err != nil {
+		return nil, err
+	}
+	rows := make([]row, len(methods))
+	n := make([]int, len(methods))
+	hows := make([]map[string]bool, len(methods))
+	for i, m := range methods {
+		rows[i].method = m.name
+		n[i] = b.cfg.runs
+		hows[i] = map[string]bool{}
+		if !reflink && m.skipNoReflink != "" {
+			rows[i].na = m.skipNoReflink
+		}
+	}
+	for run := 0; run < b.cfg.runs; run++ {
+		for i, m := range methods {
+			r := &rows[i]
+			if r.na != "" || run >= n[i] {
+				continue
+			}
+			label := fmt.Sprintf("%s %s %s, %s run %d/%d", h.typ, volume.FormatSize(g.size), g.label(), m.name, run+1, n[i])
+			d, space, how, err := b.once(ctx, h, g, m, label)
+			if err != nil {
+				if m.needsReflink && !reflink && run == 0 {
+					r.na = "fails without reflink (cp: " + lastPart(err.Error()) + ")"
+					progress("%s: n/a (%s)", label, r.na)
+					continue
+				}
+				return nil, fmt.Errorf("%s: %w", m.name, err)
+			}
+			r.times = append(r.times, d)
+			r.space = append(r.space, space)
+			if how != "" {
+				hows[i][how] = true
+			}
+			if run == 0 && d > b.cfg.slowAfter {
+				n[i] = min(n[i], b.cfg.slowRuns)
+			}
+		}
+	}
+	for i := range rows {
+		var list []string
+		for h := range hows[i] {
+			list = append(list, h)
+		}
+		if len(list) > 0 {
+			rows[i].how = strings.Join(list, "+")
+		} else if rows[i].na == "" {
+			rows[i].how = copyKind(median64(rows[i].space), g)
+		}
+	}
+	return rows, nil
+}
+
+// once runs one method once: copies g to a new file, checks its length,
+// measures the space it took, deletes it and waits until that space is
+// free again. It returns the copy's duration, its space and the method's
+// note on how it copied.
+func (b *bench) once(ctx context.Context, h *hostFS, g golden, m method, label string) (time.Duration, int64, string, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, "", err
 	}
 	dst := filepath.Join(h.mnt, "copy.img")
-	n := b.cfg.runs
-	hows := map[string]bool{}
-	for i := 0; i < n; i++ {
-		if err := ctx.Err(); err != nil {
-			return r, err
+	before, err := used(h.mnt)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	stop := watch(label, dst)
+	start := time.Now()
+	how, err := m.run(ctx, g.path, dst)
+	d := time.Since(start)
+	stop()
+	if err != nil {
+		os.Remove(dst)
+		return 0, 0, "", err
+	}
+	if err := checkCopy(g, dst); err != nil {
+		return 0, 0, "", err
+	}
+	after, err := used(h.mnt)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if err := os.Remove(dst); err != nil {
+		return 0, 0, "", fmt.Errorf("remove copy: %w", err)
+	}
+	if _, err := settle(h.mnt, before); err != nil {
+		return 0, 0, "", err
+	}
+	progress("%s: %s, +%s", label, fmtDur(d), volume.FormatSize(after-before))
+	return d, after - before, how, nil
+}
+
+// warm reads a golden image once (untimed), so that no method pays for
+// bringing it into the page cache.
+func warm(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("warm up: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		_, err := f.Read(buf)
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		before, err := used(h.mnt)
 		if err != nil {
-			return r, err
-		}
-		label := fmt.Sprintf("%s %s %s, %s run %d/%d", h.typ, volume.FormatSize(g.size), g.label(), m.name, i+1, n)
-		stop := watch(label, dst)
-		start := time.Now()
-		how, err := m.run(ctx, g.path, dst)
-		d := time.Since(start)
-		stop()
-		if err != nil {
-			os.Remove(dst)
-			if m.needsReflink && !reflink && i == 0 {
-				r.na = "fails without reflink (cp: " + lastPart(err.Error()) + ")"
-				progress("%s: n/a (%s)", label, r.na)
-				return r, nil
-			}
-			return r, err
-		}
-		if err := checkCopy(g, dst); err != nil {
-			return r, err
-		}
-		after, err := used(h.mnt)
-		if err != nil {
-			return r, err
-		}
-		r.times = append(r.times, d)
-		r.space = append(r.space, after-before)
-		if how != "" {
-			hows[how] = true
-		}
-		if err := os.Remove(dst); err != nil {
-			return r, fmt.Errorf("remove copy: %w", err)
-		}
-		if _, err := settle(h.mnt, before); err != nil {
-			return r, err
-		}
-		progress("%s: %s, +%s", label, fmtDur(d), volume.FormatSize(after-before))
-		if i == 0 && d > b.cfg.slowAfter {
-			n = min(n, b.cfg.slowRuns)
+			return fmt.Errorf("warm up: read %s: %w", path, err)
 		}
 	}
-	var list []string
-	for h := range hows {
-		list = append(list, h)
-	}
-	if len(list) > 0 {
-		r.how = strings.Join(list, "+")
-	} else {
-		r.how = copyKind(median64(r.space), g)
-	}
-	return r, nil
 }
 
 // checkCopy makes sure a copy has the source's length.

@@ -24,6 +24,7 @@ type hostFS struct {
 	mnt     string
 	size    int64
 	mkfs    []string // the mkfs command line, for the report
+	dio     bool     // the loop device does direct I/O
 }
 
 // lookTool finds a program in PATH or in the sbin directories, which a
@@ -104,29 +105,33 @@ func loopsUnder(path string) ([]string, error) {
 	return out, nil
 }
 
-// newHostFS makes a sparse file of the given size in dir, puts a fresh
-// filesystem of type typ on it and loop-mounts it.
+// newHostFS makes a file of the given size in dir, preallocated (so the
+// scratch filesystem's own block allocation does not weigh on whichever
+// copy first writes a region), puts a fresh filesystem of type typ on it
+// without discarding (which would punch the preallocation out again) and
+// mounts it from a loop device with direct I/O: like a filesystem on a
+// disk, its data are cached once, not also in the backing file's cache.
 func newHostFS(ctx context.Context, dir, typ string, size int64) (*hostFS, error) {
 	h := &hostFS{typ: typ, backing: filepath.Join(dir, typ+".fs"), mnt: filepath.Join(dir, typ), size: size}
 	f, err := os.OpenFile(h.backing, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s host filesystem: %w", typ, err)
 	}
-	err = f.Truncate(size)
+	err = unix.Fallocate(int(f.Fd()), 0, 0, size)
 	f.Close()
 	if err != nil {
 		os.Remove(h.backing)
-		return nil, fmt.Errorf("%s host filesystem: size %s: %w", typ, volume.FormatSize(size), err)
+		return nil, fmt.Errorf("%s host filesystem: fallocate %s: %w", typ, volume.FormatSize(size), err)
 	}
 	switch typ {
 	case "xfs":
-		// mkfs.xfs enables reflink by default (xfsprogs ≥ 5.1).
-		h.mkfs = []string{"mkfs.xfs", "-q", h.backing}
+		// mkfs.xfs enables reflink by default (xfsprogs ≥ 5.1); -K: no
+		// discard.
+		h.mkfs = []string{"mkfs.xfs", "-q", "-K", h.backing}
 	case "ext4":
 		// lazy_itable_init=0: no background ext4lazyinit thread zeroing
-		// inode tables during the measurements (on a file mke2fs punches
-		// them instead, at no cost).
-		h.mkfs = []string{"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0", h.backing}
+		// inode tables during the measurements.
+		h.mkfs = []string{"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,nodiscard", h.backing}
 	default:
 		return nil, fmt.Errorf("unknown filesystem type %q", typ)
 	}
@@ -138,7 +143,7 @@ func newHostFS(ctx context.Context, dir, typ string, size int64) (*hostFS, error
 		os.Remove(h.backing)
 		return nil, fmt.Errorf("%s host filesystem: %w", typ, err)
 	}
-	if err := mountLoop(h.backing, h.mnt); err != nil {
+	if err := h.mount(ctx); err != nil {
 		os.Remove(h.backing)
 		os.Remove(h.mnt)
 		return nil, err
@@ -146,14 +151,29 @@ func newHostFS(ctx context.Context, dir, typ string, size int64) (*hostFS, error
 	return h, nil
 }
 
+// mount attaches the backing file to an auto-clearing direct-I/O loop
+// device and mounts it.
+func (h *hostFS) mount(ctx context.Context) error {
+	dev, d, err := attachLoop(h.backing, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close() // the mount holds the device from then on
+	if b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "dio")); err == nil {
+		h.dio = strings.TrimSpace(string(b)) == "1"
+	}
+	_, err = sh(ctx, "mount", "-t", h.typ, dev, h.mnt)
+	return err
+}
+
 // remount unmounts and mounts the filesystem again: it evicts every
 // cached inode, so space held only in memory (XFS copy-on-write staging
 // extents, inodes awaiting inactivation) is settled.
-func (h *hostFS) remount() error {
+func (h *hostFS) remount(ctx context.Context) error {
 	if err := unmount(h.mnt, h.backing); err != nil {
 		return fmt.Errorf("remount %s: %w", h.typ, err)
 	}
-	if err := mountLoop(h.backing, h.mnt); err != nil {
+	if err := h.mount(ctx); err != nil {
 		return fmt.Errorf("remount %s: %w", h.typ, err)
 	}
 	return nil
@@ -223,8 +243,8 @@ func available(path string) (int64, error) {
 // hostFSSize is the size of each loop filesystem: room for the golden
 // images (empty and 50 % filled, every size), the largest full copy, the
 // clones of the space test, plus filesystem overhead. The filesystems are
-// made one at a time, so this is also the most the benchmark takes from
-// the scratch filesystem.
+// made one at a time and preallocated, so this is what the benchmark
+// takes from the scratch filesystem.
 func hostFSSize(cfg config) int64 {
 	var need, largest int64
 	for _, s := range cfg.sizes {
@@ -233,7 +253,7 @@ func hostFSSize(cfg config) int64 {
 		largest = max(largest, s)
 	}
 	need += largest // one full (non-sparse) copy at a time
-	perClone := cfg.writeMiB<<20 + cfg.cloneSize/512 + 16<<20
+	perClone := cfg.writeMiB<<20 + cfg.cloneSize/1024 + 8<<20
 	need += int64(cfg.clones) * perClone
 	need += need/16 + 2<<30
 	const gib = 1 << 30
@@ -253,7 +273,7 @@ func checkSpace(cfg config) error {
 	need := hostFSSize(cfg)
 	const margin = 4 << 30
 	if avail < need+margin {
-		return fmt.Errorf("not enough space in %s: %s available, the benchmark may use up to %s (one loop filesystem at a time) and leaves %s for others; "+
+		return fmt.Errorf("not enough space in %s: %s available, the benchmark takes %s (one preallocated loop filesystem at a time) and leaves %s for others; "+
 			"scale down with -sizes (e.g. -sizes 1G,4G) and/or -clones, or point -dir elsewhere",
 			cfg.dir, volume.FormatSize(avail), volume.FormatSize(need), volume.FormatSize(margin))
 	}
@@ -291,10 +311,11 @@ func settle(path string, target int64) (int64, error) {
 }
 
 // attachLoop attaches img to a free loop device with LO_FLAGS_AUTOCLEAR
-// and returns the device's path and an open file on it. The device
-// detaches by itself once the returned file is closed and nothing (no
-// mount) uses it any more, so it cannot leak, whatever happens.
-func attachLoop(img string) (string, *os.File, error) {
+// (plus LO_FLAGS_DIRECT_IO if directIO) and returns the device's path and
+// an open file on it. The device detaches by itself once the returned
+// file is closed and nothing (no mount) uses it any more, so it cannot
+// leak, whatever happens.
+func attachLoop(img string, directIO bool) (string, *os.File, error) {
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
 	if err != nil {
 		return "", nil, fmt.Errorf("loop device for %s: %w", img, err)
@@ -317,6 +338,9 @@ func attachLoop(img string) (string, *os.File, error) {
 		}
 		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		if directIO {
+			cfg.Info.Flags |= unix.LO_FLAGS_DIRECT_IO
+		}
 		copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], img)
 		err = unix.IoctlLoopConfigure(int(d.Fd()), &cfg)
 		if err == nil {

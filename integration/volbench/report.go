@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,10 +49,21 @@ func (b *bench) printTable(goldens []golden, rows [][]row) {
 	fmt.Printf("(p95/max: nearest-rank 95th percentile, i.e. the slowest run when there are fewer than 20; vs Clone: p50 / volume.Clone's p50)\n")
 }
 
-// targets adds the clone-time lines of one host filesystem to the summary.
+// targetImageSize is the image size the clone-time target is judged at:
+// 4 GiB, or the space test's size when -sizes has no 4G.
+func (b *bench) targetImageSize() int64 {
+	if hasSize(b.cfg.sizes, targetSize) {
+		return targetSize
+	}
+	return b.cfg.cloneSize
+}
+
+// targets adds the clone-time lines of one host filesystem to the
+// summary and, on XFS, keeps volume.Clone's times at the target size for
+// the verdict.
 func (b *bench) targets(typ string, goldens []golden, rows [][]row) {
 	for i, g := range goldens {
-		if g.size != targetSize && !(g.size == b.cfg.cloneSize && !hasSize(b.cfg.sizes, targetSize)) {
+		if g.size != b.targetImageSize() {
 			continue
 		}
 		c := rows[i][0]
@@ -62,21 +74,37 @@ func (b *bench) targets(typ string, goldens []golden, rows [][]row) {
 				line += fmt.Sprintf("; %s %s", r.method, fmtDur(median(r.times)))
 			}
 		}
-		if typ == "xfs" {
-			verdict := "MET"
-			if p95(c.times) > targetClone {
-				verdict = "NOT MET at the slowest run"
-				if median(c.times) > targetClone {
-					verdict = "NOT MET"
-				}
-			}
-			if g.size != targetSize {
-				verdict += fmt.Sprintf(" (at %s: -sizes has no 4G)", volume.FormatSize(g.size))
-			}
-			line += fmt.Sprintf(". Target clone ≤ %s at 4 GiB on XFS: %s", fmtDur(targetClone), verdict)
-		}
 		b.summary = append(b.summary, line)
+		if typ == "xfs" {
+			b.targetTimes = append(b.targetTimes, c.times...)
+			b.targetFrom = append(b.targetFrom, fmt.Sprintf("%d of the %s golden", len(c.times), g.label()))
+		}
 	}
+}
+
+// verdict is the summary line for the clone-time target: volume.Clone on
+// XFS at the target size, over the method table's runs and the space
+// test's clones.
+func (b *bench) verdict() string {
+	t := b.targetTimes
+	if len(t) == 0 {
+		return ""
+	}
+	v := "MET"
+	switch {
+	case median(t) > targetClone:
+		v = "NOT MET"
+	case p95(t) > targetClone:
+		v = "MET at p50, NOT at p95"
+	}
+	size := b.targetImageSize()
+	line := fmt.Sprintf("Target clone ≤ %s at 4 GiB on XFS: %s. volume.Clone of %s images on XFS, %d clones (%s): p50 %s, p95 %s, max %s",
+		fmtDur(targetClone), v, volume.FormatSize(size), len(t), strings.Join(b.targetFrom, ", "),
+		fmtDur(median(t)), fmtDur(p95(t)), fmtDur(slices.Max(t)))
+	if size != targetSize {
+		line += fmt.Sprintf(" (at %s: -sizes has no 4G)", volume.FormatSize(size))
+	}
+	return line
 }
 
 func hasSize(sizes []int64, s int64) bool { return slices.Contains(sizes, s) }
