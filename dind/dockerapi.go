@@ -2,6 +2,7 @@ package dind
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -146,4 +147,66 @@ func (d *Docker) Images(ctx context.Context) ([]string, error) {
 		out = append(out, i.RepoTags...)
 	}
 	return out, nil
+}
+
+// Run runs image with cmd to completion through the Engine API (create,
+// start, wait, remove: what `docker run --rm` does) and returns its exit
+// code. It is how a harness drives an episode from the host.
+func (d *Docker) Run(ctx context.Context, image string, cmd ...string) (int, error) {
+	body, err := json.Marshal(map[string]any{"Image": image, "Cmd": cmd, "AttachStdout": false, "AttachStderr": false})
+	if err != nil {
+		return -1, err
+	}
+	var created struct {
+		ID string `json:"Id"`
+	}
+	if err := d.call(ctx, http.MethodPost, "/containers/create", body, &created); err != nil {
+		return -1, fmt.Errorf("docker run %s: create: %w", image, err)
+	}
+	defer func() {
+		_ = d.call(context.WithoutCancel(ctx), http.MethodDelete, "/containers/"+created.ID+"?force=1", nil, nil)
+	}()
+	if err := d.call(ctx, http.MethodPost, "/containers/"+created.ID+"/start", nil, nil); err != nil {
+		return -1, fmt.Errorf("docker run %s: start: %w", image, err)
+	}
+	var waited struct {
+		StatusCode int `json:"StatusCode"`
+	}
+	if err := d.call(ctx, http.MethodPost, "/containers/"+created.ID+"/wait", nil, &waited); err != nil {
+		return -1, fmt.Errorf("docker run %s: wait: %w", image, err)
+	}
+	if err := d.call(ctx, http.MethodDelete, "/containers/"+created.ID, nil, nil); err != nil {
+		return waited.StatusCode, fmt.Errorf("docker run %s: remove: %w", image, err)
+	}
+	return waited.StatusCode, nil
+}
+
+// call sends one Engine API request with an optional JSON body and decodes
+// a JSON answer into out (if not nil).
+func (d *Docker) call(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://docker"+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
