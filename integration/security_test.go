@@ -109,11 +109,14 @@ func shimPid(t *testing.T, id string) int {
 		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-gvx-v2" {
 			continue
 		}
+		var idOK, ours bool
 		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "-id" && args[i+1] == id {
-				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-				return pid
-			}
+			idOK = idOK || args[i] == "-id" && args[i+1] == id
+			ours = ours || args[i] == "-address" && args[i+1] == e.Socket()
+		}
+		if idOK && ours {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+			return pid
 		}
 	}
 	t.Fatalf("no shim process for %s", id)
