@@ -101,6 +101,7 @@ bench: deps build tools images
 		$(GO) run ./integration/bench $(BENCHFLAGS)
 	$(GO) run ./integration/volbench $(VOLBENCHFLAGS)
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./integration/snapbench $(SNAPBENCHFLAGS)
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./integration/dockerbench $(DOCKERBENCHFLAGS)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
