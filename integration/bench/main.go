@@ -156,7 +156,7 @@ func cycles(ctx context.Context, c *client.Client, img client.Image, rt runtimeU
 	var st cycleStats
 	// One warm-up cycle (page cache, first shim start) is not counted.
 	for i := -1; i < n; i++ {
-		id := fmt.Sprintf("bench-%d", i+1)
+		id := fmt.Sprintf("bench-%03d", i+1)
 		t0 := time.Now()
 		cont, task, ph, err := startSandboxPhases(ctx, c, img, rt, id)
 		if err != nil {
@@ -264,7 +264,7 @@ func throughput(ctx context.Context, c *client.Client, img client.Image, rt runt
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("burst-%d", i))
+			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("burst-%03d", i))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
