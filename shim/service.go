@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -95,6 +96,8 @@ func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
 
 // Create prepares the bundle for an unprivileged sandbox and creates it.
 func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *task.CreateTaskResponse, retErr error) {
+	t0 := time.Now()
+	var tRootfs time.Duration
 	cfg, err := configFromOptions(r.Options)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
@@ -184,7 +187,10 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		// the bundle: the sandbox's unprivileged gofer must reach it, and
 		// containerd's state directory need not be traversable by it.
 		rootfs := rootfsDir
-		if err := mountRootfs(ctx, r.Rootfs, rootfs, mapping, spec.Mounts); err != nil {
+		tm := time.Now()
+		err := mountRootfs(ctx, r.Rootfs, rootfs, mapping, spec.Mounts)
+		tRootfs = time.Since(tm)
+		if err != nil {
 			return nil, errgrpc.ToGRPC(err)
 		}
 		ts.rootfs = rootfs
@@ -213,10 +219,13 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	r.Options = opts
 	ts.root = filepath.Join(sentryRoot(cfg.SentryRoot(), group), ns)
+	tPrep := time.Since(t0)
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
 		return nil, err
 	}
+	log.G(ctx).Debugf("gvx shim: created %s in %s (preparation %s, of which rootfs mount %s; sandbox create %s)",
+		r.ID, time.Since(t0), tPrep, tRootfs, time.Since(t0)-tPrep)
 	s.mu.Lock()
 	s.tasks[r.ID] = ts
 	s.mu.Unlock()
