@@ -1,0 +1,290 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	coci "github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// clientEnv returns a containerd client and a context in the test namespace.
+func clientEnv(t *testing.T) (*client.Client, context.Context, client.Image) {
+	t.Helper()
+	requireEnv(t)
+	c, err := client.New(e.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	img, err := c.GetImage(ctx, busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx, img
+}
+
+func newContainer(t *testing.T, c *client.Client, ctx context.Context, img client.Image, id string, opts ...coci.SpecOpts) client.Container {
+	t.Helper()
+	all := append([]coci.SpecOpts{coci.WithImageConfig(img)}, opts...)
+	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithNewSpec(all...), client.WithRuntime(runtime, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cont.Delete(ctx, client.WithSnapshotCleanup); err != nil {
+			t.Errorf("delete container %s: %v", id, err)
+		}
+	})
+	return cont
+}
+
+// TestEventsOrder: the task events containerd receives from the shim come
+// in the documented order, with the exit status of the process.
+func TestEventsOrder(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	evctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, errs := c.Subscribe(evctx, `topic~="/tasks/"`)
+	cont := newContainer(t, c, ctx, img, "ev1", coci.WithProcessArgs("sh", "-c", "sleep 1; exit 3"))
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, err := task.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cont.Spec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := *spec.Process
+	p.Args = []string{"true"}
+	proc, err := task.Exec(ctx, "x1", &p, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pexit, err := proc.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-pexit
+	if _, err := proc.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := <-exit
+	if st.ExitCode() != 3 {
+		t.Errorf("exit code %d, want 3", st.ExitCode())
+	}
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/tasks/create", "/tasks/start", "/tasks/exec-added", "/tasks/exec-started", "/tasks/exit", "/tasks/exit", "/tasks/delete"}
+	var got []string
+	var initExit *apievents.TaskExit
+	timeout := time.After(10 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case env := <-ch:
+			got = append(got, env.Topic)
+			if env.Topic == "/tasks/exit" {
+				v, err := typeurl.UnmarshalAny(env.Event)
+				if err == nil {
+					if te, ok := v.(*apievents.TaskExit); ok && te.ID == "ev1" {
+						initExit = te
+					}
+				}
+			}
+		case err := <-errs:
+			t.Fatal(err)
+		case <-timeout:
+			t.Fatalf("events so far %v, want %v", got, want)
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	if initExit == nil || initExit.ExitStatus != 3 {
+		t.Errorf("init's TaskExit %+v, want exit status 3", initExit)
+	}
+}
+
+// TestStdinCloseAndFileLog: stdin reaches the process and closing it
+// (CloseIO) gives EOF; file:// logging writes stdout and stderr to a file.
+func TestStdinCloseAndFileLog(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	cont := newContainer(t, c, ctx, img, "io1", coci.WithProcessArgs("sh", "-c", "cat; echo to-stderr >&2"))
+	var out, errb bytes.Buffer
+	stdin, w := io.Pipe()
+	task, err := cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdin, &out, &errb)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, err := task.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(w, "through-stdin")
+	w.Close()
+	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-exit:
+		if st.ExitCode() != 0 {
+			t.Errorf("exit %d", st.ExitCode())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("process did not see EOF on stdin after CloseIO")
+	}
+	task.IO().Wait()
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out.String()) != "through-stdin" || strings.TrimSpace(errb.String()) != "to-stderr" {
+		t.Errorf("stdout %q stderr %q", out.String(), errb.String())
+	}
+
+	logFile := filepath.Join(t.TempDir(), "task.log")
+	r, err := e.ctrResult(ctx, "run", "--rm", "--runtime", runtime, "--log-uri", "file://"+logFile, busybox, "io2", "sh", "-c", "echo out-line; echo err-line >&2")
+	if err != nil || r.code != 0 {
+		t.Fatalf("ctr run --log-uri: %v %d %s", err, r.code, r.stderr)
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil || !strings.Contains(string(data), "out-line") || !strings.Contains(string(data), "err-line") {
+		t.Errorf("file:// log %q (%v), want both lines", data, err)
+	}
+}
+
+// TestHooks: createRuntime, poststart and poststop hooks run on the host
+// in that order; before the sandbox stops, their state's pid is the
+// sandbox's (its network namespace is the one the guest uses).
+func TestHooks(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "hooks.log")
+	hook := func(stage string) specs.Hook {
+		// The hook records its stage, the state's pid and, while the pid
+		// lives, the inode of its network namespace.
+		script := fmt.Sprintf(`read -r state; pid=$(echo "$state" | sed -n 's/.*"pid":\([0-9]*\).*/\1/p'); ns=$(readlink /proc/$pid/ns/net 2>/dev/null); echo "%s $pid $ns" >> %s`, stage, logPath)
+		return specs.Hook{Path: "/bin/sh", Args: []string{"sh", "-c", script}}
+	}
+	withHooks := func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
+		if s.Hooks == nil {
+			s.Hooks = &specs.Hooks{}
+		}
+		s.Hooks.CreateRuntime = append(s.Hooks.CreateRuntime, hook("createRuntime"))
+		s.Hooks.Poststart = append(s.Hooks.Poststart, hook("poststart"))
+		s.Hooks.Poststop = append(s.Hooks.Poststop, hook("poststop"))
+		return nil
+	}
+	cont := newContainer(t, c, ctx, img, "hk1", coci.WithProcessArgs("sleep", "60"), withHooks)
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, err := task.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sandboxNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", task.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exit
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var stages []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		stages = append(stages, f[0])
+		// The OCI state's pid is required while created or running; at
+		// poststop the sandbox is gone and the pid is optional.
+		if f[0] != "poststop" && (len(f) < 2 || f[1] != strconv.Itoa(int(task.Pid()))) {
+			t.Errorf("hook %q: state pid is not the sandbox's %d", l, task.Pid())
+		}
+		if f[0] == "createRuntime" && (len(f) < 3 || f[2] != sandboxNS) {
+			t.Errorf("createRuntime hook saw netns %v, want the sandbox's %s", f[2:], sandboxNS)
+		}
+	}
+	if strings.Join(stages, " ") != "createRuntime poststart poststop" {
+		t.Errorf("hook order %v, want createRuntime poststart poststop", stages)
+	}
+}
+
+// TestPauseResumeUpdate: pause freezes the sandbox, resume thaws it,
+// Update changes its resources.
+func TestPauseResumeUpdate(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	cont := newContainer(t, c, ctx, img, "pr1", coci.WithProcessArgs("sleep", "60"))
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+	}()
+	if err := task.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := task.Status(ctx); err != nil || st.Status != client.Paused {
+		t.Errorf("after pause: %v %v", st.Status, err)
+	}
+	if err := task.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := task.Status(ctx); err != nil || st.Status != client.Running {
+		t.Errorf("after resume: %v %v", st.Status, err)
+	}
+	limit := int64(256 << 20)
+	if err := task.Update(ctx, client.WithResources(&specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}})); err != nil {
+		t.Errorf("update memory limit: %v", err)
+	}
+}
