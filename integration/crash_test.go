@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // TestKillSandbox: kill -9 of the Sentry mid-run is reported as the task's
@@ -29,7 +31,7 @@ func TestKillShim(t *testing.T) {
 	checkNoLeaks(t)
 	startDetached(t, "crash2", "sleep", "600")
 	shim := shimPid(t, "crash2")
-	sandbox := descendants(shim)
+	sandbox := harness.Descendants(shim)
 	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill shim %d: %v", shim, err)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	coci "github.com/containerd/containerd/v2/pkg/oci"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // procInfo is what /proc says about a host process.
@@ -60,40 +62,6 @@ func readProc(pid int) (procInfo, error) {
 	p.uidMap = strings.Join(strings.Fields(string(m)), " ")
 	p.userNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/user", pid))
 	return p, err
-}
-
-// descendants lists the pids of all processes below pid.
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, d := range dirs {
-		data, err := os.ReadFile(d)
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		me, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-		children[ppid] = append(children[ppid], me)
-	}
-	var out []int
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out = append(out, c)
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
 }
 
 // shimPid finds the shim serving task id.
@@ -171,7 +139,7 @@ func TestSandboxUnprivileged(t *testing.T) {
 	}
 	check := func(phase string, locked bool) {
 		shim := shimPid(t, "sec1")
-		pids := descendants(shim)
+		pids := harness.Descendants(shim)
 		if len(pids) < 2 {
 			t.Fatalf("%s: shim %d has %d descendants, want at least the Sentry and the gofer", phase, shim, len(pids))
 		}

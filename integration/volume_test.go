@@ -12,47 +12,17 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gvxrun/gvx/internal/testfs"
 )
 
-// loopFS makes a filesystem of the given kind (xfs: reflink; ext4: none) in
-// a file, loop-mounts it and returns the mount point; cleanup unmounts it
-// and detaches the loop device.
+// loopFS makes a 2 GiB filesystem of the given kind (xfs: reflink; ext4:
+// none), loop-mounted in the host's mount namespace (the shim and the
+// sandboxes must see it), reachable by the sandbox's unprivileged uid.
 func loopFS(t *testing.T, kind string) string {
 	t.Helper()
-	if _, err := exec.LookPath("mkfs." + kind); err != nil {
-		t.Skipf("mkfs.%s not installed", kind)
-	}
-	dir := t.TempDir()
-	img := filepath.Join(dir, kind+".img")
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(img)
-	if err == nil {
-		err = f.Truncate(2 << 30)
-		f.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	mkfs := exec.Command("mkfs."+kind, "-q", img)
-	if kind == "ext4" {
-		mkfs = exec.Command("mkfs.ext4", "-q", "-F", img)
-	}
-	if out, err := mkfs.CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.%s: %v: %s", kind, err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount %s: %v: %s", kind, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-d", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
-	// The sandbox's host uid must be able to reach volumes' directories.
-	for _, d := range []string{dir, filepath.Dir(dir), mnt} {
+	mnt := testfs.LoopFS(t, kind, "2G")
+	for _, d := range []string{filepath.Dir(filepath.Dir(mnt)), filepath.Dir(mnt)} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}

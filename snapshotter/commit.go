@@ -124,7 +124,7 @@ func settle(ctx context.Context, key, p string) error {
 // fsckPreen runs e2fsck -fp on an unmounted image; exit codes 0-3 mean
 // clean or fixed.
 func fsckPreen(ctx context.Context, p string) error {
-	bin, err := lookTool("e2fsck")
+	bin, err := volume.Tool("e2fsck")
 	if err != nil {
 		return err
 	}

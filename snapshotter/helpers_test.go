@@ -3,8 +3,6 @@ package snapshotter
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 
+	"github.com/gvxrun/gvx/internal/testfs"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -19,81 +18,19 @@ import (
 // ext4 are fast.
 const testSize = 64 << 20
 
-// requireRoot skips tests that mount.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to loop-mount filesystems (run go test as root)")
-	}
-}
+var (
+	requireRoot  = testfs.RequireRoot
+	requireTools = testfs.RequireTools
+	sh           = testfs.Sh
+	loopsUnder   = testfs.LoopsUnder
+)
 
-// requireTools skips when a program the test needs is missing.
-func requireTools(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := lookTool(n); err != nil {
-			t.Skipf("skipping: %s not installed (apt-get install e2fsprogs xfsprogs)", n)
-		}
-	}
-}
-
-// sh runs a command and fails the test, with its output, if it fails.
-func sh(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// newLoopFS makes a filesystem of type fstype ("xfs": reflink on by
-// default; "ext4": no reflink) of the given size in a sparse file under
-// t.TempDir(), loop-mounts it and returns the mount point. Cleanup
-// unmounts it, which detaches its auto-clear loop device, and fails the
-// test if a loop device is left on the file or on any file inside it.
+// newLoopFS makes and mounts a filesystem of type fstype and size; see
+// testfs.LoopFS.
 func newLoopFS(t *testing.T, fstype, size string) string {
 	t.Helper()
-	requireRoot(t)
-	requireTools(t, "mkfs."+fstype, "mkfs.ext4", "debugfs", "e2fsck")
-	dir := t.TempDir()
-	img := filepath.Join(dir, fstype+".img")
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sh(t, "truncate", "-s", size, img)
-	if fstype == "ext4" {
-		sh(t, "mkfs.ext4", "-q", "-F", img)
-	} else {
-		sh(t, "mkfs."+fstype, "-q", img)
-	}
-	sh(t, "mount", "-o", "loop", img, mnt)
-	t.Cleanup(func() {
-		if l := loopsUnder(mnt + "/"); len(l) > 0 {
-			t.Errorf("loop devices left on files in %s: %v", mnt, l)
-		}
-		if out, err := exec.Command("umount", "-d", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount -d %s: %v\n%s", mnt, err, out)
-		}
-		if l := loopsUnder(img); len(l) > 0 {
-			t.Errorf("loop device left on %s: %v", img, l)
-		}
-	})
-	return mnt
-}
-
-// loopsUnder lists loop devices whose backing file starts with prefix.
-func loopsUnder(prefix string) []string {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), prefix) {
-			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f)))+" "+strings.TrimSpace(string(b)))
-		}
-	}
-	return out
+	requireTools(t, "mkfs.ext4", "debugfs", "e2fsck")
+	return testfs.LoopFS(t, fstype, size)
 }
 
 // open opens a snapshotter on root with test defaults; cleanup closes it.

@@ -141,7 +141,7 @@ func removeLostFound(ctx context.Context, p string) error {
 // a request fails, so anything on stderr besides its version banner is
 // an error.
 func debugfs(ctx context.Context, args ...string) (string, error) {
-	bin, err := lookTool("debugfs")
+	bin, err := volume.Tool("debugfs")
 	if err != nil {
 		return "", err
 	}
@@ -163,18 +163,4 @@ func debugfs(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("debugfs %s: %s", strings.Join(args, " "), strings.Join(msgs, "; "))
 	}
 	return stdout.String(), nil
-}
-
-// lookTool finds an e2fsprogs program in PATH, /usr/sbin or /sbin.
-func lookTool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin"} {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found in PATH, /usr/sbin or /sbin: install e2fsprogs", name)
 }

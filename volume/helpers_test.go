@@ -17,88 +17,29 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/testfs"
 )
 
 // privateNSEnv marks the test binary re-executed in its own mount
 // namespace.
 const privateNSEnv = "GVX_VOLUME_TEST_PRIVATE_MOUNTNS"
 
-// TestMain re-executes the tests, when run as root, in a private mount
-// namespace: the loop mounts they make are then invisible to (and cannot
-// be pinned by) sandboxes started meanwhile on this machine, and the
-// kernel tears them down, detaching their auto-clear loop devices, when
-// the test process exits, even if it is killed before its cleanups run.
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 || os.Getenv(privateNSEnv) != "" {
-		os.Exit(m.Run())
-	}
-	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), privateNSEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // Go makes "/" rprivate
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		os.Exit(0)
-	case errors.As(err, &ee) && ee.Exited():
-		os.Exit(ee.ExitCode())
-	default:
-		fmt.Fprintf(os.Stderr, "re-exec in a private mount namespace: %v\n", err)
-		os.Exit(2)
-	}
-}
+// TestMain runs the tests, as root in a private mount namespace (see
+// testfs.RunPrivate).
+func TestMain(m *testing.M) { os.Exit(testfs.RunPrivate(m, privateNSEnv)) }
 
-// requireRoot skips tests that mount.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to loop-mount filesystems (run go test as root)")
-	}
-}
+var (
+	requireRoot  = testfs.RequireRoot
+	requireTools = testfs.RequireTools
+	sh           = testfs.Sh
+)
 
-// requireTools skips when a program the test needs is missing.
-func requireTools(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := tool(n); err != nil {
-			t.Skipf("skipping: %s not installed (apt-get install e2fsprogs xfsprogs)", n)
-		}
-	}
-}
-
-// sh runs a command and fails the test, with its output, if it fails.
-func sh(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// newLoopFS makes a 2 GiB filesystem of type fstype ("xfs": reflink on by
-// default; "ext4": no reflink) in a sparse file, loop-mounts it and
-// returns the mount point. Cleanup unmounts it, which detaches the
-// auto-clear loop device, and fails the test if a loop device is left.
+// newLoopFS makes and mounts a 2 GiB filesystem of type fstype ("xfs":
+// reflink; "ext4": none); see testfs.LoopFS.
 func newLoopFS(t *testing.T, fstype string) string {
 	t.Helper()
-	requireRoot(t)
-	requireTools(t, "mkfs."+fstype, "losetup")
-	dir := t.TempDir()
-	img := filepath.Join(dir, fstype+".img")
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sh(t, "truncate", "-s", "2G", img)
-	if fstype == "ext4" {
-		sh(t, "mkfs.ext4", "-q", "-F", img)
-	} else {
-		sh(t, "mkfs."+fstype, "-q", img)
-	}
-	mountLoop(t, img, mnt)
-	return mnt
+	return testfs.LoopFS(t, fstype, "2G")
 }
 
 // mountLoop loop-mounts img on dir (read-write unless opts add ro) and

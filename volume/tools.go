@@ -12,9 +12,9 @@ import (
 	"github.com/containerd/log"
 )
 
-// tool finds an e2fsprogs program in PATH or, since non-root PATHs often
+// Tool finds an e2fsprogs program in PATH or, since non-root PATHs often
 // lack them, in /sbin and /usr/sbin.
-func tool(name string) (string, error) {
+func Tool(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
@@ -37,7 +37,7 @@ type runResult struct {
 // error means it could not be run at all (or ctx ended); a non-zero exit
 // code is for the caller to judge, since e2fsck's codes are a bit mask.
 func run(ctx context.Context, name string, args ...string) (runResult, error) {
-	p, err := tool(name)
+	p, err := Tool(name)
 	if err != nil {
 		return runResult{}, err
 	}

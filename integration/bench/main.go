@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,18 +64,9 @@ func run(runs, conc, burst int) error {
 		return err
 	}
 	defer c.Close()
-	f, err := os.Open(filepath.Join(images, "busybox.tar"))
+	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
 	if err != nil {
 		return err
-	}
-	imgs, err := c.Import(ctx, f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	img := client.NewImage(c, imgs[0])
-	if err := img.Unpack(ctx, ""); err != nil {
-		return fmt.Errorf("unpack: %w", err)
 	}
 
 	volDir, err := os.MkdirTemp("/var/tmp", "gvx-bench-")
@@ -109,18 +99,18 @@ func run(runs, conc, burst int) error {
 	fmt.Printf("%-18s %12s %12s %12s %12s %12s %12s\n", "runtime", "create→exec", "p95", "full cycle", "p95", "delete", "p95")
 	for _, rt := range rts {
 		s := results[rt.name]
-		fmt.Printf("%-18s %12s %12s %12s %12s %12s %12s\n", rt.name, ms(pct(s.toExec, 50)), ms(pct(s.toExec, 95)),
-			ms(pct(s.total, 50)), ms(pct(s.total, 95)), ms(pct(s.del, 50)), ms(pct(s.del, 95)))
+		fmt.Printf("%-18s %12s %12s %12s %12s %12s %12s\n", rt.name, ms(harness.Percentile(s.toExec, 50)), ms(harness.Percentile(s.toExec, 95)),
+			ms(harness.Percentile(s.total, 50)), ms(harness.Percentile(s.total, 95)), ms(harness.Percentile(s.del, 50)), ms(harness.Percentile(s.del, 95)))
 	}
 	fmt.Printf("\ncreate→exec by phase (p50): container = snapshot + metadata; task create = shim start + sandbox create\n")
 	fmt.Printf("%-18s %12s %12s %12s %12s\n", "runtime", "container", "task create", "task start", "exec")
 	for _, rt := range rts {
 		s := results[rt.name]
-		fmt.Printf("%-18s %12s %12s %12s %12s\n", rt.name, ms(pct(s.container, 50)), ms(pct(s.create, 50)), ms(pct(s.start, 50)), ms(pct(s.exec, 50)))
+		fmt.Printf("%-18s %12s %12s %12s %12s\n", rt.name, ms(harness.Percentile(s.container, 50)), ms(harness.Percentile(s.create, 50)), ms(harness.Percentile(s.start, 50)), ms(harness.Percentile(s.exec, 50)))
 	}
 	fmt.Printf("\nmount-into-sandbox overhead of one 1 GiB ext4lite volume (p50): create→exec +%s, full cycle +%s\n",
-		ms(pct(results["gvx + ext4 volume"].toExec, 50)-pct(results["gvx"].toExec, 50)),
-		ms(pct(results["gvx + ext4 volume"].total, 50)-pct(results["gvx"].total, 50)))
+		ms(harness.Percentile(results["gvx + ext4 volume"].toExec, 50)-harness.Percentile(results["gvx"].toExec, 50)),
+		ms(harness.Percentile(results["gvx + ext4 volume"].total, 50)-harness.Percentile(results["gvx"].total, 50)))
 	g, r, rc := results["gvx"], results["runsc (runc shim)"], results["runc"]
 	fmt.Printf("\nratios (p50, lower is better): create→exec gvx/runsc %.2f×, gvx/runc %.2f×; full cycle gvx/runsc %.2f×, gvx/runc %.2f×\n",
 		ratio(g.toExec, r.toExec), ratio(g.toExec, rc.toExec), ratio(g.total, r.total), ratio(g.total, rc.total))
@@ -299,8 +289,8 @@ func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runt
 		}
 	}()
 	time.Sleep(time.Second) // let start-up settle
-	shim := parentOf(int(task.Pid()))
-	for _, pid := range append([]int{shim}, descendants(shim)...) {
+	shim := harness.ParentOf(int(task.Pid()))
+	for _, pid := range append([]int{shim}, harness.Descendants(shim)...) {
 		u, p, ok := smapsRollup(pid)
 		if ok {
 			uss += u
@@ -332,38 +322,6 @@ func smapsRollup(pid int) (uss, pss int64, ok bool) {
 	return uss, pss, true
 }
 
-func parentOf(pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		me, _ := strconv.Atoi(filepath.Base(d))
-		if pp := parentOf(me); pp != 0 {
-			children[pp] = append(children[pp], me)
-		}
-	}
-	var out []int
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out = append(out, c)
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
-}
-
 // withVolume mounts an ext4lite volume at /data.
 func withVolume(path string) oci.SpecOpts {
 	return func(ctx context.Context, c oci.Client, cont *containers.Container, s *oci.Spec) error {
@@ -375,20 +333,9 @@ func withVolume(path string) oci.SpecOpts {
 	}
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return s[i]
+func ratio(a, b []time.Duration) float64 {
+	return float64(harness.Percentile(a, 50)) / float64(harness.Percentile(b, 50))
 }
-
-func ratio(a, b []time.Duration) float64 { return float64(pct(a, 50)) / float64(pct(b, 50)) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 

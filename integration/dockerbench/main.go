@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -71,7 +70,7 @@ func run(runs, conc int) error {
 	}
 	defer c.Close()
 	progress("importing the dind image")
-	if err := importArchive(ctx, c, filepath.Join(images, "dind.tar")); err != nil {
+	if _, err := harness.ImportArchive(ctx, c, filepath.Join(images, "dind.tar"), ""); err != nil {
 		return err
 	}
 	work, err := os.MkdirTemp("/var/tmp", "gvx-dockerbench-")
@@ -119,7 +118,7 @@ func run(runs, conc int) error {
 			seq = append(seq, s)
 		}
 		p := summarize(seq)
-		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s %12s\n", f.name, "sequential", ms(p.clone), ms(p.up), ms(p.ready), ms(p.firstRun), ms(pct(firstRuns(seq), 95)), ms(p.cliRun))
+		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s %12s\n", f.name, "sequential", ms(p.clone), ms(p.up), ms(p.ready), ms(p.firstRun), ms(harness.Percentile(firstRuns(seq), 95)), ms(p.cliRun))
 		if base == 0 {
 			base = p.firstRun
 		}
@@ -128,7 +127,7 @@ func run(runs, conc int) error {
 			return fmt.Errorf("%s concurrent: %w", f.name, err)
 		}
 		q := summarize(par)
-		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s %12s   (all %d done in %s)\n", "", fmt.Sprintf("%d at once", conc), ms(q.clone), ms(q.up), ms(q.ready), ms(q.firstRun), ms(pct(firstRuns(par), 95)), ms(q.cliRun), conc, ms(wall))
+		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s %12s   (all %d done in %s)\n", "", fmt.Sprintf("%d at once", conc), ms(q.clone), ms(q.up), ms(q.ready), ms(q.firstRun), ms(harness.Percentile(firstRuns(par), 95)), ms(q.cliRun), conc, ms(wall))
 		if f.name != flows[0].name {
 			fmt.Printf("%-34s ratio of first-run p50 to the reflink flow: %.2f×\n", "", float64(p.firstRun)/float64(base))
 		}
@@ -219,7 +218,7 @@ func summarize(s []sample) sample {
 		for i, x := range s {
 			d[i] = f(x)
 		}
-		return pct(d, 50)
+		return harness.Percentile(d, 50)
 	}
 	return sample{
 		clone:    col(func(x sample) time.Duration { return x.clone }),
@@ -238,35 +237,9 @@ func firstRuns(s []sample) []time.Duration {
 	return d
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return s[i]
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
 func progress(s string) { fmt.Fprintf(os.Stderr, "dockerbench: %s\n", s) }
-
-func importArchive(ctx context.Context, c *client.Client, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("%w (run `make images`)", err)
-	}
-	defer f.Close()
-	imgs, err := c.Import(ctx, f)
-	if err != nil {
-		return fmt.Errorf("import %s: %w", path, err)
-	}
-	return client.NewImage(c, imgs[0]).Unpack(ctx, "")
-}
 
 // loopFS makes and mounts a loop filesystem of kind under work.
 func loopFS(work, kind string) (string, func(), error) {

@@ -1,0 +1,91 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+)
+
+// ImportArchive imports an image archive into containerd and unpacks it
+// into snapshotter (empty: the default one).
+func ImportArchive(ctx context.Context, c *client.Client, path, snapshotter string) (client.Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w (run `make images`)", err)
+	}
+	defer f.Close()
+	imgs, err := c.Import(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", path, err)
+	}
+	if len(imgs) == 0 {
+		return nil, fmt.Errorf("import %s: the archive names no image", path)
+	}
+	img := client.NewImage(c, imgs[0])
+	if err := img.Unpack(ctx, snapshotter); err != nil {
+		return nil, fmt.Errorf("unpack %s: %w", imgs[0].Name, err)
+	}
+	return img, nil
+}
+
+// Percentile is the p-th percentile (nearest rank) of d.
+func Percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i]
+}
+
+// ParentOf is the parent pid of pid (0 if it is gone).
+func ParentOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// Descendants lists the pids of all processes below pid.
+func Descendants(pid int) []int {
+	children := map[int][]int{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		me, _ := strconv.Atoi(filepath.Base(d))
+		if pp := ParentOf(me); pp != 0 {
+			children[pp] = append(children[pp], me)
+		}
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}

@@ -1,0 +1,135 @@
+// Package testfs holds test support shared by gvx's packages that need real
+// filesystems: re-running a test binary in a private mount namespace,
+// loop-mounted XFS (reflink) and ext4 (no reflink) filesystems that are
+// released, and checked for leftover loop devices, at cleanup.
+package testfs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// RunPrivate runs the tests. As root, it first re-executes the test binary
+// in a private mount namespace (marked by the environment variable env):
+// the loop mounts the tests make are then invisible to, and cannot be
+// pinned by, sandboxes started meanwhile on the machine, and the kernel
+// tears them down, detaching their auto-clear loop devices, when the test
+// process exits, even if it is killed before its cleanups run. It returns
+// the exit code for os.Exit.
+func RunPrivate(m *testing.M, env string) int {
+	if os.Geteuid() != 0 || os.Getenv(env) != "" {
+		return m.Run()
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), env+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // Go makes "/" rprivate
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee) && ee.Exited():
+		return ee.ExitCode()
+	default:
+		fmt.Fprintf(os.Stderr, "re-exec in a private mount namespace: %v\n", err)
+		return 2
+	}
+}
+
+// RequireRoot skips tests that mount.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root to loop-mount filesystems (run go test as root)")
+	}
+}
+
+// RequireTools skips when a program the test needs is missing.
+func RequireTools(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := Tool(n); err != nil {
+			t.Skipf("skipping: %s not installed (apt-get install e2fsprogs xfsprogs)", n)
+		}
+	}
+}
+
+// Tool finds a program on PATH or in the sbin directories root's PATH has.
+func Tool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin"} {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found", name)
+}
+
+// Sh runs a command and fails the test, with its output, if it fails.
+func Sh(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// LoopFS makes a filesystem of type fstype ("xfs": reflink on by default;
+// "ext4": no reflink) of the given size ("2G") in a sparse file under
+// t.TempDir(), loop-mounts it and returns the mount point. Cleanup
+// unmounts it, which detaches its auto-clear loop device, and fails the
+// test if a loop device is left on the file or on any file inside it.
+func LoopFS(t testing.TB, fstype, size string) string {
+	t.Helper()
+	RequireRoot(t)
+	RequireTools(t, "mkfs."+fstype, "losetup")
+	dir := t.TempDir()
+	img := filepath.Join(dir, fstype+".img")
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Sh(t, "truncate", "-s", size, img)
+	if fstype == "ext4" {
+		Sh(t, "mkfs.ext4", "-q", "-F", img)
+	} else {
+		Sh(t, "mkfs."+fstype, "-q", img)
+	}
+	Sh(t, "mount", "-o", "loop", img, mnt)
+	t.Cleanup(func() {
+		if l := LoopsUnder(mnt + "/"); len(l) > 0 {
+			t.Errorf("loop devices left on files in %s: %v", mnt, l)
+		}
+		if out, err := exec.Command("umount", "-d", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount -d %s: %v\n%s", mnt, err, out)
+		}
+		if l := LoopsUnder(img); len(l) > 0 {
+			t.Errorf("loop device left on %s: %v", img, l)
+		}
+	})
+	return mnt
+}
+
+// LoopsUnder lists loop devices whose backing file starts with prefix.
+func LoopsUnder(prefix string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), prefix) {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f)))+" "+strings.TrimSpace(string(b)))
+		}
+	}
+	return out
+}
