@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/internal/testfs"
 )
 
@@ -154,6 +155,21 @@ func TestVolumeExclusiveAndErrors(t *testing.T) {
 	cleanupTask(t, "holder")
 	args := append([]string{"run", "-d", "--runtime", runtime}, volMount(img, "/data")...)
 	mustCtr(t, append(args, busybox, "holder", "sleep", "600")...)
+
+	// The image is mounted (a loop device backs it) but only inside the
+	// sandbox: the host's mount table shows neither the staging directory
+	// nor that loop device.
+	loops := testfs.LoopsUnder(img)
+	if len(loops) != 1 {
+		t.Fatalf("loop devices on %s while in use: %v, want one", img, loops)
+	}
+	dev := "/dev/" + strings.Fields(loops[0])[0]
+	if m := harness.MountsUnder("/run/gvx/volumes/"); len(m) > 0 {
+		t.Errorf("volume staging mounted on the host: %v", m)
+	}
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(data), " "+dev+" ") {
+		t.Errorf("host mount table shows %s (%v)", dev, err)
+	}
 
 	second := append([]string{"run", "--rm", "--runtime", runtime}, volMount(img, "/data")...)
 	r, err := e.ctrResult(context.Background(), append(second, busybox, "second", "true")...)
