@@ -35,7 +35,7 @@ cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
 
 sentry:
-	cd sentry && $(GO) build -o $(BIN)/gvx-sentry ./cmd/gvx-sentry
+	cd sentry && $(GO) build -o $(BIN)/gvx-sentry ./cmd/gvx-sentry && $(GO) build -o $(BIN)/gvx-hook ./cmd/gvx-hook
 
 deps:
 	@hack/deps.sh
@@ -82,7 +82,7 @@ demo: deps build tools images
 
 unit:
 	$(GO) test ./...
-	cd sentry && $(GO) test ./launcher/...
+	cd sentry && $(GO) test ./launcher/... ./hook/...
 
 integration: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
@@ -94,7 +94,7 @@ test: lint unit integration
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
-	cd sentry && $(GO) vet ./launcher/... ./cmd/...
+	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./volmount/... ./cmd/...
 
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
@@ -105,7 +105,7 @@ bench: deps build tools images
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf $(OUT)

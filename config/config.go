@@ -23,6 +23,10 @@ const DefaultPath = "/etc/gvx/config.toml"
 // SentryName is the launcher binary's file name.
 const SentryName = "gvx-sentry"
 
+// HookName is the createRuntime hook's file name; it is installed next to
+// gvx-sentry.
+const HookName = "gvx-hook"
+
 // Config is the runtime configuration of one shim.
 type Config struct {
 	// Sentry is the path of the gvx-sentry binary. Empty: next to the
@@ -229,6 +233,15 @@ func (c Config) RootfsDir() string { return filepath.Join(c.StateDir, "rootfs") 
 // DockerDir is the directory under which docker-mode tasks get their
 // host-side docker socket: DockerDir/<namespace>/<id>/docker.sock.
 func (c Config) DockerDir() string { return filepath.Join(c.StateDir, "docker") }
+
+// HookPath is the gvx-hook binary next to the resolved gvx-sentry.
+func HookPath(sentry string) (string, error) {
+	p := filepath.Join(filepath.Dir(sentry), HookName)
+	if err := executable(p); err != nil {
+		return "", fmt.Errorf("%s: %w; install it next to %s with `make install`", p, err, sentry)
+	}
+	return p, nil
+}
 
 // SentryFlagList is the global flag list every gvx-sentry call gets.
 func (c Config) SentryFlagList() []string {

@@ -91,8 +91,14 @@ func TestNerdctlNetNone(t *testing.T) {
 	if len(lines) != 2 || lines[0] != "ok" || lines[1] != "1" {
 		t.Errorf("stdout %q: want ok and exactly one interface (lo)", r.stdout)
 	}
-	if strings.Contains(r.stderr, "level=error") {
-		t.Errorf("nerdctl logged errors: %s", r.stderr)
+	for _, l := range strings.Split(r.stderr, "\n") {
+		// nerdctl forwards the signals it gets to the task and may still do
+		// so after `--rm` deleted it ("forward signal child exited ...
+		// ttrpc: closed"): a nerdctl race, logged as often with runc (6 of
+		// 15 runs) as with gvx (2 of 15) on this machine.
+		if strings.Contains(l, "level=error") && !strings.Contains(l, "forward signal") {
+			t.Errorf("nerdctl logged errors: %s", l)
+		}
 	}
 }
 

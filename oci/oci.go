@@ -163,15 +163,15 @@ func applyResources(s *specs.Spec, r config.Resources) {
 	}
 }
 
-// AddLoopbackHook makes `sentry <hook>` the first createRuntime hook, so
-// it runs on the host against the sandbox's network namespace before
-// anything else (such as nerdctl's CNI hook) and before gVisor copies the
-// namespace's interfaces.
-func AddLoopbackHook(s *specs.Spec, sentry, hook string) {
+// AddCreateRuntimeHook makes `hook args...` the first createRuntime hook,
+// so it runs on the host against the sandbox before anything else (such as
+// nerdctl's CNI hook) and before gVisor copies the network namespace's
+// interfaces.
+func AddCreateRuntimeHook(s *specs.Spec, hook string, args ...string) {
 	if s.Hooks == nil {
 		s.Hooks = &specs.Hooks{}
 	}
-	h := specs.Hook{Path: sentry, Args: []string{filepath.Base(sentry), hook}}
+	h := specs.Hook{Path: hook, Args: append([]string{filepath.Base(hook)}, args...)}
 	s.Hooks.CreateRuntime = append([]specs.Hook{h}, s.Hooks.CreateRuntime...)
 }
 

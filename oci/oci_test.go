@@ -104,12 +104,12 @@ func TestDefaultResources(t *testing.T) {
 	}
 }
 
-func TestAddLoopbackHookFirst(t *testing.T) {
+func TestAddCreateRuntimeHookFirst(t *testing.T) {
 	s := baseSpec()
 	s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/usr/bin/nerdctl"}}}
-	AddLoopbackHook(s, "/usr/local/bin/gvx-sentry", "hook-x")
+	AddCreateRuntimeHook(s, "/usr/local/bin/gvx-hook", "--loopback")
 	h := s.Hooks.CreateRuntime
-	if len(h) != 2 || h[0].Path != "/usr/local/bin/gvx-sentry" || strings.Join(h[0].Args, " ") != "gvx-sentry hook-x" || h[1].Path != "/usr/bin/nerdctl" {
+	if len(h) != 2 || h[0].Path != "/usr/local/bin/gvx-hook" || strings.Join(h[0].Args, " ") != "gvx-hook --loopback" || h[1].Path != "/usr/bin/nerdctl" {
 		t.Errorf("hooks %+v", h)
 	}
 }

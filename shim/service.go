@@ -34,9 +34,6 @@ import (
 // sentryFlagsEnv must match gvx-sentry's launcher.FlagsEnv.
 const sentryFlagsEnv = "GVX_SENTRY_FLAGS"
 
-// loopbackHook must match gvx-sentry's netns.LoopbackHook.
-const loopbackHook = "gvx-hook-loopback-up"
-
 // rootfsFile in a bundle records where gvx mounted the task's rootfs.
 const rootfsFile = "gvx-rootfs"
 
@@ -119,7 +116,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
 	}
 	if cfg.Network == "sandbox" {
-		oci.AddLoopbackHook(spec, sentry, loopbackHook)
+		hook, err := config.HookPath(sentry)
+		if err != nil {
+			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+		}
+		oci.AddCreateRuntimeHook(spec, hook, "--loopback")
 	}
 	ns, err := namespaces.NamespaceRequired(ctx)
 	if err != nil {

@@ -1,40 +1,17 @@
-// Package netns holds gvx-sentry's OCI hooks for the sandbox's network
-// namespace.
+// Package netns configures the sandbox's network namespace from the host.
 package netns
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"runtime"
 
 	"golang.org/x/sys/unix"
 )
 
-// LoopbackHook is the gvx-sentry subcommand the shim installs as the first
-// createRuntime hook. gVisor copies only interfaces that are up from the
-// sandbox's network namespace; a fresh namespace (ctr, `nerdctl --net
-// none`) has its loopback down, which would leave the guest without even
-// 127.0.0.1. The hook brings lo up before gVisor looks.
-const LoopbackHook = "gvx-hook-loopback-up"
-
-// RunLoopbackHook reads the OCI state from r and brings up the loopback
-// interface in the network namespace of the state's pid.
-func RunLoopbackHook(r io.Reader) error {
-	var st struct {
-		Pid int `json:"pid"`
-	}
-	if err := json.NewDecoder(r).Decode(&st); err != nil {
-		return fmt.Errorf("read OCI state from stdin: %w", err)
-	}
-	if st.Pid <= 0 {
-		return errors.New("OCI state has no pid")
-	}
-	return LoopbackUp(fmt.Sprintf("/proc/%d/ns/net", st.Pid))
-}
-
-// LoopbackUp sets lo up in the network namespace at nsPath.
+// LoopbackUp sets lo up in the network namespace at nsPath. gVisor copies
+// only interfaces that are up from the sandbox's network namespace; a fresh
+// namespace (ctr, `nerdctl --net none`) has its loopback down, which would
+// leave the guest without even 127.0.0.1.
 func LoopbackUp(nsPath string) error {
 	ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

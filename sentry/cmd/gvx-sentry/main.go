@@ -2,7 +2,7 @@
 // (OCI create/start/exec/kill/delete/state/…, plus the internal gofer and
 // boot subcommands it re-executes itself for) with gvx's defaults applied.
 //
-// gvx additions: the OCI hook netns.LoopbackHook, and ext4lite volumes
+// gvx additions (the createRuntime hook is the separate gvx-hook): ext4lite volumes
 // mounted in a private mount namespace before gVisor's create (volmount).
 //
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
@@ -16,7 +16,6 @@ import (
 	"os"
 
 	"github.com/gvxrun/gvx/sentry/launcher"
-	"github.com/gvxrun/gvx/sentry/netns"
 	"github.com/gvxrun/gvx/sentry/volmount"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
@@ -27,13 +26,6 @@ import (
 var _ = version.Version()
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == netns.LoopbackHook {
-		if err := netns.RunLoopbackHook(os.Stdin); err != nil {
-			fmt.Fprintf(os.Stderr, "gvx-sentry %s: %v\n", netns.LoopbackHook, err)
-			os.Exit(1)
-		}
-		return
-	}
 	if err := mountVolumes(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(1)
