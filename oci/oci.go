@@ -76,6 +76,24 @@ func Validate(s *specs.Spec) error {
 	return nil
 }
 
+// criContainerType is the annotation CRI puts on every container of a pod:
+// "sandbox" for the pod's pause container, "container" for the others.
+const criContainerType = "io.kubernetes.cri.container-type"
+
+// CheckStandalone refuses a container that would join another container's
+// sandbox (the second and later containers of a Kubernetes pod). gVisor
+// runs those as sub-containers of the pod's sandbox, whose exit and stdio
+// do not reach the shim through the runc-style process model gvx uses yet;
+// refusing is better than a task that never reports its exit.
+func CheckStandalone(s *specs.Spec) error {
+	if s.Annotations[criContainerType] == "container" {
+		return fmt.Errorf("gvx cannot yet run a container inside a pod's sandbox (annotation %s=container, pod %q): "+
+			"run it as its own task (ctr, nerdctl, the dind SDK) or use runsc's own shim for multi-container pods",
+			criContainerType, s.Annotations["io.kubernetes.cri.sandbox-id"])
+	}
+	return nil
+}
+
 // Mapping is the user namespace a sandbox gets: guest ids 0..Size-1 are host
 // ids HostUID.. and HostGID...
 type Mapping struct {

@@ -113,3 +113,18 @@ func TestAddCreateRuntimeHookFirst(t *testing.T) {
 		t.Errorf("hooks %+v", h)
 	}
 }
+
+func TestCheckStandalone(t *testing.T) {
+	s := baseSpec()
+	if err := CheckStandalone(s); err != nil {
+		t.Errorf("plain task refused: %v", err)
+	}
+	s.Annotations = map[string]string{criContainerType: "sandbox", "io.kubernetes.cri.sandbox-id": "p1"}
+	if err := CheckStandalone(s); err != nil {
+		t.Errorf("pod sandbox refused: %v", err)
+	}
+	s.Annotations[criContainerType] = "container"
+	if err := CheckStandalone(s); err == nil || !strings.Contains(err.Error(), "p1") {
+		t.Errorf("container joining pod p1: err = %v", err)
+	}
+}

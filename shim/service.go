@@ -111,6 +111,9 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
 	}
+	if err := oci.CheckStandalone(spec); err != nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+	}
 	mapping, err := oci.Prepare(spec, cfg)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
