@@ -16,6 +16,8 @@ CONTAINERD_VERSION := v2.4.2
 NERDCTL_VERSION := v2.1.3
 GVISOR_VERSION := $(shell awk '{for(i=1;i<NF;i++) if($$i=="gvisor.dev/gvisor") {print $$(i+1); exit}}' sentry/go.mod)
 CONTAINERD_BIN := $(CACHE)/tools/containerd-$(CONTAINERD_VERSION)/bin
+CRICTL_VERSION := v1.34.0
+CRICTL_BIN := $(CACHE)/tools/crictl-$(CRICTL_VERSION)/bin
 NERDCTL_BIN := $(CACHE)/tools/nerdctl-$(NERDCTL_VERSION)/bin
 RUNSC_BIN := $(CACHE)/tools/runsc-$(GVISOR_VERSION)/bin
 IMAGES := $(OUT)/images
@@ -40,7 +42,11 @@ sentry:
 deps:
 	@hack/deps.sh
 
-tools: $(CONTAINERD_BIN)/containerd $(NERDCTL_BIN)/nerdctl $(RUNSC_BIN)/runsc
+tools: $(CONTAINERD_BIN)/containerd $(NERDCTL_BIN)/nerdctl $(RUNSC_BIN)/runsc $(CRICTL_BIN)/crictl
+
+$(CRICTL_BIN)/crictl:
+	@echo "tools: building crictl $(CRICTL_VERSION)"
+	cd /tmp && GOBIN=$(CRICTL_BIN) $(GO) install sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
 
 $(CONTAINERD_BIN)/containerd:
 	@echo "tools: building containerd, ctr, containerd-shim-runc-v2 $(CONTAINERD_VERSION) (a few minutes, once)"
@@ -59,10 +65,14 @@ $(RUNSC_BIN)/runsc:
 	@echo "tools: building runsc $(GVISOR_VERSION) (the peer for benchmarks)"
 	cd sentry && $(GO) build -o $@.tmp gvisor.dev/gvisor/runsc && mv $@.tmp $@
 
-images: $(IMAGES)/busybox.tar $(IMAGES)/dind.tar
+images: $(IMAGES)/busybox.tar $(IMAGES)/pause.tar $(IMAGES)/dind.tar
 
 $(IMAGES)/busybox.tar: hack/mkimage-busybox.sh hack/oci-archive.sh
 	hack/mkimage-busybox.sh $@
+
+# A pod sandbox ("pause") image for CRI tests: busybox sleeping forever.
+$(IMAGES)/pause.tar: hack/mkimage-busybox.sh hack/oci-archive.sh
+	hack/mkimage-busybox.sh $@ gvx.test/pause:latest '["sleep","2147483647"]'
 
 # The dind image (debootstrap + Debian's docker.io) takes a minute or two to
 # build; it is cached by the hash of what goes into it.
@@ -85,7 +95,7 @@ unit:
 	cd sentry && $(GO) test ./launcher/... ./hook/...
 
 integration: deps build tools images
-	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) CRICTL_BIN=$(CRICTL_BIN) IMAGES=$(IMAGES) \
 		$(GO) test -count=1 -timeout 40m -v ./integration/... 2>&1 | tee $(OUT)/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
 		exit $${PIPESTATUS[0]}
 

@@ -47,11 +47,6 @@ func TestBadInput(t *testing.T) {
 			want: []string{"read gvx config", "absent.toml"},
 		},
 		{
-			name: "container joining a pod's sandbox",
-			args: []string{"--annotation", "io.kubernetes.cri.container-type=container", "--annotation", "io.kubernetes.cri.sandbox-id=pod-x"},
-			want: []string{"cannot yet run a container inside a pod's sandbox", "pod-x"},
-		},
-		{
 			name: "invalid spec: relative cwd",
 			args: []string{"--cwd", "relative/dir"},
 			want: []string{"invalid OCI spec", "process.cwd", "absolute"},

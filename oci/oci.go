@@ -80,18 +80,53 @@ func Validate(s *specs.Spec) error {
 // "sandbox" for the pod's pause container, "container" for the others.
 const criContainerType = "io.kubernetes.cri.container-type"
 
-// CheckStandalone refuses a container that would join another container's
-// sandbox (the second and later containers of a Kubernetes pod). gVisor
-// runs those as sub-containers of the pod's sandbox, whose exit and stdio
-// do not reach the shim through the runc-style process model gvx uses yet;
-// refusing is better than a task that never reports its exit.
-func CheckStandalone(s *specs.Spec) error {
-	if s.Annotations[criContainerType] == "container" {
-		return fmt.Errorf("gvx cannot yet run a container inside a pod's sandbox (annotation %s=container, pod %q): "+
-			"run it as its own task (ctr, nerdctl, the dind SDK) or use runsc's own shim for multi-container pods",
-			criContainerType, s.Annotations["io.kubernetes.cri.sandbox-id"])
+// criSandboxID names the pod a CRI container belongs to.
+const criSandboxID = "io.kubernetes.cri.sandbox-id"
+
+// Pod roles of a container (PodRole).
+const (
+	RoleNone      = ""          // not part of a CRI pod
+	RolePause     = "sandbox"   // the pod's pause container
+	RoleContainer = "container" // an application container of the pod
+)
+
+// PodRole says what a container is in a Kubernetes pod, and which pod.
+func PodRole(s *specs.Spec) (role, pod string) {
+	return s.Annotations[criContainerType], s.Annotations[criSandboxID]
+}
+
+// Detach makes an application container of a pod a sandbox of its own:
+// gVisor would otherwise run it as a sub-container of the pause
+// container's sandbox, whose exit and stdio do not reach the shim through
+// the runc-style process model gvx uses. It keeps the pod's namespaces
+// (network above all) from the spec.
+func Detach(s *specs.Spec) {
+	delete(s.Annotations, criContainerType)
+	delete(s.Annotations, criSandboxID)
+}
+
+// NetNS is the path of the spec's network namespace, if it joins one.
+func NetNS(s *specs.Spec) string {
+	if s.Linux == nil {
+		return ""
 	}
-	return nil
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			return ns.Path
+		}
+	}
+	return ""
+}
+
+// SetNetNS makes the spec join the network namespace at path.
+func SetNetNS(s *specs.Spec, path string) {
+	for i, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			s.Linux.Namespaces[i].Path = path
+			return
+		}
+	}
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: path})
 }
 
 // Mapping is the user namespace a sandbox gets: guest ids 0..Size-1 are host

@@ -114,17 +114,17 @@ func TestAddCreateRuntimeHookFirst(t *testing.T) {
 	}
 }
 
-func TestCheckStandalone(t *testing.T) {
+func TestPodRoleAndDetach(t *testing.T) {
 	s := baseSpec()
-	if err := CheckStandalone(s); err != nil {
-		t.Errorf("plain task refused: %v", err)
+	if role, _ := PodRole(s); role != RoleNone {
+		t.Errorf("plain task: role %q", role)
 	}
-	s.Annotations = map[string]string{criContainerType: "sandbox", "io.kubernetes.cri.sandbox-id": "p1"}
-	if err := CheckStandalone(s); err != nil {
-		t.Errorf("pod sandbox refused: %v", err)
+	s.Annotations = map[string]string{criContainerType: "container", criSandboxID: "p1", "keep": "me"}
+	if role, pod := PodRole(s); role != RoleContainer || pod != "p1" {
+		t.Errorf("role %q pod %q", role, pod)
 	}
-	s.Annotations[criContainerType] = "container"
-	if err := CheckStandalone(s); err == nil || !strings.Contains(err.Error(), "p1") {
-		t.Errorf("container joining pod p1: err = %v", err)
+	Detach(s)
+	if role, pod := PodRole(s); role != RoleNone || pod != "" || s.Annotations["keep"] != "me" {
+		t.Errorf("after Detach: role %q pod %q annotations %v", role, pod, s.Annotations)
 	}
 }

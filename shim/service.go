@@ -49,6 +49,33 @@ type service struct {
 
 	mu    sync.Mutex
 	tasks map[string]*taskState // by container id
+	// podApps maps a pod to its application container, and back.
+	podApps map[string]string
+	appPods map[string]string
+	// podNetNS is the network namespace CRI made for each pod.
+	podNetNS map[string]string
+}
+
+// claimPod records id as pod's application container, refusing a second.
+func (s *service) claimPod(pod, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if other, ok := s.podApps[pod]; ok && other != id {
+		return fmt.Errorf("pod %s already has application container %s: gvx runs one application container per pod for now "+
+			"(each container is a sandbox of its own on the pod's network namespace)", pod, other)
+	}
+	s.podApps[pod], s.appPods[id] = id, pod
+	return nil
+}
+
+// releasePod forgets id as its pod's application container.
+func (s *service) releasePod(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pod, ok := s.appPods[id]; ok {
+		delete(s.podApps, pod)
+		delete(s.appPods, id)
+	}
 }
 
 // taskState is what gvx set up for one container and must undo when it is
@@ -82,7 +109,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}}, nil
+	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}, podApps: map[string]string{}, appPods: map[string]string{}, podNetNS: map[string]string{}}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -111,8 +138,37 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
 	}
-	if err := oci.CheckStandalone(spec); err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+	clampOOMScore(ctx, spec)
+	role, pod := oci.PodRole(spec)
+	if role == oci.RoleContainer {
+		// One sandbox per pod application container, on the pod's network
+		// namespace; a second one would put two network stacks on the
+		// pod's interface.
+		if err := s.claimPod(pod, r.ID); err != nil {
+			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+		}
+		defer func() {
+			if retErr != nil {
+				s.releasePod(r.ID)
+			}
+		}()
+		oci.Detach(spec)
+		// CRI points the container at the pause container's namespaces
+		// (/proc/<pid>/ns/...); the pause sandbox keeps off the network,
+		// so join the pod's own network namespace instead.
+		s.mu.Lock()
+		netns := s.podNetNS[pod]
+		s.mu.Unlock()
+		if netns != "" {
+			oci.SetNetNS(spec, netns)
+		}
+	}
+	if role == oci.RolePause {
+		if p := oci.NetNS(spec); p != "" {
+			s.mu.Lock()
+			s.podNetNS[pod] = p
+			s.mu.Unlock()
+		}
 	}
 	mapping, err := oci.Prepare(spec, cfg)
 	if err != nil {
@@ -144,6 +200,12 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	ts.vols = vols
 	flagList := cfg.SentryFlagList()
+	if role == oci.RolePause {
+		// The pause container holds the pod together but serves no
+		// traffic: its sandbox keeps off the pod's interfaces, which the
+		// application container's sandbox uses.
+		flagList = append(flagList, "--network=none")
+	}
 	if vols != nil || rootVol != nil {
 		// The sandbox leases its volumes exclusively (containerd its
 		// snapshots), so gVisor may cache their contents without
@@ -247,6 +309,7 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	ts := s.tasks[r.ID]
 	delete(s.tasks, r.ID)
 	s.mu.Unlock()
+	s.releasePod(r.ID)
 	if ts != nil {
 		ts.release(ctx)
 	}
