@@ -1,0 +1,45 @@
+package volmount
+
+import (
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestCreateBundle(t *testing.T) {
+	for _, tc := range []struct {
+		argv   []string
+		bundle string
+		ok     bool
+	}{
+		{[]string{"gvx-sentry", "--root", "/r", "--log", "/l", "create", "--bundle", "/b", "--pid-file", "/p", "id"}, "/b", true},
+		{[]string{"gvx-sentry", "--root=/r", "run", "--bundle=/b2", "id"}, "/b2", true},
+		{[]string{"gvx-sentry", "create", "-b", "/b3", "id"}, "/b3", true},
+		{[]string{"gvx-sentry", "--root", "/r", "start", "id"}, "", false},
+		{[]string{"gvx-sentry", "--root", "/r", "delete", "--force", "id"}, "", false},
+	} {
+		b, ok := CreateBundle(tc.argv)
+		if ok != tc.ok || (tc.ok && b != tc.bundle) {
+			t.Errorf("CreateBundle(%q) = %q, %v; want %q, %v", tc.argv, b, ok, tc.bundle, tc.ok)
+		}
+	}
+}
+
+func TestFromSpec(t *testing.T) {
+	s := &specs.Spec{}
+	if v, err := FromSpec(s); err != nil || v != nil {
+		t.Errorf("no annotation: %v %v", v, err)
+	}
+	s.Annotations = map[string]string{Annotation: `[{"image":"/v/a.ext4","staging":"/run/gvx/volumes/ns/id/0","readonly":true}]`}
+	v, err := FromSpec(s)
+	if err != nil || len(v) != 1 || v[0].Image != "/v/a.ext4" || !v[0].ReadOnly {
+		t.Errorf("FromSpec = %+v, %v", v, err)
+	}
+	for _, bad := range []string{`{`, `[{"image":"rel.ext4","staging":"/s"}]`, `[{"image":"/a","staging":"rel"}]`} {
+		s.Annotations[Annotation] = bad
+		if _, err := FromSpec(s); err == nil || !strings.Contains(err.Error(), Annotation) {
+			t.Errorf("FromSpec(%q): err = %v, want one naming the annotation", bad, err)
+		}
+	}
+}
