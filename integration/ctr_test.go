@@ -147,7 +147,7 @@ func TestTTY(t *testing.T) {
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("util-linux script not installed")
 	}
-	ctr := fmt.Sprintf("stty rows 31 cols 101; %s --address %s --namespace %s run --rm -t --runtime %s %s tty1 sh -c '[ -t 0 ] && [ -t 1 ] && echo is-a-tty; stty size; exit 5'",
+	ctr := fmt.Sprintf("stty rows 31 cols 101; %s --address %s --namespace %s run --rm -t --runtime %s %s tty1 sh -c '[ -t 0 ] && [ -t 1 ] && echo is-a-tty; for i in $(seq 50); do s=$(stty size 2>/dev/null) && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; echo size=$s; exit 5'",
 		filepath.Join(e.ctrdBin, "ctr"), filepath.Join(e.dir, "c.sock"), testNS, runtime, busybox)
 	// script gives ctr a pseudo-terminal; its stdin stays open until the
 	// task is done so ctr does not see EOF early.
@@ -163,7 +163,9 @@ func TestTTY(t *testing.T) {
 	if !strings.Contains(string(out), "is-a-tty") {
 		t.Errorf("tty task output %q (err %v), want is-a-tty", out, err)
 	}
-	if !strings.Contains(string(out), "31 101") {
+	// ctr resizes the console right after the task starts: the guest
+	// polls until the size has arrived.
+	if !strings.Contains(string(out), "size=31 101") {
 		t.Errorf("tty task output %q, want the console size 31 101 set through ResizePty", out)
 	}
 	if code != 5 {
