@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,6 +23,9 @@ func TestMain(m *testing.M) {
 		before = snapshot(e)
 	}
 	code := m.Run()
+	if golden != "" {
+		_ = os.RemoveAll(filepath.Dir(golden)) // the docker tests' shared golden volume
+	}
 	if e != nil {
 		after := snapshot(e)
 		e.close()
