@@ -381,7 +381,22 @@ func TestSnapshotterContainerd(t *testing.T) {
 		parent := x.topSnapshot(t)
 		x.serve.stop()
 		x.serve = startServe(top, x.serve.root, x.serve.sock, "GVX_SNAPSHOTTER_CRASH_AT=prepare-renamed")
-		r := x.ctr(t, "snapshots", "--snapshotter", snapName, "prepare", "crashy", parent)
+		// containerd redials the restarted daemon with backoff: until it
+		// has, prepares fail with Unavailable without reaching the daemon.
+		var r result
+		for range 100 {
+			r = x.ctr(t, "snapshots", "--snapshotter", snapName, "prepare", "crashy", parent)
+			if r.code == 0 || !strings.Contains(r.stderr, "Unavailable") {
+				break
+			}
+			select {
+			case <-x.serve.done:
+			default:
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			break // the daemon died: the prepare reached it
+		}
 		if r.code == 0 {
 			t.Fatal("prepare succeeded although the daemon was killed")
 		}
@@ -415,20 +430,34 @@ func TestSnapshotterContainerd(t *testing.T) {
 // committed snapshot name in containerd.
 func (x *snapEnv) topSnapshot(t *testing.T) string {
 	t.Helper()
-	out := x.mustCtr(t, "snapshots", "--snapshotter", snapName, "tree")
+	// The deepest committed snapshot: containerd also keeps short-lived
+	// views (e.g. "/tmp/initial…") that cannot be parents.
+	out := x.mustCtr(t, "snapshots", "--snapshotter", snapName, "ls")
+	parent := map[string]string{}
+	for _, l := range strings.Split(out, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[2] == "Committed" {
+			parent[f[0]] = f[1]
+		} else if len(f) == 2 && f[1] == "Committed" {
+			parent[f[0]] = ""
+		}
+	}
 	var deepest string
 	depth := -1
-	for _, l := range strings.Split(out, "\n") {
-		name := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "\\_"))
-		if name == "" || strings.HasPrefix(name, "crashy") {
+	for key := range parent {
+		if strings.HasPrefix(key, "crashy") {
 			continue
 		}
-		if d := len(l) - len(strings.TrimLeft(l, " \\_")); d > depth {
-			depth, deepest = d, name
+		d := 0
+		for p := parent[key]; p != ""; p = parent[p] {
+			d++
+		}
+		if d > depth {
+			depth, deepest = d, key
 		}
 	}
 	if deepest == "" {
-		t.Fatalf("no snapshots in tree: %q", out)
+		t.Fatalf("no committed snapshot in %q", out)
 	}
 	return deepest
 }
