@@ -282,7 +282,7 @@ func TestDockerEightEpisodes(t *testing.T) {
 			defer wg.Done()
 			var out, errb bytes.Buffer
 			code, err := ep.Exec(ctx, "w", &out, &errb, "sh", "-c",
-				fmt.Sprintf("docker run --rm --pull never gvx.test/busybox:latest echo ep-%d > /var/lib/docker/mark && cat /var/lib/docker/mark", i))
+				fmt.Sprintf("docker run --rm --pull never gvx.test/busybox:latest echo ep-%d > /var/lib/docker/mark && sync && cat /var/lib/docker/mark", i))
 			if err != nil || code != 0 || !strings.Contains(out.String(), fmt.Sprintf("ep-%d", i)) {
 				errs[i] = fmt.Errorf("episode %d: exit %d %v: %s %s", i, code, err, out.String(), errb.String())
 			}

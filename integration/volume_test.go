@@ -277,6 +277,18 @@ func TestVolumeKill(t *testing.T) {
 
 	cleanupTask(t, "vk1")
 	mustCtr(t, append(args, busybox, "vk1", "sh", "-c", "echo x > /data/x; sleep 600")...)
+	// A kill -9 loses what the guest has not synced (gVisor caches the
+	// exclusive volume's writes), as power loss would: sync first.
+	for i := 0; ; i++ {
+		r, err := e.ctrResult(context.Background(), "task", "exec", "--exec-id", fmt.Sprintf("s%d", i), "vk1", "sh", "-c", "test -s /data/x && sync")
+		if err == nil && r.code == 0 {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("vk1 never wrote /data/x: %v %s", err, r.stderr)
+		}
+		sleepShort()
+	}
 	if err := syscall.Kill(taskPid(t, "vk1"), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
