@@ -55,16 +55,11 @@ func newContainer(t *testing.T, c *client.Client, ctx context.Context, img clien
 	return cont
 }
 
-// TestEventsOrder: the task events containerd receives from the shim come
-// in the documented order, with the exit status of the process.
-func TestEventsOrder(t *testing.T) {
-	c, ctx, img := clientEnv(t)
-	checkNoLeaks(t)
-	evctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch, errs := c.Subscribe(evctx, `topic~="/tasks/"`)
-	cont := newContainer(t, c, ctx, img, "ev1", coci.WithProcessArgs("sh", "-c", "sleep 1; exit 3"))
-	task, err := cont.NewTask(ctx, cio.NullIO)
+// startTask creates and starts cont's task and returns it with its exit
+// channel.
+func startTask(t *testing.T, ctx context.Context, cont client.Container, ioc cio.Creator) (client.Task, <-chan client.ExitStatus) {
+	t.Helper()
+	task, err := cont.NewTask(ctx, ioc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +70,19 @@ func TestEventsOrder(t *testing.T) {
 	if err := task.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return task, exit
+}
+
+// TestEventsOrder: the task events containerd receives from the shim come
+// in the documented order, with the exit status of the process.
+func TestEventsOrder(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	evctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, errs := c.Subscribe(evctx, `topic~="/tasks/"`)
+	cont := newContainer(t, c, ctx, img, "ev1", coci.WithProcessArgs("sh", "-c", "sleep 1; exit 3"))
+	task, exit := startTask(t, ctx, cont, cio.NullIO)
 	spec, err := cont.Spec(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -173,17 +181,7 @@ func TestStdinCloseAndFileLog(t *testing.T) {
 	cont := newContainer(t, c, ctx, img, "io1", coci.WithProcessArgs("sh", "-c", "cat; echo to-stderr >&2"))
 	var out, errb bytes.Buffer
 	stdin, w := io.Pipe()
-	task, err := cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdin, &out, &errb)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	exit, err := task.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := task.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	task, exit := startTask(t, ctx, cont, cio.NewCreator(cio.WithStreams(stdin, &out, &errb)))
 	fmt.Fprintln(w, "through-stdin")
 	w.Close()
 	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
@@ -243,17 +241,7 @@ func TestHooks(t *testing.T) {
 		return nil
 	}
 	cont := newContainer(t, c, ctx, img, "hk1", coci.WithProcessArgs("sleep", "60"), withHooks)
-	task, err := cont.NewTask(ctx, cio.NullIO)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exit, err := task.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := task.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	task, exit := startTask(t, ctx, cont, cio.NullIO)
 	sandboxNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", task.Pid()))
 	if err != nil {
 		t.Fatal(err)
