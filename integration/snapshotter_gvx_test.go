@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/internal/testfs"
 )
 
 // TestSnapshotterGvx: with the ext4lite snapshotter, gvx sandboxes run on
@@ -76,15 +77,16 @@ func (x *snapEnv) topSnapshotImage(t *testing.T, id string) string {
 
 // waitImageDetached waits until no loop device is backed by img.
 func waitImageDetached(img string) error {
-	for i := 0; i < 150; i++ {
-		busy := false
-		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-		for _, f := range files {
-			if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == img {
-				busy = true
+	attached := func() bool {
+		for _, l := range testfs.LoopsUnder(img) { // a prefix match: "…/2" also finds "…/20"
+			if strings.HasSuffix(l, " "+img) {
+				return true
 			}
 		}
-		if !busy {
+		return false
+	}
+	for i := 0; i < 150; i++ {
+		if !attached() {
 			return nil
 		}
 		sleepShort()

@@ -14,12 +14,12 @@ import (
 // network namespace for its gofers (runsc/specutils.NullNetNSFilename).
 const nullNetNS = "null-netns"
 
-// sentryRoot is the state directory of the sentry instances one shim
-// drives. Each shim (task or pod) gets its own, so its teardown can remove
-// everything gVisor put there, including the null-netns bind mount, without
-// racing other shims.
-func sentryRoot(base, group string) string {
-	return filepath.Join(base, group)
+// sentryRoot is the state directory of one task's sandbox. Each gets its
+// own, so its teardown can remove everything gVisor put there, including
+// the null-netns bind mount, without racing other sandboxes (and runsc's
+// prefix matching of container ids never sees two ids).
+func sentryRoot(base, id string) string {
+	return filepath.Join(base, id)
 }
 
 // releaseSentryRoot removes dir (a sentry root for one namespace, as the

@@ -124,7 +124,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	var tRootfs time.Duration
 	cfg, err := configFromOptions(r.Options)
 	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	if lvl, err := logrus.ParseLevel(cfg.LogLevel); err == nil && !log.GetLogger(ctx).Logger.IsLevelEnabled(logrus.DebugLevel) {
 		log.GetLogger(ctx).Logger.SetLevel(lvl)
@@ -132,11 +132,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	self, _ := os.Executable()
 	sentry, err := cfg.SentryPath(self)
 	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+		return nil, grpcError(errdefs.ErrFailedPrecondition, err)
 	}
 	spec, err := oci.ReadSpec(r.Bundle)
 	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	clampOOMScore(ctx, spec)
 	role, pod := oci.PodRole(spec)
@@ -145,7 +145,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		// namespace; a second one would put two network stacks on the
 		// pod's interface.
 		if err := s.claimPod(pod, r.ID); err != nil {
-			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+			return nil, grpcError(errdefs.ErrFailedPrecondition, err)
 		}
 		defer func() {
 			if retErr != nil {
@@ -172,12 +172,12 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	mapping, err := oci.Prepare(spec, cfg)
 	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	if cfg.Network == "sandbox" {
 		hook, err := config.HookPath(sentry)
 		if err != nil {
-			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+			return nil, grpcError(errdefs.ErrFailedPrecondition, err)
 		}
 		oci.AddCreateRuntimeHook(spec, hook, "--loopback")
 	}
@@ -196,7 +196,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	volDir := filepath.Join(cfg.StateDir, "volumes", ns, r.ID)
 	vols, err := prepareVolumes(ctx, spec, r.Bundle, volDir, rootVol)
 	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	ts.vols = vols
 	flagList := cfg.SentryFlagList()
@@ -218,7 +218,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	docker, err := dockerMode(cfg, spec)
 	if err != nil {
-		return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	if docker {
 		// The host reaches the inner dockerd through a socket the sandbox
@@ -271,20 +271,22 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 			root = filepath.Join(r.Bundle, root)
 		}
 		if err := checkTraversable(root, mapping.HostUID); err != nil {
-			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err))
+			return nil, grpcError(errdefs.ErrFailedPrecondition, err)
 		}
 	}
 	if err := oci.WriteSpec(r.Bundle, spec); err != nil {
 		return nil, err
 	}
 
-	group := groupOf(r.ID, spec.Annotations)
-	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: sentryRoot(cfg.SentryRoot(), group)})
+	// Every task is a sandbox of its own (pod containers are detached
+	// above), so each gets its own sentry root.
+	root := sentryRoot(cfg.SentryRoot(), r.ID)
+	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: root})
 	if err != nil {
 		return nil, err
 	}
 	r.Options = opts
-	ts.root = filepath.Join(sentryRoot(cfg.SentryRoot(), group), ns)
+	ts.root = filepath.Join(root, ns)
 	tPrep := time.Since(t0)
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
@@ -408,4 +410,10 @@ func alive(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(data), ')')
 	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
+}
+
+// grpcError reports err to containerd as an error of kind (an errdefs
+// class), keeping its message.
+func grpcError(kind, err error) error {
+	return errgrpc.ToGRPC(fmt.Errorf("%w: %v", kind, err))
 }
