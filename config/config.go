@@ -56,6 +56,19 @@ type Config struct {
 	// Docker turns on docker mode for every task of this runtime handler
 	// (tasks can also ask for it with the dev.gvx.docker annotation).
 	Docker Docker `toml:"docker"`
+	// Pool makes tasks adopt sandboxes booted ahead of time by
+	// `gvx pool serve` (a warm pool) instead of booting their own.
+	Pool Pool `toml:"pool"`
+}
+
+// Pool configures the warm pool of pre-booted sandboxes.
+type Pool struct {
+	// Size is how many booted sandboxes `gvx pool serve` keeps ready; 0
+	// turns the pool off (tasks boot their own sandbox).
+	Size int `toml:"size"`
+	// Socket is where `gvx pool serve` hands out sandboxes; empty means
+	// <state_dir>/pool.sock.
+	Socket string `toml:"socket"`
 }
 
 // Docker configures docker mode: the sandbox settings dockerd needs.
@@ -134,7 +147,8 @@ func Parse(data []byte) (Config, error) {
 
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
-		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled"}
+		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
+		"pool.size", "pool.socket"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -175,6 +189,12 @@ func (c Config) Validate() error {
 		if !strings.HasPrefix(f, "--") || len(f) == 2 || strings.ContainsAny(f, " \t\n") {
 			return fmt.Errorf("sentry_flags: %q is not a single --name[=value] flag", f)
 		}
+	}
+	if c.Pool.Size < 0 || c.Pool.Size > 1024 {
+		return fmt.Errorf("pool.size %d: want 0 (no pool) to 1024", c.Pool.Size)
+	}
+	if c.Pool.Socket != "" && !filepath.IsAbs(c.Pool.Socket) {
+		return fmt.Errorf("pool.socket %q: must be an absolute path", c.Pool.Socket)
 	}
 	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {
 		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
@@ -233,6 +253,22 @@ func (c Config) RootfsDir() string { return filepath.Join(c.StateDir, "rootfs") 
 // DockerDir is the directory under which docker-mode tasks get their
 // host-side docker socket: DockerDir/<namespace>/<id>/docker.sock.
 func (c Config) DockerDir() string { return filepath.Join(c.StateDir, "docker") }
+
+// PoolDir holds the warm pool's sandboxes (one directory each) and the
+// root filesystem of their root containers.
+func (c Config) PoolDir() string { return filepath.Join(c.StateDir, "pool") }
+
+// PoolSocket is where `gvx pool serve` listens.
+func (c Config) PoolSocket() string {
+	if c.Pool.Socket != "" {
+		return c.Pool.Socket
+	}
+	return filepath.Join(c.StateDir, "pool.sock")
+}
+
+// PauseName is the pool sandboxes' init binary, installed next to
+// gvx-sentry.
+const PauseName = "gvx-pause"
 
 // HookPath is the gvx-hook binary next to the resolved gvx-sentry.
 func HookPath(sentry string) (string, error) {

@@ -43,11 +43,28 @@ func TestParseErrors(t *testing.T) {
 		{`sentry_flags = ["debug"]`, "not a single --name"},
 		{`sentry_flags = ["--a --b"]`, "not a single --name"},
 		{`network = `, "parse"},
+		{"[pool]\nsize = -1", "pool.size -1"},
+		{"[pool]\nsocket = \"pool.sock\"", "pool.socket"},
+		{"[pool]\nsiz = 2", "unknown key(s) pool.siz"},
 	} {
 		_, err := Parse([]byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want error containing %q", tc.body, err, tc.want)
 		}
+	}
+}
+
+func TestPoolDefaults(t *testing.T) {
+	c, err := Parse([]byte("state_dir = \"/run/x\"\n[pool]\nsize = 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pool.Size != 3 || c.PoolSocket() != "/run/x/pool.sock" || c.PoolDir() != "/run/x/pool" {
+		t.Errorf("pool %+v socket %s dir %s", c.Pool, c.PoolSocket(), c.PoolDir())
+	}
+	c.Pool.Socket = "/tmp/p.sock"
+	if c.PoolSocket() != "/tmp/p.sock" {
+		t.Errorf("explicit socket ignored: %s", c.PoolSocket())
 	}
 }
 

@@ -237,3 +237,41 @@ func (m Mapping) IDMapOptions() []string {
 		fmt.Sprintf("gidmap=0:%d:%d", m.HostGID, m.Size),
 	}
 }
+
+// Resources is the part of a spec's resources that a sandbox gets at boot
+// and keeps: a task can run in a sandbox booted for other resources only if
+// these are equal.
+type Resources struct {
+	MemoryLimit int64  `json:"memory_limit,omitempty"`
+	CPUQuota    int64  `json:"cpu_quota,omitempty"`
+	CPUPeriod   uint64 `json:"cpu_period,omitempty"`
+	CPUShares   uint64 `json:"cpu_shares,omitempty"`
+	PidsLimit   int64  `json:"pids_limit,omitempty"`
+}
+
+// SandboxResources extracts the sandbox-level resources of r (nil: none).
+func SandboxResources(r *specs.LinuxResources) Resources {
+	var out Resources
+	if r == nil {
+		return out
+	}
+	if r.Memory != nil && r.Memory.Limit != nil && *r.Memory.Limit > 0 {
+		out.MemoryLimit = *r.Memory.Limit
+	}
+	if r.CPU != nil {
+		if r.CPU.Quota != nil && *r.CPU.Quota > 0 {
+			out.CPUQuota = *r.CPU.Quota
+			if r.CPU.Period != nil {
+				out.CPUPeriod = *r.CPU.Period
+			}
+		}
+		// 1024 is the kernel's default weight, which clients spell out.
+		if r.CPU.Shares != nil && *r.CPU.Shares != 1024 {
+			out.CPUShares = *r.CPU.Shares
+		}
+	}
+	if r.Pids != nil && r.Pids.Limit != nil && *r.Pids.Limit > 0 {
+		out.PidsLimit = *r.Pids.Limit
+	}
+	return out
+}

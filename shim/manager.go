@@ -35,7 +35,9 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/internal/cgroups"
 	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/pool"
 )
 
 // RuntimeName is the runtime type containerd knows gvx by.
@@ -193,12 +195,15 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
 		}
+		if sb, err := pool.LoadSandbox(filepath.Join(bundle, adoptFile)); err == nil {
+			releasePool(ctx, opts.BinaryName, sb, opts.Root)
+		}
 		if err := releaseSentryRoot(filepath.Join(opts.Root, ns)); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
 		}
 	}
 	if spec, err := oci.ReadSpec(bundle); err == nil && spec.Linux != nil {
-		removeCgroup(ctx, spec.Linux.CgroupsPath)
+		cgroups.Remove(ctx, spec.Linux.CgroupsPath)
 	}
 	// A shim that was killed could not remove its socket; remove it unless
 	// a live shim (another container of the group) still serves it.

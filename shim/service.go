@@ -28,7 +28,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/cgroups"
 	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/pool"
 )
 
 // sentryFlagsEnv must match gvx-sentry's launcher.FlagsEnv.
@@ -86,11 +88,17 @@ type taskState struct {
 	root   string       // sentry state root of its sandbox
 	cgroup string       // cgroup path of its spec
 	vols   *taskVolumes // leased ext4lite volumes
+	// pool is the warm-pool sandbox the task adopted (nil: its own), with
+	// the gvx-sentry that destroys it and the task's root dir linking to it.
+	pool     *pool.Sandbox
+	sentry   string
+	poolRoot string
 }
 
 // release undoes everything recorded in t (after the sandbox is gone).
 func (t *taskState) release(ctx context.Context) {
-	removeCgroup(ctx, t.cgroup)
+	releasePool(ctx, t.sentry, t.pool, t.poolRoot)
+	cgroups.Remove(ctx, t.cgroup)
 	t.vols.release(ctx)
 	removeTaskDirs(ctx, t.bundle)
 	if t.rootfs != "" {
@@ -174,18 +182,17 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
+	hook := ""
 	if cfg.Network == "sandbox" {
-		hook, err := config.HookPath(sentry)
-		if err != nil {
+		if hook, err = config.HookPath(sentry); err != nil {
 			return nil, grpcError(errdefs.ErrFailedPrecondition, err)
 		}
-		oci.AddCreateRuntimeHook(spec, hook, "--loopback")
 	}
 	ns, err := namespaces.NamespaceRequired(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ts := &taskState{bundle: r.Bundle, cgroup: spec.Linux.CgroupsPath}
+	ts := &taskState{bundle: r.Bundle, cgroup: spec.Linux.CgroupsPath, sentry: sentry}
 	defer func() {
 		if retErr != nil {
 			ts.release(ctx)
@@ -229,6 +236,18 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		}
 		oci.EnableDocker(spec, dir)
 		flagList = append(flagList, oci.DockerSentryFlags...)
+	}
+	if why := poolBlocker(cfg, spec, role, docker, vols != nil || rootVol != nil); why == "" {
+		ts.pool = adopt(ctx, cfg, sentry, r.Bundle, r.ID, spec)
+		if ts.pool != nil {
+			ts.cgroup = ""
+			flagList = strings.Fields(ts.pool.Flags)
+		}
+	} else if cfg.Pool.Size > 0 {
+		log.G(ctx).Infof("gvx shim: %s boots its own sandbox: %s", r.ID, why)
+	}
+	if hook != "" && ts.pool == nil {
+		oci.AddCreateRuntimeHook(spec, hook, "--loopback")
 	}
 	flags := strings.Join(flagList, " ")
 	if err := os.WriteFile(filepath.Join(r.Bundle, sentryFlagsFile), []byte(flags), 0o600); err != nil {
@@ -279,14 +298,23 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 
 	// Every task is a sandbox of its own (pod containers are detached
-	// above), so each gets its own sentry root.
+	// above), so each gets its own sentry root; an adopted pool sandbox's
+	// root is linked there.
 	root := sentryRoot(cfg.SentryRoot(), r.ID)
+	if ts.pool != nil {
+		ts.poolRoot = root
+		if err := linkPoolRoot(root, ns, ts.pool); err != nil {
+			return nil, err
+		}
+	}
 	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: root})
 	if err != nil {
 		return nil, err
 	}
 	r.Options = opts
-	ts.root = filepath.Join(root, ns)
+	if ts.pool == nil {
+		ts.root = filepath.Join(root, ns)
+	}
 	tPrep := time.Since(t0)
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {

@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/config"
 )
 
 func TestGroupOf(t *testing.T) {
@@ -73,5 +77,53 @@ func TestCheckTraversable(t *testing.T) {
 	}
 	if err := checkTraversable(target, 100000); err != nil {
 		t.Errorf("traversable path refused: %v", err)
+	}
+}
+
+func TestPoolBlocker(t *testing.T) {
+	cfg := config.Default()
+	cfg.Pool.Size = 2
+	spec := func() *specs.Spec {
+		return &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.NetworkNamespace}}}}
+	}
+	if why := poolBlocker(cfg, spec(), "", false, false); why != "" {
+		t.Errorf("plain task blocked: %s", why)
+	}
+	shares := uint64(1024)
+	s := spec()
+	s.Linux.Resources = &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &shares}}
+	if why := poolBlocker(cfg, s, "", false, false); why != "" {
+		t.Errorf("default cpu shares blocked: %s", why)
+	}
+	limit := int64(1 << 30)
+	for name, tc := range map[string]struct {
+		cfg     func(*config.Config)
+		spec    func(*specs.Spec)
+		role    string
+		docker  bool
+		volumes bool
+		want    string
+	}{
+		"pool off": {cfg: func(c *config.Config) { c.Pool.Size = 0 }, want: "pool off"},
+		"pod":      {role: "container", want: "CRI pod"},
+		"docker":   {docker: true, want: "docker"},
+		"volumes":  {volumes: true, want: "volumes"},
+		"hooks":    {spec: func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/x"}}} }, want: "hooks"},
+		"netns":    {spec: func(s *specs.Spec) { s.Linux.Namespaces[0].Path = "/var/run/netns/x" }, want: "joins network namespace"},
+		"host net": {spec: func(s *specs.Spec) { s.Linux.Namespaces = nil }, want: "host network"},
+		"resources": {spec: func(s *specs.Spec) {
+			s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}}
+		}, want: "resources"},
+	} {
+		c, s := cfg, spec()
+		if tc.cfg != nil {
+			tc.cfg(&c)
+		}
+		if tc.spec != nil {
+			tc.spec(s)
+		}
+		if why := poolBlocker(c, s, tc.role, tc.docker, tc.volumes); !strings.Contains(why, tc.want) {
+			t.Errorf("%s: blocker %q, want %q", name, why, tc.want)
+		}
 	}
 }

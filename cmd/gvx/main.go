@@ -19,6 +19,7 @@ func main() {
 			goldenCommand(),
 			episodeCommand(),
 			snapshotterCommand(),
+			poolCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

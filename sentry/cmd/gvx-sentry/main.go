@@ -3,7 +3,9 @@
 // boot subcommands it re-executes itself for) with gvx's defaults applied.
 //
 // gvx additions (the createRuntime hook is the separate gvx-hook): ext4lite volumes
-// mounted in a private mount namespace before gVisor's create (volmount).
+// mounted in a private mount namespace before gVisor's create (volmount),
+// and containers created in a running sandbox with a runc-style init
+// process (subcontainer), which is how gvx adopts warm-pool sandboxes.
 //
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
 // flags the shim wants for every call arrive in the GVX_SENTRY_FLAGS
@@ -16,9 +18,12 @@ import (
 	"os"
 
 	"github.com/gvxrun/gvx/sentry/launcher"
+	"github.com/gvxrun/gvx/sentry/subcontainer"
 	"github.com/gvxrun/gvx/sentry/volmount"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/runsc/cli"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
+	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/version"
 )
 
@@ -36,6 +41,16 @@ func main() {
 		os.Exit(2)
 	}
 	os.Args = args
+	if subcontainer.Handles(args) {
+		// A container in a sandbox that is already running (gvx's warm
+		// pool): gVisor's CLI with gvx's create and start for it.
+		cmds := map[util.SubCommand]string{}
+		for _, c := range subcontainer.Commands() {
+			cmds[c] = ""
+		}
+		cli.Run(nil, cmds, nil)
+		return
+	}
 	maincli.Main()
 }
 

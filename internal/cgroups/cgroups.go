@@ -1,4 +1,5 @@
-package shim
+// Package cgroups removes the cgroups gvx's sandboxes leave behind.
+package cgroups
 
 import (
 	"context"
@@ -11,12 +12,12 @@ import (
 	"github.com/containerd/log"
 )
 
-// removeCgroup deletes the task's cgroup (every v1 hierarchy, or the v2
-// directory) once the sandbox is gone. gVisor removes it on a normal
+// Remove deletes the cgroup at path (every v1 hierarchy, or the v2
+// directory) once its sandbox is gone. gVisor removes it on a normal
 // delete, but not when sandbox start-up fails or the sandbox is killed
 // from outside; this makes teardown leave nothing behind either way. A
 // cgroup that still has processes is left alone (and logged).
-func removeCgroup(ctx context.Context, path string) {
+func Remove(ctx context.Context, path string) {
 	if path == "" {
 		return
 	}
@@ -33,6 +34,6 @@ func removeCgroup(ctx context.Context, path string) {
 		}
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
-		log.G(ctx).WithError(err).Debugf("gvx shim: remove cgroup %s", path)
+		log.G(ctx).WithError(err).Debugf("gvx: remove cgroup %s", path)
 	}
 }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/containerd/log"
+	"github.com/urfave/cli/v3"
+
+	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/pool"
+)
+
+// poolCommand is `gvx pool …`.
+func poolCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pool",
+		Usage: "the warm pool: sandboxes booted ahead of demand, adopted by tasks at create",
+		Description: "Tasks of a runtime handler whose gvx config has [pool] size > 0 adopt a\n" +
+			"booted sandbox from `gvx pool serve` (run with the same config) instead of\n" +
+			"booting their own, and fall back to booting when none is ready.\n" +
+			"See docs/pool.md.",
+		Commands: []*cli.Command{poolServeCommand()},
+	}
+}
+
+func poolServeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "keep sandboxes booted and hand them to gvx shims until SIGINT/SIGTERM",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "gvx config of the runtime handler the pool serves (default: " + config.DefaultPath + " if present)"},
+			&cli.IntFlag{Name: "size", Usage: "sandboxes to keep ready (default: the config's pool.size)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if _, err := needArgs(cmd); err != nil {
+				return err
+			}
+			if err := log.SetLevel(cmd.String("log-level")); err != nil {
+				return usageError(cmd, "--log-level: "+err.Error())
+			}
+			cfg, err := config.Load(cmd.String("config"))
+			if err != nil {
+				return err
+			}
+			if cmd.IsSet("size") {
+				cfg.Pool.Size = int(cmd.Int("size"))
+				if err := cfg.Validate(); err != nil {
+					return usageError(cmd, "--size: "+err.Error())
+				}
+			}
+			self, _ := os.Executable()
+			sentry, err := cfg.SentryPath(self)
+			if err != nil {
+				return err
+			}
+			srv, err := pool.NewServer(cfg, sentry)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return srv.Serve(ctx)
+		},
+	}
+}

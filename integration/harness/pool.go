@@ -1,0 +1,122 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// PoolDir is where `gvx pool serve` keeps its sandboxes under the default
+// state_dir.
+const PoolDir = "/run/gvx/pool"
+
+// Pool is a running `gvx pool serve`.
+type Pool struct {
+	// Config is the gvx config file the pool and its tasks share.
+	Config string
+	size   int
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	log    bytes.Buffer
+}
+
+func (p *Pool) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Write(b)
+}
+
+// Log is what the server has logged so far.
+func (p *Pool) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// StartPool writes a gvx config with a pool of size (socket in dir) and
+// runs `gvx pool serve` from gvxBin on it, waiting until size sandboxes
+// are ready.
+func StartPool(ctx context.Context, gvxBin, dir string, size int) (*Pool, error) {
+	p := &Pool{Config: filepath.Join(dir, "pool.toml"), size: size}
+	body := fmt.Sprintf("[pool]\nsize = %d\nsocket = %s\n", size, strconv.Quote(filepath.Join(dir, "pool.sock")))
+	if err := os.WriteFile(p.Config, []byte(body), 0o644); err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(filepath.Join(gvxBin, "gvx"), "pool", "serve", "--config", p.Config)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start gvx pool serve: %w", err)
+	}
+	if err := p.WaitReady(ctx, size, time.Minute); err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Size is the number of sandboxes the pool keeps ready.
+func (p *Pool) Size() int { return p.size }
+
+// Ready counts the booted, unclaimed pool sandboxes.
+func (p *Pool) Ready() int {
+	dirs, _ := filepath.Glob(filepath.Join(PoolDir, "gvxpool-*"))
+	n := 0
+	for _, d := range dirs {
+		_, errState := os.Stat(filepath.Join(d, "sandbox.json"))
+		_, errClaimed := os.Stat(filepath.Join(d, "claimed"))
+		if errState == nil && errClaimed != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitReady waits until at least n sandboxes are ready.
+func (p *Pool) WaitReady(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for p.Ready() < n {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("pool never had %d sandboxes ready; its log:\n%s", n, p.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits; the server destroys what is still ready.
+func (p *Pool) Stop() error {
+	if p.cmd.ProcessState != nil {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("gvx pool serve: %w\n%s", err, p.Log())
+		}
+		return nil
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("gvx pool serve did not stop on SIGTERM\n%s", p.Log())
+	}
+}
+
+// Adopted returns the pool sandbox task id of namespace ns runs in ("" if
+// it booted its own).
+func Adopted(ns, id string) string {
+	target, err := os.Readlink(filepath.Join("/run/gvx/sentry", id, ns))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(filepath.Dir(target))
+}

@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gvxrun/gvx/integration/harness"
+)
+
+// startPool runs `gvx pool serve` with a pool of size until the test ends.
+func startPool(t *testing.T, size int) *harness.Pool {
+	t.Helper()
+	p, err := harness.StartPool(context.Background(), e.gvxBin, t.TempDir(), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+func adopted(id string) string { return harness.Adopted(testNS, id) }
+
+// TestPoolRun: with a warm pool, `ctr run` adopts a booted sandbox: the
+// task behaves exactly like one with its own (stdout/stderr, exit codes,
+// signal deaths, exec, kill, ps), its host processes hold no privilege,
+// each sandbox serves one task, and nothing is left after delete.
+func TestPoolRun(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p := startPool(t, 2)
+	cfgArgs := []string{"--runtime", runtime, "--runtime-config-path", p.Config}
+
+	r, err := e.ctrResult(context.Background(), append(append([]string{"run", "--rm"}, cfgArgs...),
+		busybox, "pool1", "sh", "-c", "uname -r; echo out; echo err >&2; exit 3")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 3 || len(lines) != 2 || !strings.Contains(lines[0], "gvisor") || lines[1] != "out" || strings.TrimSpace(r.stderr) != "err" {
+		t.Errorf("run: exit %d stdout %q stderr %q, want 3, gVisor's release + \"out\", \"err\"", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{{"exit 0", 0}, {"kill -9 $$", 137}, {"kill -15 $$", 143}} {
+		r, err := e.ctrResult(context.Background(), append(append([]string{"run", "--rm"}, cfgArgs...), busybox, "pool2", "sh", "-c", tc.script)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.code != tc.want {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.script, r.code, tc.want, r.stderr)
+		}
+	}
+
+	// A long-running task: it is in a pool sandbox, exec/ps/kill work.
+	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cleanupTask(t, "pool3")
+	mustCtr(t, append(append([]string{"run", "-d"}, cfgArgs...), busybox, "pool3",
+		"sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)...)
+	sb := adopted("pool3")
+	if sb == "" {
+		t.Fatalf("pool3 did not adopt a pool sandbox; pool log:\n%s", p.Log())
+	}
+	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "pool3", "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
+		t.Errorf("exec output %q, want exec-42", out)
+	}
+	if out := mustCtr(t, "task", "ps", "pool3"); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
+		t.Errorf("task ps lists no process:\n%s", out)
+	}
+	checkPoolCredentials(t, taskPid(t, "pool3"), sb)
+	mustCtr(t, "task", "kill", "-s", "TERM", "pool3")
+	waitStatus(t, "pool3", "STOPPED")
+	mustCtr(t, "task", "rm", "pool3")
+	if _, err := os.Stat(filepath.Join("/run/gvx/pool", sb)); !os.IsNotExist(err) {
+		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
+	}
+	mustCtr(t, "container", "rm", "pool3")
+}
+
+// checkPoolCredentials: the task's init on the host is the monitor, left
+// with the sandbox's uid, no capabilities, no_new_privs; every other host
+// process of the task (the container's gofer below the monitor, the
+// sandbox's Sentry, stubs and gofer) is unprivileged and seccomp-locked.
+func checkPoolCredentials(t *testing.T, monitor int, sandbox string) {
+	t.Helper()
+	m, err := readProc(monitor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(" "+m.uids+" ", " 0 ") || strings.Trim(m.capEff, "0") != "" || m.noNewPrivs != "1" {
+		t.Errorf("monitor %d: Uid %s CapEff %s NoNewPrivs %s, want no uid 0, no capabilities, no_new_privs", monitor, m.uids, m.capEff, m.noNewPrivs)
+	}
+	data, err := os.ReadFile(filepath.Join("/run/gvx/pool", sandbox, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentry, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := append([]int{sentry}, harness.Descendants(sentry)...)
+	procs = append(procs, harness.Descendants(monitor)...)
+	for _, pid := range procs {
+		p, err := readProc(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if strings.Contains(" "+p.uids+" ", " 0 ") || p.noNewPrivs != "1" || p.seccmp != "2" {
+			t.Errorf("process %d (%s) of pool sandbox %s: Uid %s NoNewPrivs %s Seccomp %s, want no uid 0, 1, 2", pid, p.name, sandbox, p.uids, p.noNewPrivs, p.seccmp)
+		}
+	}
+}
+
+// TestPoolFallback: without a ready sandbox (no server, or a task the pool
+// cannot serve) the task boots its own sandbox and runs all the same.
+func TestPoolFallback(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pool.toml")
+	if err := os.WriteFile(cfg, []byte("[pool]\nsize = 1\nsocket = \""+filepath.Join(dir, "absent.sock")+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cleanupTask(t, "poolfb1")
+	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", cfg, busybox, "poolfb1", "sleep", "60")
+	if sb := adopted("poolfb1"); sb != "" {
+		t.Errorf("poolfb1 adopted %s without a pool server", sb)
+	}
+	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "poolfb1", "echo", "cold"); strings.TrimSpace(out) != "cold" {
+		t.Errorf("exec output %q", out)
+	}
+
+	// A task on the host network cannot use a sandbox booted on its own.
+	p := startPool(t, 1)
+	r, err := e.ctrResult(context.Background(), "run", "--rm", "--net-host", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, "poolfb2", "echo", "hostnet")
+	if err != nil || r.code != 0 || strings.TrimSpace(r.stdout) != "hostnet" {
+		t.Errorf("host-network task: exit %d stdout %q stderr %q err %v", r.code, r.stdout, r.stderr, err)
+	}
+	if n := p.Ready(); n != 1 {
+		t.Errorf("%d sandboxes ready after a task the pool cannot serve, want the 1 untouched", n)
+	}
+}
+
+// TestPoolKillShim: kill -9 of an adopted task's shim; containerd's cleanup
+// destroys the adopted sandbox, and stopping the pool leaves nothing.
+func TestPoolKillShim(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p := startPool(t, 1)
+	cleanupTask(t, "poolk1")
+	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, "poolk1", "sleep", "600")
+	sb := adopted("poolk1")
+	if sb == "" {
+		t.Fatalf("poolk1 did not adopt a pool sandbox; pool log:\n%s", p.Log())
+	}
+	shim := shimPid(t, "poolk1")
+	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join("/run/gvx/pool", sb)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool sandbox %s survived its task's shim", sb)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,143 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gvxrun/gvx/config"
+)
+
+func TestClassFollowsSandboxSettings(t *testing.T) {
+	base := config.Default()
+	same := config.Default()
+	same.LogLevel = "info"
+	same.Pool.Size = 7 // how many are kept does not change what they are
+	if Class(base, "/bin/gvx-sentry") != Class(same, "/bin/gvx-sentry") {
+		t.Error("equal sandbox settings gave different classes")
+	}
+	for name, mod := range map[string]func(*config.Config){
+		"flags":     func(c *config.Config) { c.SentryFlags = []string{"--net-raw"} },
+		"network":   func(c *config.Config) { c.Network = "none" },
+		"userns":    func(c *config.Config) { c.UserNS.HostUID = 200000 },
+		"resources": func(c *config.Config) { c.Resources.MemoryBytes = 1 << 30 },
+		"overlay":   func(c *config.Config) { c.RootfsOverlay = "self" },
+	} {
+		c := config.Default()
+		mod(&c)
+		if Class(c, "/bin/gvx-sentry") == Class(base, "/bin/gvx-sentry") {
+			t.Errorf("%s: a different sandbox setting kept the class", name)
+		}
+	}
+	if Class(base, "/a/gvx-sentry") == Class(base, "/b/gvx-sentry") {
+		t.Error("a different gvx-sentry kept the class")
+	}
+}
+
+func TestBootResources(t *testing.T) {
+	c := config.Default()
+	c.Resources = config.Resources{MemoryBytes: 512 << 20, CPUMillis: 500}
+	r := BootResources(c)
+	if r.MemoryLimit != 512<<20 || r.CPUQuota != 50000 || r.CPUPeriod != 100000 {
+		t.Errorf("boot resources %+v, want 512 MiB and half a CPU", r)
+	}
+}
+
+// testServer is a Server whose ready sandboxes are records only (their
+// pid is this process, so they count as alive).
+func testServer(t *testing.T, n int) *Server {
+	t.Helper()
+	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
+	cfg.Pool.Size = n
+	s := &Server{cfg: cfg, class: "c1", wake: make(chan struct{}, 1)}
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(cfg.PoolDir(), idPrefix+string(rune('a'+i)))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		s.ready = append(s.ready, &Sandbox{ID: filepath.Base(dir), Dir: dir, Pid: os.Getpid(), Class: "c1"})
+	}
+	return s
+}
+
+func TestClaimOverSocket(t *testing.T) {
+	s := testServer(t, 2)
+	sock := filepath.Join(t.TempDir(), "pool.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serveConn(context.Background(), conn)
+		}
+	}()
+	ctx := context.Background()
+	if _, err := Claim(ctx, sock, "other"); !errors.Is(err, ErrNoSandbox) {
+		t.Errorf("claim of another class: %v, want ErrNoSandbox", err)
+	}
+	got := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		sb, err := Claim(ctx, sock, "c1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[sb.ID] {
+			t.Errorf("sandbox %s handed out twice", sb.ID)
+		}
+		got[sb.ID] = true
+		if _, err := os.Stat(filepath.Join(sb.Dir, claimedFile)); err != nil {
+			t.Errorf("claimed sandbox %s not marked: %v", sb.ID, err)
+		}
+	}
+	if _, err := Claim(ctx, sock, "c1"); !errors.Is(err, ErrNoSandbox) {
+		t.Errorf("claim from an empty pool: %v, want ErrNoSandbox", err)
+	}
+	if _, err := Claim(ctx, filepath.Join(t.TempDir(), "none.sock"), "c1"); err == nil || errors.Is(err, ErrNoSandbox) {
+		t.Errorf("claim without a server: %v, want a connection error", err)
+	}
+}
+
+func TestClaimSkipsDeadSandboxes(t *testing.T) {
+	s := testServer(t, 2)
+	dead, live := s.ready[0], s.ready[1]
+	dead.Pid = 1 << 30 // no such process
+	sb, err := s.claim("c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb != live {
+		t.Errorf("claimed %s, want the live %s over the dead %s", sb.ID, live.ID, dead.ID)
+	}
+}
+
+func TestSandboxRecord(t *testing.T) {
+	dir := t.TempDir()
+	sb := &Sandbox{ID: "gvxpool-x", Dir: dir, Pid: 42, Cgroup: "/gvx-pool/gvxpool-x", Flags: "--platform=systrap"}
+	p := filepath.Join(dir, stateFile)
+	if err := sb.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadSandbox(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got != *sb {
+		t.Errorf("loaded %+v, want %+v", got, sb)
+	}
+	if err := os.WriteFile(p, []byte(`{"id":""}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSandbox(p); err == nil {
+		t.Error("a record without id loaded")
+	}
+}

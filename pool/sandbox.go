@@ -1,0 +1,206 @@
+// Package pool keeps gVisor sandboxes booted ahead of demand (a warm pool)
+// and hands each to exactly one task.
+//
+// `gvx pool serve` (Server) boots sandboxes whose root container runs
+// gvx-pause, keeps Size of them ready, and answers claims on a unix socket.
+// The shim claims one at task Create (Claim), creates the task as a
+// container inside it (gvx-sentry's sub-container create, whose monitor
+// process stands for the task's init) and destroys the whole sandbox when
+// the task is deleted: a sandbox never serves a second task. A claimed
+// sandbox belongs to its task; the server only owns the ready ones.
+//
+// A task can adopt a pool sandbox only if the sandbox was booted the way
+// the task's own would be (the same gvx-sentry, flags, user namespace and
+// resources: Class) and the task needs nothing fixed at boot that the pool
+// could not know (a given network namespace, hooks, volumes, docker mode).
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/oci"
+)
+
+// FlagsEnv must match gvx-sentry's launcher.FlagsEnv.
+const FlagsEnv = "GVX_SENTRY_FLAGS"
+
+// stateFile in a sandbox's directory describes it (Sandbox as JSON).
+const stateFile = "sandbox.json"
+
+// claimedFile in a sandbox's directory marks it as a task's.
+const claimedFile = "claimed"
+
+// pauseInGuest is where the pause binary sits in the root container.
+const pauseInGuest = "/pause"
+
+// Sandbox is one booted pool sandbox.
+type Sandbox struct {
+	// ID is the sandbox's (and its root container's) id.
+	ID string `json:"id"`
+	// Dir holds everything of the sandbox on the host: bundle/, root/.
+	Dir string `json:"dir"`
+	// Pid is the host pid of the sandbox (the Sentry).
+	Pid int `json:"pid"`
+	// Cgroup is the cgroup path of the sandbox.
+	Cgroup string `json:"cgroup"`
+	// Class is the class it was booted for.
+	Class string `json:"class"`
+	// Flags are the gvx-sentry global flags it was booted with.
+	Flags string `json:"flags"`
+}
+
+// Root is the sandbox's gvx-sentry state root.
+func (s *Sandbox) Root() string { return filepath.Join(s.Dir, "root") }
+
+// Bundle is the bundle of its root container.
+func (s *Sandbox) Bundle() string { return filepath.Join(s.Dir, "bundle") }
+
+// Alive reports whether the sandbox process still runs.
+func (s *Sandbox) Alive() bool {
+	if s.Pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i >= 0 && i+2 < len(data) && data[i+2] != 'Z'
+}
+
+// Save writes s as JSON to path.
+func (s *Sandbox) Save(path string) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("save pool sandbox %s: %w", s.ID, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// LoadSandbox reads a Sandbox saved at path.
+func LoadSandbox(path string) (*Sandbox, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s Sandbox
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("pool sandbox record %s: %w", path, err)
+	}
+	if s.ID == "" || !filepath.IsAbs(s.Dir) {
+		return nil, fmt.Errorf("pool sandbox record %s: no id or directory", path)
+	}
+	return &s, nil
+}
+
+// Destroy stops the sandbox and removes everything it had on the host:
+// processes (gvx-sentry delete --force), the null-netns pin, its
+// directory and its cgroup.
+func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
+	var errs []error
+	if s.Pid <= 0 {
+		// Boot did not get as far as recording it; the pid file may have.
+		if data, err := os.ReadFile(filepath.Join(s.Dir, "pid")); err == nil {
+			s.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+	}
+	if _, err := os.Stat(s.Root()); err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cmd := exec.CommandContext(cctx, sentry, "--root", s.Root(), "delete", "--force", s.ID)
+		cmd.Env = append(os.Environ(), FlagsEnv+"="+s.Flags)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil && s.Alive() {
+			errs = append(errs, fmt.Errorf("delete pool sandbox %s: %w: %s", s.ID, err, strings.TrimSpace(string(out))))
+			_ = unix.Kill(s.Pid, unix.SIGKILL)
+		}
+	}
+	// Wait (briefly) for the processes to go so their cgroup can go too.
+	for i := 0; i < 100 && s.Alive(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for unix.Unmount(filepath.Join(s.Root(), "null-netns"), unix.MNT_DETACH) == nil {
+	}
+	if err := os.RemoveAll(s.Dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove pool sandbox %s: %w", s.ID, err))
+	}
+	cgroups.Remove(ctx, s.Cgroup)
+	removeEmptyCgroupParent(ctx, s.Cgroup)
+	return errors.Join(errs...)
+}
+
+// removeEmptyCgroupParent removes the pool's parent cgroup once no sandbox
+// uses it.
+func removeEmptyCgroupParent(ctx context.Context, path string) {
+	if path == "" {
+		return
+	}
+	if parent := filepath.Dir(path); parent != "/" && parent != "." {
+		cgroups.Remove(ctx, parent)
+	}
+}
+
+// Class identifies how a sandbox is booted: two configurations with the
+// same class boot interchangeable sandboxes.
+func Class(cfg config.Config, sentry string) string {
+	res, _ := json.Marshal(BootResources(cfg))
+	flags := append([]string(nil), cfg.SentryFlagList()...)
+	sort.Strings(flags)
+	h := sha256.New()
+	fmt.Fprintf(h, "sentry=%s\nflags=%s\nuserns=%d:%d:%d\nresources=%s\n",
+		sentry, strings.Join(flags, " "), cfg.UserNS.HostUID, cfg.UserNS.HostGID, cfg.UserNS.Size, res)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// rootSpec is the spec of a pool sandbox's root container: gvx-pause on a
+// read-only root filesystem, its own (empty) network namespace.
+func rootSpec(cfg config.Config, rootfs, cgroup string) *specs.Spec {
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args:            []string{pauseInGuest},
+			Cwd:             "/",
+			Env:             []string{"PATH=/"},
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: rootfs, Readonly: true},
+		Hostname: "gvx-pool",
+		Linux: &specs.Linux{
+			CgroupsPath: cgroup,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
+			},
+		},
+	}
+}
+
+// BootResources are the sandbox-level resources pool sandboxes get under
+// cfg (its [resources] defaults); only tasks asking for the same can adopt
+// one.
+func BootResources(cfg config.Config) oci.Resources {
+	s := rootSpec(cfg, "/", "")
+	_, _ = oci.Prepare(s, cfg)
+	return oci.SandboxResources(s.Linux.Resources)
+}

@@ -1,0 +1,508 @@
+// Package subcontainer runs a container inside a sandbox that is already
+// running (a sandbox of gvx's warm pool) with the process model
+// containerd's runc shim expects of a runc-compatible runtime:
+//
+//   - `create` creates the container in the sandbox and leaves behind a
+//     monitor process, whose pid it writes to the pid file: the monitor
+//     stands for the container's init on the host (the shim reaps it).
+//   - `start` asks the monitor, over a unix socket in the sentry root, to
+//     start the container with the stdio `create` was given.
+//   - the monitor then drops its privileges, waits for the container and
+//     exits with its status (128+n for a death by signal n), which the shim
+//     reports as the task's exit.
+//
+// gVisor's own sub-container commands write the sandbox's pid and take
+// stdio at start, so a runc-style shim would neither see the container
+// exit nor connect its stdio; this package closes that gap.
+package subcontainer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/control/client"
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/urpc"
+	"gvisor.dev/gvisor/runsc/boot"
+	"gvisor.dev/gvisor/runsc/cmd"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+	"gvisor.dev/gvisor/runsc/specutils"
+)
+
+// MonitorCommand is the internal subcommand the monitor runs as.
+const MonitorCommand = "gvx-monitor"
+
+// listenFD is the monitor's start socket, bound by `create`.
+const listenFD = 3
+
+// exitSandboxGone is the monitor's exit status when the sandbox disappears
+// under a container (as if the container were killed by SIGKILL).
+const exitSandboxGone = 128 + int(unix.SIGKILL)
+
+// SocketPath is where the monitor of container id listens for `start`.
+func SocketPath(root, id string) string {
+	return filepath.Join(root, "gvx-monitor-"+id+".sock")
+}
+
+// IsSubcontainer reports whether spec describes a container to run inside
+// an existing sandbox rather than a sandbox of its own.
+func IsSubcontainer(spec *specs.Spec) bool {
+	return !specutils.IsRootContainer(spec)
+}
+
+// Commands returns the subcommands this package implements, by name.
+func Commands() []util.SubCommand {
+	return []util.SubCommand{new(Create), new(Start), new(Monitor)}
+}
+
+// Create is runsc's create for a sub-container, leaving a monitor behind.
+type Create struct {
+	cmd.Create
+}
+
+// Execute implements subcommands.Command.
+func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	id, spec, err := c.FetchSpec(conf, f)
+	if err != nil {
+		return util.Errorf("reading spec: %v", err)
+	}
+	if !IsSubcontainer(spec) {
+		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
+	}
+	bundle := flagValue(f, "bundle")
+	if bundle == "" {
+		bundle, _ = os.Getwd()
+	}
+	cont, err := container.New(conf, container.Args{
+		ID:            id,
+		Spec:          spec,
+		BundleDir:     bundle,
+		ConsoleSocket: flagValue(f, "console-socket"),
+		UserLog:       flagValue(f, "user-log"),
+	})
+	if err != nil {
+		return util.Errorf("creating container: %v", err)
+	}
+	pid, err := spawnMonitor(conf.RootDir, id)
+	if err == nil {
+		if p := flagValue(f, "pid-file"); p != "" {
+			err = writePidFile(p, pid)
+		}
+	}
+	if err != nil {
+		if pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		_ = cont.Destroy()
+		return util.Errorf("creating container %s: %v", id, err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// spawnMonitor starts the monitor of container id with this process's
+// stdio and global flags and returns its pid. The monitor outlives this
+// process (the shim, a subreaper, inherits it). Its start socket is bound
+// here and handed over, so that `start` can connect at once, while the
+// monitor is still initialising.
+func spawnMonitor(root, id string) (int, error) {
+	ln, err := listen(SocketPath(root, id))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	lf, err := ln.File()
+	if err != nil {
+		os.Remove(SocketPath(root, id))
+		return 0, fmt.Errorf("monitor socket: %w", err)
+	}
+	defer lf.Close()
+	args := append(globalArgs(os.Args), MonitorCommand, id)
+	m := exec.Command("/proc/self/exe", args[1:]...)
+	m.Args[0] = args[0]
+	m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
+	m.ExtraFiles = []*os.File{lf}
+	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := m.Start(); err != nil {
+		os.Remove(SocketPath(root, id))
+		return 0, fmt.Errorf("start monitor: %w", err)
+	}
+	pid := m.Process.Pid
+	_ = m.Process.Release()
+	return pid, nil
+}
+
+// globalArgs returns argv up to (not including) its subcommand: the
+// program name and the global flags.
+func globalArgs(argv []string) []string {
+	fs := flag.NewFlagSet(argv[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	config.RegisterFlags(fs)
+	if err := fs.Parse(argv[1:]); err != nil || fs.NArg() == 0 {
+		return append([]string(nil), argv...)
+	}
+	return append([]string(nil), argv[:len(argv)-fs.NArg()]...)
+}
+
+// Handles reports whether gvx-sentry invoked with argv runs one of this
+// package's commands: a create whose spec is a sub-container's, a start of
+// a container that has a monitor, or the monitor itself.
+func Handles(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	fs := flag.NewFlagSet(argv[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	config.RegisterFlags(fs)
+	if err := fs.Parse(argv[1:]); err != nil || fs.NArg() == 0 {
+		return false
+	}
+	sub, rest := fs.Arg(0), fs.Args()[1:]
+	switch sub {
+	case MonitorCommand:
+		return true
+	case "start":
+		return len(rest) == 1 && HasMonitor(flagValue(fs, "root"), rest[0])
+	case "create":
+		cf := flag.NewFlagSet(sub, flag.ContinueOnError)
+		cf.SetOutput(io.Discard)
+		new(cmd.Create).SetFlags(cf)
+		if err := cf.Parse(rest); err != nil {
+			return false
+		}
+		bundle := flagValue(cf, "bundle")
+		if bundle == "" {
+			bundle = "."
+		}
+		spec, err := readSpec(bundle)
+		return err == nil && IsSubcontainer(spec)
+	}
+	return false
+}
+
+func readSpec(bundle string) (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func flagValue(f *flag.FlagSet, name string) string {
+	if fl := f.Lookup(name); fl != nil {
+		return fl.Value.String()
+	}
+	return ""
+}
+
+func writePidFile(path string, pid int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return fmt.Errorf("write pid file: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Start asks a sub-container's monitor to start it.
+type Start struct {
+	cmd.Start
+}
+
+// FetchSpec implements util.SubCommand; the monitor holds the container.
+func (*Start) FetchSpec(_ *config.Config, f *flag.FlagSet) (string, *specs.Spec, error) {
+	return f.Arg(0), nil, nil
+}
+
+// Execute implements subcommands.Command.
+func (*Start) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	if err := requestStart(SocketPath(conf.RootDir, f.Arg(0))); err != nil {
+		return util.Errorf("starting container: %v", err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// HasMonitor reports whether container id in root has a monitor waiting
+// for start.
+func HasMonitor(root, id string) bool {
+	fi, err := os.Lstat(SocketPath(root, id))
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+func requestStart(sock string) error {
+	// The socket path may exceed sun_path; connect through an O_PATH fd.
+	fd, err := unix.Open(sock, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("monitor socket: %w", err)
+	}
+	defer unix.Close(fd)
+	conn, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return fmt.Errorf("connect to monitor: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("start\n")); err != nil {
+		return fmt.Errorf("ask monitor: %w", err)
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("monitor exited without starting the container")
+	}
+	if reply = strings.TrimSpace(reply); reply != "ok" {
+		return errors.New(strings.TrimPrefix(reply, "error: "))
+	}
+	return nil
+}
+
+// Monitor is the internal command standing for a sub-container's init.
+type Monitor struct {
+	util.InternalSubCommand
+}
+
+// Name implements subcommands.Command.
+func (*Monitor) Name() string { return MonitorCommand }
+
+// Synopsis implements subcommands.Command.
+func (*Monitor) Synopsis() string {
+	return "internal: stands for a sub-container's init until it exits"
+}
+
+// Usage implements subcommands.Command.
+func (*Monitor) Usage() string { return MonitorCommand + " <container id>\n" }
+
+// SetFlags implements subcommands.Command.
+func (*Monitor) SetFlags(*flag.FlagSet) {}
+
+// Execute implements subcommands.Command. It never returns: the process
+// exits with the container's status.
+func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	id := f.Arg(0)
+	sock := SocketPath(conf.RootDir, id)
+	l, err := net.FileListener(os.NewFile(listenFD, "start socket"))
+	if err != nil {
+		log.Warningf("monitor: start socket: %v", err)
+		os.Remove(sock)
+		os.Exit(1)
+	}
+	ln := l.(*net.UnixListener)
+	ln.SetUnlinkOnClose(false)
+	// The rest runs while containerd goes on to start the task.
+	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		log.Warningf("monitor: load container %s: %v", id, err)
+		os.Remove(sock)
+		os.Exit(1)
+	}
+	joinSandboxCgroup(conf, c)
+
+	started := false
+	for !started {
+		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		conn, err := ln.Accept()
+		if err != nil {
+			if !created(conf.RootDir, id) {
+				// Killed or deleted before it was started.
+				ln.Close()
+				os.Remove(sock)
+				os.Exit(exitSandboxGone)
+			}
+			continue
+		}
+		started = serveStart(conf, c, conn)
+	}
+	ln.Close()
+	os.Remove(sock)
+	// Connect while still root (the control socket is root's), then keep
+	// only the sandbox's own credentials for the wait.
+	conn, err := connectSandbox(c)
+	if err != nil {
+		log.Warningf("monitor: %v", err)
+		os.Exit(exitSandboxGone)
+	}
+	dropPrivileges(c.Spec)
+	var ws unix.WaitStatus
+	cid := c.ID
+	if err := conn.Call(boot.ContMgrWait, &cid, &ws); err != nil {
+		log.Warningf("monitor: wait for %s: %v", cid, err)
+		os.Exit(exitSandboxGone)
+	}
+	if ws.Signaled() {
+		os.Exit(128 + int(ws.Signal()))
+	}
+	os.Exit(ws.ExitStatus())
+	return subcommands.ExitSuccess
+}
+
+// joinSandboxCgroup moves the monitor into its sandbox's cgroups ahead of
+// start, so that the container's gofer, which start spawns, is born there
+// and start does not pay for joining (slow on cgroup v1).
+func joinSandboxCgroup(conf *config.Config, c *container.Container) {
+	if conf.IgnoreCgroups || c.Sandbox == nil || c.Sandbox.CgroupJSON.Cgroup == nil {
+		return
+	}
+	if _, err := c.Sandbox.CgroupJSON.Cgroup.Join(); err != nil {
+		log.Warningf("monitor: join sandbox cgroup: %v", err)
+		return
+	}
+	conf.IgnoreCgroups = true
+}
+
+// serveStart answers one request on conn, starting the container when
+// asked; it reports whether the container was started.
+func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	req, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return false
+	}
+	if strings.TrimSpace(req) != "start" {
+		fmt.Fprintf(conn, "error: unknown request %q\n", strings.TrimSpace(req))
+		return false
+	}
+	// The monitor joined the sandbox's cgroup already (joinSandboxCgroup):
+	// hide it from Start, which would join and restore it again (slow on
+	// cgroup v1). Only the container's own state file loses it, and no
+	// operation on a sub-container uses it (the sandbox's cgroup belongs
+	// to the root container's state).
+	if conf.IgnoreCgroups {
+		c.Sandbox.CgroupJSON.Cgroup = nil
+	}
+	err = c.Start(conf)
+	if err != nil {
+		fmt.Fprintf(conn, "error: %v\n", err)
+		_ = c.Destroy()
+		os.Remove(SocketPath(conf.RootDir, c.ID))
+		os.Exit(1)
+	}
+	fmt.Fprintln(conn, "ok")
+	return true
+}
+
+// created reports whether container id is still waiting to be started.
+func created(root, id string) bool {
+	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	return err == nil && c.Status == container.Created
+}
+
+// listen binds a unix socket at path (which may exceed sun_path: it binds
+// relative to its directory) readable by root only.
+func listen(path string) (*net.UnixListener, error) {
+	dir, name := filepath.Split(path)
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chdir(dir); err != nil {
+		return nil, fmt.Errorf("monitor socket dir: %w", err)
+	}
+	defer os.Chdir(wd)
+	os.Remove(name)
+	old := unix.Umask(0o077)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("monitor socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	return ln, nil
+}
+
+// connectSandbox connects to the control socket of c's sandbox.
+func connectSandbox(c *container.Container) (*urpc.Client, error) {
+	path := c.Sandbox.ControlSocketPath
+	// The path may exceed sun_path; connect through an O_PATH fd.
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket of sandbox %s: %w", c.Sandbox.ID, err)
+	}
+	defer unix.Close(fd)
+	conn, err := client.ConnectTo(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return nil, fmt.Errorf("connect to sandbox %s: %w", c.Sandbox.ID, err)
+	}
+	return conn, nil
+}
+
+// dropPrivileges leaves the monitor, which from now on only waits on the
+// sandbox's control socket, with the sandbox's own host credentials: the
+// host ids the spec maps its root to, no capabilities, no new privileges,
+// not dumpable.
+func dropPrivileges(spec *specs.Spec) {
+	uid, gid := hostRoot(spec)
+	if uid == 0 {
+		return
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		log.Warningf("monitor: keeps root: setgroups: %v", err)
+		return
+	}
+	if err := syscall.Setresgid(gid, gid, gid); err != nil {
+		log.Warningf("monitor: keeps root: setresgid: %v", err)
+		return
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		log.Warningf("monitor: keeps root: setresuid: %v", err)
+		return
+	}
+	// no_new_privs is per thread: set it on all of them.
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 {
+		log.Warningf("monitor: no_new_privs: %v", errno)
+	}
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
+
+// hostRoot returns the host uid and gid the spec maps container root to (0
+// without a user namespace).
+func hostRoot(spec *specs.Spec) (int, int) {
+	if spec == nil || spec.Linux == nil {
+		return 0, 0
+	}
+	uid, gid := 0, 0
+	for _, m := range spec.Linux.UIDMappings {
+		if m.ContainerID == 0 {
+			uid = int(m.HostID)
+		}
+	}
+	for _, m := range spec.Linux.GIDMappings {
+		if m.ContainerID == 0 {
+			gid = int(m.HostID)
+		}
+	}
+	return uid, gid
+}

@@ -1,0 +1,82 @@
+package subcontainer
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestGlobalArgs(t *testing.T) {
+	for _, tc := range []struct{ argv, want []string }{
+		{[]string{"gvx-sentry", "--root", "/r", "--debug", "create", "--bundle", "b", "c1"}, []string{"gvx-sentry", "--root", "/r", "--debug"}},
+		{[]string{"gvx-sentry", "--root=/r", "start", "c1"}, []string{"gvx-sentry", "--root=/r"}},
+		{[]string{"gvx-sentry", "start", "c1"}, []string{"gvx-sentry"}},
+	} {
+		if got := globalArgs(tc.argv); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("globalArgs(%q) = %q, want %q", tc.argv, got, tc.want)
+		}
+	}
+}
+
+func writeSpec(t *testing.T, dir string, annotations map[string]string) {
+	t.Helper()
+	data, err := json.Marshal(specs.Spec{Version: specs.Version, Annotations: annotations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHandles(t *testing.T) {
+	root, sub, own := t.TempDir(), t.TempDir(), t.TempDir()
+	writeSpec(t, sub, map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-id": "sb"})
+	writeSpec(t, own, nil)
+	// A monitor's start socket for c1.
+	wd, _ := os.Getwd()
+	if err := os.Chdir(root); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Base(SocketPath(root, "c1")))
+	os.Chdir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"gvx-sentry", "--root", root, "create", "--bundle", sub, "--pid-file", "p", "c2"}, true},
+		{[]string{"gvx-sentry", "--root", root, "create", "--bundle", own, "c3"}, false},
+		{[]string{"gvx-sentry", "--root", root, "start", "c1"}, true},
+		{[]string{"gvx-sentry", "--root", root, "start", "c3"}, false},
+		{[]string{"gvx-sentry", "--root", root, MonitorCommand, "c1"}, true},
+		{[]string{"gvx-sentry", "--root", root, "kill", "c1", "KILL"}, false},
+		{[]string{"gvx-sentry", "--root", root, "gofer", "--bundle", sub}, false},
+		{[]string{"gvx-sentry", "--no-such-flag", "create"}, false},
+	} {
+		if got := Handles(tc.argv); got != tc.want {
+			t.Errorf("Handles(%q) = %v, want %v", tc.argv, got, tc.want)
+		}
+	}
+}
+
+func TestHostRoot(t *testing.T) {
+	s := &specs.Spec{Linux: &specs.Linux{
+		UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}},
+		GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100001, Size: 65536}},
+	}}
+	if u, g := hostRoot(s); u != 100000 || g != 100001 {
+		t.Errorf("hostRoot = %d:%d", u, g)
+	}
+	if u, g := hostRoot(&specs.Spec{}); u != 0 || g != 0 {
+		t.Errorf("no user namespace: %d:%d", u, g)
+	}
+}

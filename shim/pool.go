@@ -1,0 +1,119 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/pool"
+)
+
+// adoptFile in a bundle records the pool sandbox the task adopted, so that
+// cleanup after a crash (Manager.Stop) destroys it too.
+const adoptFile = "gvx-pool-sandbox.json"
+
+// CRI annotations by which gvx-sentry (gVisor) tells a container to join
+// an existing sandbox.
+const (
+	containerTypeAnnotation = "io.kubernetes.cri.container-type"
+	sandboxIDAnnotation     = "io.kubernetes.cri.sandbox-id"
+)
+
+// poolBlocker says why a task cannot adopt a pool sandbox ("" if it can).
+// spec is the task's spec after oci.Prepare and before gvx adds its own
+// hook.
+func poolBlocker(cfg config.Config, spec *specs.Spec, role string, docker, volumes bool) string {
+	switch {
+	case cfg.Pool.Size <= 0:
+		return "pool off"
+	case role != "":
+		return "CRI pod member (the pod's network namespace is fixed at boot)"
+	case docker:
+		return "docker mode"
+	case volumes:
+		return "ext4lite volumes or rootfs"
+	case hasHooks(spec):
+		return "OCI hooks (they act on the sandbox as it boots)"
+	}
+	netns := false
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			if ns.Path != "" {
+				return "joins network namespace " + ns.Path
+			}
+			netns = true
+		}
+	}
+	if !netns {
+		return "host network"
+	}
+	if got, want := oci.SandboxResources(spec.Linux.Resources), pool.BootResources(cfg); got != want {
+		return fmt.Sprintf("resources %+v differ from the pool's %+v", got, want)
+	}
+	return ""
+}
+
+func hasHooks(s *specs.Spec) bool {
+	h := s.Hooks
+	return h != nil && len(h.Prestart)+len(h.CreateRuntime)+len(h.CreateContainer)+len(h.StartContainer)+len(h.Poststart)+len(h.Poststop) > 0
+}
+
+// adopt claims a pool sandbox for task id and points the spec at it: the
+// task becomes a container inside that sandbox. It returns nil (and the
+// task boots its own sandbox) when the pool has none to give.
+func adopt(ctx context.Context, cfg config.Config, sentry, bundle, id string, spec *specs.Spec) *pool.Sandbox {
+	sb, err := pool.Claim(ctx, cfg.PoolSocket(), pool.Class(cfg, sentry))
+	if err != nil {
+		lvl := log.G(ctx).Warnf
+		if errors.Is(err, pool.ErrNoSandbox) {
+			lvl = log.G(ctx).Infof
+		}
+		lvl("gvx shim: %s boots its own sandbox: %v", id, err)
+		return nil
+	}
+	if err := sb.Save(filepath.Join(bundle, adoptFile)); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: %s boots its own sandbox", id)
+		_ = sb.Destroy(ctx, sentry)
+		return nil
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	spec.Annotations[containerTypeAnnotation] = "container"
+	spec.Annotations[sandboxIDAnnotation] = sb.ID
+	// The sandbox's cgroup (with the same limits) holds the container.
+	spec.Linux.CgroupsPath = ""
+	return sb
+}
+
+// linkPoolRoot makes dir/<ns> (the sentry root containerd's runc shim
+// computes for the task) point at the adopted sandbox's root.
+func linkPoolRoot(dir, ns string, sb *pool.Sandbox) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("create sentry root: %w", err)
+	}
+	if err := os.Symlink(sb.Root(), filepath.Join(dir, ns)); err != nil {
+		return fmt.Errorf("link pool sandbox root: %w", err)
+	}
+	return nil
+}
+
+// releasePool destroys the adopted sandbox and the task's link to it.
+func releasePool(ctx context.Context, sentry string, sb *pool.Sandbox, rootDir string) {
+	if sb == nil {
+		return
+	}
+	if err := sb.Destroy(ctx, sentry); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: destroy pool sandbox %s", sb.ID)
+	}
+	if rootDir != "" {
+		_ = os.RemoveAll(rootDir)
+	}
+}
