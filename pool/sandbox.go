@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -119,6 +120,10 @@ func LoadSandbox(path string) (*Sandbox, error) {
 // directory and its cgroup.
 func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 	var errs []error
+	t0 := time.Now()
+	defer func() {
+		log.G(ctx).Debugf("gvx pool: destroy %s: %s", s.ID, time.Since(t0))
+	}()
 	if s.Pid <= 0 {
 		// Boot did not get as far as recording it; the pid file may have.
 		if data, err := os.ReadFile(filepath.Join(s.Dir, "pid")); err == nil {
@@ -136,6 +141,8 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 			_ = unix.Kill(s.Pid, unix.SIGKILL)
 		}
 	}
+	tDelete := time.Since(t0)
+	defer func() { log.G(ctx).Debugf("gvx pool: destroy %s: gvx-sentry delete %s", s.ID, tDelete) }()
 	// Wait (briefly) for the processes to go so their cgroup can go too.
 	for i := 0; i < 100 && s.Alive(); i++ {
 		time.Sleep(10 * time.Millisecond)
@@ -146,18 +153,21 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 		errs = append(errs, fmt.Errorf("remove pool sandbox %s: %w", s.ID, err))
 	}
 	cgroups.Remove(ctx, s.Cgroup)
-	removeEmptyCgroupParent(ctx, s.Cgroup)
+	removeEmptyCgroupParent(s.Cgroup)
 	return errors.Join(errs...)
 }
 
 // removeEmptyCgroupParent removes the pool's parent cgroup once no sandbox
-// uses it.
-func removeEmptyCgroupParent(ctx context.Context, path string) {
-	if path == "" {
+// uses it: a plain rmdir per hierarchy, which the kernel refuses while any
+// child cgroup exists (no recursive walk over the other sandboxes).
+func removeEmptyCgroupParent(path string) {
+	parent := filepath.Dir(path)
+	if path == "" || parent == "/" || parent == "." {
 		return
 	}
-	if parent := filepath.Dir(path); parent != "/" && parent != "." {
-		cgroups.Remove(ctx, parent)
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", parent))
+	for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", parent)) {
+		_ = os.Remove(d)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -110,9 +111,11 @@ func releasePool(ctx context.Context, sentry string, sb *pool.Sandbox, rootDir s
 	if sb == nil {
 		return
 	}
+	t0 := time.Now()
 	if err := sb.Destroy(ctx, sentry); err != nil {
 		log.G(ctx).WithError(err).Warnf("gvx shim: destroy pool sandbox %s", sb.ID)
 	}
+	log.G(ctx).Debugf("gvx shim: destroyed pool sandbox %s in %s", sb.ID, time.Since(t0))
 	if rootDir != "" {
 		_ = os.RemoveAll(rootDir)
 	}

@@ -46,14 +46,15 @@ func main() {
 	runs := flag.Int("runs", 30, "cycles per runtime")
 	conc := flag.Int("concurrency", 8, "parallel creates in the throughput test")
 	burst := flag.Int("burst", 32, "sandboxes created in the throughput test")
+	poolSize := flag.Int("pool", 32, "ready sandboxes of the warm pool (the throughput test adopts up to this many)")
 	flag.Parse()
-	if err := run(*runs, *conc, *burst); err != nil {
+	if err := run(*runs, *conc, *burst, *poolSize); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(runs, conc, burst int) error {
+func run(runs, conc, burst, poolSize int) error {
 	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
@@ -87,7 +88,6 @@ func run(runs, conc, burst int) error {
 	if _, err := volume.Create(ctx, vol, volume.CreateOptions{Size: 1 << 30}); err != nil {
 		return err
 	}
-	poolSize := 4
 	pl, err := harness.StartPool(ctx, bins.GVX, volDir, poolSize)
 	if err != nil {
 		return err
