@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,11 +101,21 @@ func (x *criEnv) writeJSON(t *testing.T, name string, v any) string {
 	return p
 }
 
+// podAddr picks the pod network's address out of `ip -4 -o addr show`.
+func podAddr(out string) string {
+	for _, f := range strings.Fields(out) {
+		if strings.HasPrefix(f, "10.77.0.") {
+			return f
+		}
+	}
+	return ""
+}
+
 // TestCRIPod: a Kubernetes-style pod through CRI (crictl, runtime handler
-// gvx): the pod's application container runs in its own gVisor sandbox on
-// the pod's network (an address from the pod's CNI network), logs, exec
-// and exit codes work, a second application container is refused with a
-// clear error, and removing the pod leaves nothing behind.
+// gvx) is one gVisor sandbox on the pod's network (an address from the
+// pod's CNI network); its application containers run inside it, share its
+// network (one reaches the other on localhost), and logs, exec, stop and
+// exit codes work for each; removing the pod leaves nothing behind.
 func TestCRIPod(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
@@ -142,17 +153,34 @@ func TestCRIPod(t *testing.T) {
 		t.Errorf("crictl exec: %q", out)
 	}
 
+	// A second container of the pod: the same sandbox, so the first one's
+	// listener on the pod's loopback answers it.
+	x.must(t, "exec", app, "sh", "-c", "(echo from-app | nc -l -p 9000 >/dev/null 2>&1 &) ; true")
 	second := x.writeJSON(t, "second.json", map[string]any{
 		"metadata": map[string]string{"name": "second"},
 		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
-		"command":  []string{"true"},
+		"command":  []string{"sh", "-c", "ip -4 -o addr show; for i in 1 2 3 4 5 6 7 8 9 10; do nc 127.0.0.1 9000 && break; sleep 0.2; done; echo second-done; exit 5"},
+		"log_path": "second.log",
 	})
-	// crictl create only records the container; the runtime sees it at
-	// start.
 	secondID := x.must(t, "create", pod, second, podCfg)
-	r := x.run(t, "start", secondID)
-	if r.code == 0 || !strings.Contains(r.stderr, "one application container per pod") {
-		t.Errorf("second application container: exit %d %q, want a clear refusal", r.code, r.stderr)
+	x.must(t, "start", secondID)
+	var st string
+	for i := 0; i < 100; i++ {
+		st = x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", secondID)
+		if strings.HasPrefix(st, "CONTAINER_EXITED") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st != "CONTAINER_EXITED 5" {
+		t.Errorf("second container: %q, want CONTAINER_EXITED 5", st)
+	}
+	slogs := x.run(t, "logs", secondID).stdout
+	if !strings.Contains(slogs, "from-app") || !strings.Contains(slogs, "second-done") {
+		t.Errorf("second container logs %q: want the first container's answer over localhost, then second-done", slogs)
+	}
+	if addr := podAddr(logs); addr == "" || podAddr(slogs) != addr {
+		t.Errorf("pod addresses: app %q, second %q: want the same pod address", podAddr(logs), podAddr(slogs))
 	}
 	x.must(t, "rm", secondID)
 
@@ -164,4 +192,50 @@ func TestCRIPod(t *testing.T) {
 	x.must(t, "rm", app)
 	x.must(t, "stopp", pod)
 	x.must(t, "rmp", pod)
+}
+
+// TestCRIPodKillShim: kill -9 of a pod's shim while its containers run;
+// containerd's cleanup of each container and of the pod takes the whole
+// sandbox down and leaves nothing behind.
+func TestCRIPodKillShim(t *testing.T) {
+	x := newCRIEnv(t)
+	checkNoLeaks(t)
+	podCfg := x.writeJSON(t, "pod2.json", map[string]any{
+		"metadata":      map[string]string{"name": "p2", "namespace": "default", "uid": "uid-p2"},
+		"log_directory": filepath.Join(x.dir, "logs2"),
+		"linux":         map[string]any{},
+	})
+	pod := x.must(t, "runp", "--runtime", "gvx", podCfg)
+	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	var apps []string
+	for _, name := range []string{"a", "b"} {
+		cfg := x.writeJSON(t, name+".json", map[string]any{
+			"metadata": map[string]string{"name": name},
+			"image":    map[string]string{"image": "gvx.test/busybox:latest"},
+			"command":  []string{"sleep", "600"},
+		})
+		id := x.must(t, "create", pod, cfg, podCfg)
+		x.must(t, "start", id)
+		apps = append(apps, id)
+	}
+	shim := shimPidAt(t, x.ctrd.Socket(), pod)
+	procs := harness.Descendants(shim)
+	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range apps {
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.HasPrefix(x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}}", id), "CONTAINER_EXITED") {
+			if time.Now().After(deadline) {
+				t.Fatalf("container %s still running after its shim died", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	x.must(t, "rmp", "-f", pod)
+	for _, pid := range procs {
+		if p, err := readProc(pid); err == nil && p.state != "Z" {
+			t.Errorf("pod process %d (%s) survived its shim", pid, p.name)
+		}
+	}
 }

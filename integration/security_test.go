@@ -67,6 +67,12 @@ func readProc(pid int) (procInfo, error) {
 // shimPid finds the shim serving task id.
 func shimPid(t *testing.T, id string) int {
 	t.Helper()
+	return shimPidAt(t, e.Socket(), id)
+}
+
+// shimPidAt finds the shim of task id started by the containerd at socket.
+func shimPidAt(t *testing.T, socket, id string) int {
+	t.Helper()
 	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, d := range dirs {
 		data, err := os.ReadFile(d)
@@ -80,7 +86,7 @@ func shimPid(t *testing.T, id string) int {
 		var idOK, ours bool
 		for i := 0; i+1 < len(args); i++ {
 			idOK = idOK || args[i] == "-id" && args[i+1] == id
-			ours = ours || args[i] == "-address" && args[i+1] == e.Socket()
+			ours = ours || args[i] == "-address" && args[i+1] == socket
 		}
 		if idOK && ours {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))

@@ -95,40 +95,6 @@ func PodRole(s *specs.Spec) (role, pod string) {
 	return s.Annotations[criContainerType], s.Annotations[criSandboxID]
 }
 
-// Detach makes an application container of a pod a sandbox of its own:
-// gVisor would otherwise run it as a sub-container of the pause
-// container's sandbox, whose exit and stdio do not reach the shim through
-// the runc-style process model gvx uses. It keeps the pod's namespaces
-// (network above all) from the spec.
-func Detach(s *specs.Spec) {
-	delete(s.Annotations, criContainerType)
-	delete(s.Annotations, criSandboxID)
-}
-
-// NetNS is the path of the spec's network namespace, if it joins one.
-func NetNS(s *specs.Spec) string {
-	if s.Linux == nil {
-		return ""
-	}
-	for _, ns := range s.Linux.Namespaces {
-		if ns.Type == specs.NetworkNamespace {
-			return ns.Path
-		}
-	}
-	return ""
-}
-
-// SetNetNS makes the spec join the network namespace at path.
-func SetNetNS(s *specs.Spec, path string) {
-	for i, ns := range s.Linux.Namespaces {
-		if ns.Type == specs.NetworkNamespace {
-			s.Linux.Namespaces[i].Path = path
-			return
-		}
-	}
-	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: path})
-}
-
 // Mapping is the user namespace a sandbox gets: guest ids 0..Size-1 are host
 // ids HostUID.. and HostGID...
 type Mapping struct {

@@ -51,33 +51,6 @@ type service struct {
 
 	mu    sync.Mutex
 	tasks map[string]*taskState // by container id
-	// podApps maps a pod to its application container, and back.
-	podApps map[string]string
-	appPods map[string]string
-	// podNetNS is the network namespace CRI made for each pod.
-	podNetNS map[string]string
-}
-
-// claimPod records id as pod's application container, refusing a second.
-func (s *service) claimPod(pod, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if other, ok := s.podApps[pod]; ok && other != id {
-		return fmt.Errorf("pod %s already has application container %s: gvx runs one application container per pod for now "+
-			"(each container is a sandbox of its own on the pod's network namespace)", pod, other)
-	}
-	s.podApps[pod], s.appPods[id] = id, pod
-	return nil
-}
-
-// releasePod forgets id as its pod's application container.
-func (s *service) releasePod(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if pod, ok := s.appPods[id]; ok {
-		delete(s.podApps, pod)
-		delete(s.appPods, id)
-	}
 }
 
 // taskState is what gvx set up for one container and must undo when it is
@@ -117,7 +90,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}, podApps: map[string]string{}, appPods: map[string]string{}, podNetNS: map[string]string{}}, nil
+	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -147,37 +120,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	clampOOMScore(ctx, spec)
+	// A CRI pod is one sandbox: the pause container is its root container
+	// (on the pod's network namespace) and each application container is
+	// a container inside it, which gvx-sentry runs with a monitor process
+	// standing for its init (see sentry/subcontainer).
 	role, pod := oci.PodRole(spec)
-	if role == oci.RoleContainer {
-		// One sandbox per pod application container, on the pod's network
-		// namespace; a second one would put two network stacks on the
-		// pod's interface.
-		if err := s.claimPod(pod, r.ID); err != nil {
-			return nil, grpcError(errdefs.ErrFailedPrecondition, err)
-		}
-		defer func() {
-			if retErr != nil {
-				s.releasePod(r.ID)
-			}
-		}()
-		oci.Detach(spec)
-		// CRI points the container at the pause container's namespaces
-		// (/proc/<pid>/ns/...); the pause sandbox keeps off the network,
-		// so join the pod's own network namespace instead.
-		s.mu.Lock()
-		netns := s.podNetNS[pod]
-		s.mu.Unlock()
-		if netns != "" {
-			oci.SetNetNS(spec, netns)
-		}
-	}
-	if role == oci.RolePause {
-		if p := oci.NetNS(spec); p != "" {
-			s.mu.Lock()
-			s.podNetNS[pod] = p
-			s.mu.Unlock()
-		}
-	}
 	mapping, err := oci.Prepare(spec, cfg)
 	if err != nil {
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
@@ -207,12 +154,6 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	ts.vols = vols
 	flagList := cfg.SentryFlagList()
-	if role == oci.RolePause {
-		// The pause container holds the pod together but serves no
-		// traffic: its sandbox keeps off the pod's interfaces, which the
-		// application container's sandbox uses.
-		flagList = append(flagList, "--network=none")
-	}
 	if vols != nil || rootVol != nil {
 		// The sandbox leases its volumes exclusively (containerd its
 		// snapshots), so gVisor may cache their contents without
@@ -246,7 +187,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	} else if cfg.Pool.Size > 0 {
 		log.G(ctx).Infof("gvx shim: %s boots its own sandbox: %s", r.ID, why)
 	}
-	if hook != "" && ts.pool == nil {
+	if hook != "" && ts.pool == nil && role != oci.RoleContainer {
 		oci.AddCreateRuntimeHook(spec, hook, "--loopback")
 	}
 	flags := strings.Join(flagList, " ")
@@ -297,10 +238,13 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, err
 	}
 
-	// Every task is a sandbox of its own (pod containers are detached
-	// above), so each gets its own sentry root; an adopted pool sandbox's
-	// root is linked there.
+	// Every sandbox gets its own sentry root: a task's own, its pod's (the
+	// pause container's id is the pod's), or an adopted pool sandbox's,
+	// linked there.
 	root := sentryRoot(cfg.SentryRoot(), r.ID)
+	if role == oci.RoleContainer && pod != "" {
+		root = sentryRoot(cfg.SentryRoot(), pod)
+	}
 	if ts.pool != nil {
 		ts.poolRoot = root
 		if err := linkPoolRoot(root, ns, ts.pool); err != nil {
@@ -339,7 +283,6 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	ts := s.tasks[r.ID]
 	delete(s.tasks, r.ID)
 	s.mu.Unlock()
-	s.releasePod(r.ID)
 	if ts != nil {
 		ts.release(ctx)
 	}
