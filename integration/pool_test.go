@@ -180,3 +180,48 @@ func TestPoolKillShim(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestPoolServerRestart: a pool server killed with SIGKILL leaves its ready
+// sandboxes behind; the next one destroys them at start, leaves the
+// sandbox a task adopted alone (the task keeps working), and refills.
+func TestPoolServerRestart(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p := startPool(t, 2)
+	cleanupTask(t, "poolr1")
+	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, "poolr1", "sleep", "600")
+	owned := adopted("poolr1")
+	if owned == "" {
+		t.Fatalf("poolr1 did not adopt a pool sandbox; pool log:\n%s", p.Log())
+	}
+	if err := p.WaitReady(context.Background(), 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := filepath.Glob(filepath.Join(harness.PoolDir, "gvxpool-*"))
+	p.Kill()
+
+	q, err := harness.ServePool(context.Background(), e.gvxBin, p.Config, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := q.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, d := range stale {
+		_, err := os.Stat(d)
+		if filepath.Base(d) == owned && err != nil {
+			t.Errorf("the adopted sandbox %s was removed by the new server: %v", owned, err)
+		}
+		if filepath.Base(d) != owned && err == nil {
+			t.Errorf("stale ready sandbox %s survived the new server's start", d)
+		}
+	}
+	if !strings.Contains(q.Log(), "removed stale sandbox") {
+		t.Errorf("new server did not report removing stale sandboxes:\n%s", q.Log())
+	}
+	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "poolr1", "echo", "still-here"); strings.TrimSpace(out) != "still-here" {
+		t.Errorf("exec in the adopted sandbox after the restart: %q", out)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -44,21 +45,43 @@ func (p *Pool) Log() string {
 // runs `gvx pool serve` from gvxBin on it, waiting until size sandboxes
 // are ready.
 func StartPool(ctx context.Context, gvxBin, dir string, size int) (*Pool, error) {
-	p := &Pool{Config: filepath.Join(dir, "pool.toml"), size: size}
+	cfg := filepath.Join(dir, "pool.toml")
 	body := fmt.Sprintf("[pool]\nsize = %d\nsocket = %s\n", size, strconv.Quote(filepath.Join(dir, "pool.sock")))
-	if err := os.WriteFile(p.Config, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return nil, err
 	}
+	return ServePool(ctx, gvxBin, cfg, size)
+}
+
+// ServePool runs `gvx pool serve` on an existing config and waits until
+// size sandboxes are ready.
+func ServePool(ctx context.Context, gvxBin, cfg string, size int) (*Pool, error) {
+	p := &Pool{Config: cfg, size: size}
 	p.cmd = exec.Command(filepath.Join(gvxBin, "gvx"), "pool", "serve", "--config", p.Config)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start gvx pool serve: %w", err)
+	}
+	// The server lists its socket once it has removed what a previous
+	// server left behind; only then do ready sandboxes count.
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(p.Log(), "claims on ") {
+		if time.Now().After(deadline) || p.exited() {
+			_ = p.Stop()
+			return nil, fmt.Errorf("gvx pool serve did not come up; its log:\n%s", p.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := p.WaitReady(ctx, size, time.Minute); err != nil {
 		_ = p.Stop()
 		return nil, err
 	}
 	return p, nil
+}
+
+// exited reports whether the server process is gone.
+func (p *Pool) exited() bool {
+	return p.cmd.Process.Signal(syscall.Signal(0)) != nil
 }
 
 // Size is the number of sandboxes the pool keeps ready.
@@ -88,6 +111,16 @@ func (p *Pool) WaitReady(ctx context.Context, n int, timeout time.Duration) erro
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
+}
+
+// Kill kills the server with SIGKILL (its sandboxes stay behind) and
+// reaps it.
+func (p *Pool) Kill() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
 }
 
 // Stop sends SIGTERM and waits; the server destroys what is still ready.
