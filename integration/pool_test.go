@@ -30,6 +30,19 @@ func startPool(t *testing.T, size int) *harness.Pool {
 
 func adopted(id string) string { return harness.Adopted(testNS, id) }
 
+// runAdopted starts task id detached with the pool's config and returns
+// the pool sandbox it adopted, failing the test if it booted its own.
+func runAdopted(t *testing.T, p *harness.Pool, id string, args ...string) string {
+	t.Helper()
+	cleanupTask(t, id)
+	mustCtr(t, append([]string{"run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, id}, args...)...)
+	sb := adopted(id)
+	if sb == "" {
+		t.Fatalf("%s did not adopt a pool sandbox; pool log:\n%s", id, p.Log())
+	}
+	return sb
+}
+
 // TestPoolRun: with a warm pool, `ctr run` adopts a booted sandbox: the
 // task behaves exactly like one with its own (stdout/stderr, exit codes,
 // signal deaths, exec, kill, ps), its host processes hold no privilege,
@@ -66,13 +79,7 @@ func TestPoolRun(t *testing.T) {
 	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	cleanupTask(t, "pool3")
-	mustCtr(t, append(append([]string{"run", "-d"}, cfgArgs...), busybox, "pool3",
-		"sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)...)
-	sb := adopted("pool3")
-	if sb == "" {
-		t.Fatalf("pool3 did not adopt a pool sandbox; pool log:\n%s", p.Log())
-	}
+	sb := runAdopted(t, p, "pool3", "sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)
 	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "pool3", "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
 		t.Errorf("exec output %q, want exec-42", out)
 	}
@@ -159,12 +166,7 @@ func TestPoolKillShim(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	p := startPool(t, 1)
-	cleanupTask(t, "poolk1")
-	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, "poolk1", "sleep", "600")
-	sb := adopted("poolk1")
-	if sb == "" {
-		t.Fatalf("poolk1 did not adopt a pool sandbox; pool log:\n%s", p.Log())
-	}
+	sb := runAdopted(t, p, "poolk1", "sleep", "600")
 	shim := shimPid(t, "poolk1")
 	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -188,12 +190,7 @@ func TestPoolServerRestart(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	p := startPool(t, 2)
-	cleanupTask(t, "poolr1")
-	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, "poolr1", "sleep", "600")
-	owned := adopted("poolr1")
-	if owned == "" {
-		t.Fatalf("poolr1 did not adopt a pool sandbox; pool log:\n%s", p.Log())
-	}
+	owned := runAdopted(t, p, "poolr1", "sleep", "600")
 	if err := p.WaitReady(context.Background(), 2, time.Minute); err != nil {
 		t.Fatal(err)
 	}

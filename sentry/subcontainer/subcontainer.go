@@ -19,7 +19,6 @@ package subcontainer
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +44,8 @@ import (
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
+
+	"github.com/gvxrun/gvx/sentry/bundle"
 )
 
 // MonitorCommand is the internal subcommand the monitor runs as.
@@ -92,14 +93,14 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if !IsSubcontainer(spec) {
 		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
 	}
-	bundle := flagValue(f, "bundle")
-	if bundle == "" {
-		bundle, _ = os.Getwd()
+	dir := flagValue(f, "bundle")
+	if dir == "" {
+		dir, _ = os.Getwd()
 	}
 	cont, err := container.New(conf, container.Args{
 		ID:            id,
 		Spec:          spec,
-		BundleDir:     bundle,
+		BundleDir:     dir,
 		ConsoleSocket: flagValue(f, "console-socket"),
 		UserLog:       flagValue(f, "user-log"),
 	})
@@ -192,26 +193,14 @@ func Handles(argv []string) bool {
 		if err := cf.Parse(rest); err != nil {
 			return false
 		}
-		bundle := flagValue(cf, "bundle")
-		if bundle == "" {
-			bundle = "."
+		dir := flagValue(cf, "bundle")
+		if dir == "" {
+			dir = "."
 		}
-		spec, err := readSpec(bundle)
+		spec, err := bundle.ReadSpec(dir)
 		return err == nil && IsSubcontainer(spec)
 	}
 	return false
-}
-
-func readSpec(bundle string) (*specs.Spec, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return nil, err
-	}
-	var s specs.Spec
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
 }
 
 func flagValue(f *flag.FlagSet, name string) string {

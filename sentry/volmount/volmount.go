@@ -61,19 +61,6 @@ func FromSpec(s *specs.Spec) ([]Volume, error) {
 	return vols, nil
 }
 
-// ReadSpec reads bundle/config.json.
-func ReadSpec(bundle string) (*specs.Spec, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return nil, err
-	}
-	var s specs.Spec
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("parse %s/config.json: %w", bundle, err)
-	}
-	return &s, nil
-}
-
 // CreateBundle returns the bundle directory of a runc-style "create" or
 // "run" invocation (argv as gvx-sentry received it), and whether argv is
 // one.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
 	"github.com/gvxrun/gvx/sentry/volmount"
@@ -59,11 +60,11 @@ func main() {
 // not return); the re-executed one mounts the volumes there and returns so
 // that gVisor's create runs inside that namespace.
 func mountVolumes(argv []string) error {
-	bundle, ok := volmount.CreateBundle(argv)
+	dir, ok := volmount.CreateBundle(argv)
 	if !ok {
 		return nil
 	}
-	spec, err := volmount.ReadSpec(bundle)
+	spec, err := bundle.ReadSpec(dir)
 	if err != nil {
 		return nil // gVisor reports a bad bundle itself
 	}

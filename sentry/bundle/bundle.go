@@ -1,0 +1,24 @@
+// Package bundle reads the OCI bundle gvx-sentry is invoked on.
+package bundle
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// ReadSpec reads dir/config.json.
+func ReadSpec(dir string) (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("parse %s/config.json: %w", dir, err)
+	}
+	return &s, nil
+}
