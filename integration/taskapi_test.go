@@ -311,3 +311,64 @@ func TestPauseResumeUpdate(t *testing.T) {
 		t.Errorf("update memory limit: %v", err)
 	}
 }
+
+// TestExecSignals: signals sent to an exec'd process reach it in the
+// sandbox (it traps TERM and exits 9), its exit status and output come
+// back, and a fast exec's non-zero exit status passes through.
+func TestExecSignals(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	cont := newContainer(t, c, ctx, img, "xs1", coci.WithProcessArgs("sleep", "600"))
+	task, exit := startTask(t, ctx, cont, cio.NullIO)
+	defer func() {
+		_ = task.Kill(ctx, syscall.SIGKILL)
+		<-exit
+		if _, err := task.Delete(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	spec, err := cont.Spec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id string, args []string, signal syscall.Signal) (uint32, string) {
+		t.Helper()
+		p := *spec.Process
+		p.Args = args
+		var out bytes.Buffer
+		proc, err := task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, io.Discard)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pexit, err := proc.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proc.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if signal != 0 {
+			time.Sleep(300 * time.Millisecond) // let the trap be set
+			if err := proc.Kill(ctx, signal); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var st client.ExitStatus
+		select {
+		case st = <-pexit:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("exec %s did not exit", id)
+		}
+		proc.IO().Wait() // all output copied (Delete would cancel the copy)
+		if _, err := proc.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return st.ExitCode(), out.String()
+	}
+	if code, out := run("x1", []string{"sh", "-c", `trap "echo got-term; exit 9" TERM; echo ready; while true; do sleep 0.05; done`}, syscall.SIGTERM); code != 9 || !strings.Contains(out, "ready") || !strings.Contains(out, "got-term") {
+		t.Errorf("exec killed with TERM: exit %d output %q, want 9 and the trap's output", code, out)
+	}
+	if code, out := run("x2", []string{"sh", "-c", "echo hi; exit 4"}, 0); code != 4 || strings.TrimSpace(out) != "hi" {
+		t.Errorf("exec: exit %d output %q, want 4 and hi", code, out)
+	}
+}

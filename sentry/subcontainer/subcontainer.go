@@ -45,6 +45,7 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
+	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 )
 
@@ -140,7 +141,8 @@ func spawnMonitor(root, id string) (int, error) {
 		return 0, fmt.Errorf("monitor socket: %w", err)
 	}
 	defer lf.Close()
-	args := append(globalArgs(os.Args), MonitorCommand, id)
+	globals, _, _, _ := argv.Split(os.Args)
+	args := append(globals, MonitorCommand, id)
 	m := exec.Command("/proc/self/exe", args[1:]...)
 	m.Args[0] = args[0]
 	m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -155,37 +157,19 @@ func spawnMonitor(root, id string) (int, error) {
 	return pid, nil
 }
 
-// globalArgs returns argv up to (not including) its subcommand: the
-// program name and the global flags.
-func globalArgs(argv []string) []string {
-	fs := flag.NewFlagSet(argv[0], flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	config.RegisterFlags(fs)
-	if err := fs.Parse(argv[1:]); err != nil || fs.NArg() == 0 {
-		return append([]string(nil), argv...)
-	}
-	return append([]string(nil), argv[:len(argv)-fs.NArg()]...)
-}
-
 // Handles reports whether gvx-sentry invoked with argv runs one of this
 // package's commands: a create whose spec is a sub-container's, a start of
 // a container that has a monitor, or the monitor itself.
-func Handles(argv []string) bool {
-	if len(argv) == 0 {
+func Handles(args []string) bool {
+	_, sub, rest, ok := argv.Split(args)
+	if !ok {
 		return false
 	}
-	fs := flag.NewFlagSet(argv[0], flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	config.RegisterFlags(fs)
-	if err := fs.Parse(argv[1:]); err != nil || fs.NArg() == 0 {
-		return false
-	}
-	sub, rest := fs.Arg(0), fs.Args()[1:]
 	switch sub {
 	case MonitorCommand:
 		return true
 	case "start":
-		return len(rest) == 1 && HasMonitor(flagValue(fs, "root"), rest[0])
+		return len(rest) == 1 && HasMonitor(argv.Global(args, "root"), rest[0])
 	case "create":
 		cf := flag.NewFlagSet(sub, flag.ContinueOnError)
 		cf.SetOutput(io.Discard)

@@ -5,23 +5,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
-
-func TestGlobalArgs(t *testing.T) {
-	for _, tc := range []struct{ argv, want []string }{
-		{[]string{"gvx-sentry", "--root", "/r", "--debug", "create", "--bundle", "b", "c1"}, []string{"gvx-sentry", "--root", "/r", "--debug"}},
-		{[]string{"gvx-sentry", "--root=/r", "start", "c1"}, []string{"gvx-sentry", "--root=/r"}},
-		{[]string{"gvx-sentry", "start", "c1"}, []string{"gvx-sentry"}},
-	} {
-		if got := globalArgs(tc.argv); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("globalArgs(%q) = %q, want %q", tc.argv, got, tc.want)
-		}
-	}
-}
 
 func writeSpec(t *testing.T, dir string, annotations map[string]string) {
 	t.Helper()

@@ -4,8 +4,9 @@
 //
 // gvx additions (the createRuntime hook is the separate gvx-hook): ext4lite volumes
 // mounted in a private mount namespace before gVisor's create (volmount),
-// and containers created in a running sandbox with a runc-style init
-// process (subcontainer), which is how gvx adopts warm-pool sandboxes.
+// containers created in a running sandbox with a runc-style init process
+// (subcontainer: pod containers, warm-pool adoption), and a detached exec
+// that does not pay for two runtime start-ups in a row (fastexec).
 //
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
 // flags the shim wants for every call arrive in the GVX_SENTRY_FLAGS
@@ -18,6 +19,7 @@ import (
 	"os"
 
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
 	"github.com/gvxrun/gvx/sentry/volmount"
@@ -42,11 +44,11 @@ func main() {
 		os.Exit(2)
 	}
 	os.Args = args
-	if subcontainer.Handles(args) {
-		// A container in a sandbox that is already running (gvx's warm
-		// pool): gVisor's CLI with gvx's create and start for it.
+	if subcontainer.Handles(args) || fastexec.Handles(args) {
+		// gvx's own commands: create and start of a container in a
+		// running sandbox (pods, the warm pool), and exec.
 		cmds := map[util.SubCommand]string{}
-		for _, c := range subcontainer.Commands() {
+		for _, c := range append(subcontainer.Commands(), fastexec.Commands()...) {
 			cmds[c] = ""
 		}
 		cli.Run(nil, cmds, nil)

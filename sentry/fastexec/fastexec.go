@@ -1,0 +1,245 @@
+// Package fastexec is gvx-sentry's `exec --detach`, the call containerd's
+// runc shim makes for every exec: it must start the process in the sandbox
+// and leave behind a host process that stands for it (the shim reaps it for
+// the exit status).
+//
+// runsc starts a second runsc that does the exec and waits, and polls for
+// that child's pid file, so every exec pays two runtime start-ups in a row.
+// Here the waiter is spawned first and starts up while this process runs
+// the exec itself; the waiter gets the guest pid over a pipe, waits for the
+// process (forwarding the signals it receives to it) and exits with its
+// status. A terminal, extra file descriptors or a process given by flags
+// instead of a process file go through runsc's own implementation.
+package fastexec
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/sentry/control"
+	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
+	"gvisor.dev/gvisor/runsc/cmd"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+	"gvisor.dev/gvisor/runsc/specutils"
+
+	"github.com/gvxrun/gvx/sentry/argv"
+)
+
+// WaitCommand is the internal subcommand of the waiter.
+const WaitCommand = "gvx-exec-wait"
+
+// pidFD is the waiter's end of the pipe carrying the guest pid.
+const pidFD = 3
+
+// Exec is runsc's exec with a faster detached mode.
+type Exec struct {
+	cmd.Exec
+}
+
+// Execute implements subcommands.Command.
+func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if !fast(f) {
+		return ex.Exec.Execute(ctx, f, args...)
+	}
+	conf := args[0].(*config.Config)
+	id := f.Arg(0)
+	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{})
+	if err != nil {
+		return util.Errorf("loading container: %v", err)
+	}
+	e, err := execArgs(value(f, "process"), c.Spec.Process, conf.EnableRaw)
+	if err != nil {
+		return util.Errorf("parsing process spec: %v", err)
+	}
+	if e.StdioIsPty {
+		return ex.Exec.Execute(ctx, f, args...)
+	}
+	waiter, pipe, err := spawnWaiter(id)
+	if err != nil {
+		return util.Errorf("exec: %v", err)
+	}
+	e.FilePayload = control.NewFilePayload(map[int]*os.File{0: os.Stdin, 1: os.Stdout, 2: os.Stderr}, nil)
+	pid, err := c.Execute(conf, e)
+	if err != nil {
+		pipe.Close()
+		_ = waiter.Kill()
+		_, _ = waiter.Wait()
+		return util.Errorf("executing processes for container: %v", err)
+	}
+	_, werr := fmt.Fprintf(pipe, "%d\n", pid)
+	pipe.Close()
+	if werr == nil {
+		werr = writePidFile(value(f, "pid-file"), waiter.Pid)
+	}
+	if werr != nil {
+		_ = c.SignalProcess(unix.SIGKILL, pid)
+		_ = waiter.Kill()
+		return util.Errorf("exec: %v", werr)
+	}
+	_ = waiter.Release()
+	return subcommands.ExitSuccess
+}
+
+// fast reports whether this exec can take the fast path.
+func fast(f *flag.FlagSet) bool {
+	if value(f, "detach") != "true" || value(f, "process") == "" || value(f, "pid-file") == "" || f.NArg() != 1 {
+		return false
+	}
+	// Anything else set on the command line (a terminal, extra fds, the
+	// process given by flags) goes through runsc's own exec.
+	set := false
+	f.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "detach", "process", "pid-file":
+		default:
+			set = true
+		}
+	})
+	return !set
+}
+
+func value(f *flag.FlagSet, name string) string {
+	if fl := f.Lookup(name); fl != nil {
+		return fl.Value.String()
+	}
+	return ""
+}
+
+// execArgs converts the process file at path into gVisor's exec arguments;
+// capabilities default to those of the container's own process.
+func execArgs(path string, containerProc *specs.Process, enableRaw bool) (*control.ExecArgs, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("process file: %w", err)
+	}
+	var p specs.Process
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("process file %s: %w", path, err)
+	}
+	switch {
+	case len(p.Args) == 0:
+		return nil, fmt.Errorf("process file %s: args must not be empty", path)
+	case !strings.HasPrefix(p.Cwd, "/"):
+		return nil, fmt.Errorf("process file %s: cwd %q must be an absolute path", path, p.Cwd)
+	}
+	capSet := p.Capabilities
+	if capSet == nil && containerProc != nil {
+		capSet = containerProc.Capabilities
+	}
+	caps, err := specutils.Capabilities(enableRaw, capSet)
+	if err != nil {
+		return nil, fmt.Errorf("capabilities: %w", err)
+	}
+	gids := make([]auth.KGID, 0, len(p.User.AdditionalGids))
+	for _, g := range p.User.AdditionalGids {
+		gids = append(gids, auth.KGID(g))
+	}
+	return &control.ExecArgs{
+		Argv:             p.Args,
+		Envv:             p.Env,
+		WorkingDirectory: p.Cwd,
+		KUID:             auth.KUID(p.User.UID),
+		KGID:             auth.KGID(p.User.GID),
+		ExtraKGIDs:       gids,
+		Capabilities:     caps,
+		StdioIsPty:       p.Terminal,
+		NoNewPrivileges:  p.NoNewPrivileges,
+		SupportTTYs:      true,
+	}, nil
+}
+
+// spawnWaiter starts the waiter for container id with this process's
+// global flags; it returns the process and the pipe to send it the pid.
+func spawnWaiter(id string) (*os.Process, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	globals, _, _, _ := argv.Split(os.Args)
+	args := append(globals, WaitCommand, id)
+	c := exec.Command("/proc/self/exe", args[1:]...)
+	c.Args[0] = args[0]
+	c.ExtraFiles = []*os.File{r}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("start waiter: %w", err)
+	}
+	return c.Process, w, nil
+}
+
+func writePidFile(path string, pid int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return fmt.Errorf("write pid file: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Wait is the waiter: it stands for an exec'd process on the host.
+type Wait struct {
+	util.InternalSubCommand
+}
+
+// Name implements subcommands.Command.
+func (*Wait) Name() string { return WaitCommand }
+
+// Synopsis implements subcommands.Command.
+func (*Wait) Synopsis() string { return "internal: stands for an exec'd process until it exits" }
+
+// Usage implements subcommands.Command.
+func (*Wait) Usage() string { return WaitCommand + " <container id>\n" }
+
+// SetFlags implements subcommands.Command.
+func (*Wait) SetFlags(*flag.FlagSet) {}
+
+// Execute implements subcommands.Command; the process exits with the exec'd
+// process's status (128+n for a death by signal n).
+func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	data, err := io.ReadAll(os.NewFile(pidFD, "pid"))
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || perr != nil || f.NArg() != 1 {
+		os.Exit(128 + int(unix.SIGKILL)) // the exec never started
+	}
+	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: f.Arg(0)}, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		os.Exit(128 + int(unix.SIGKILL))
+	}
+	stop := c.ForwardSignals(int32(pid), false)
+	ws, err := c.WaitPID(int32(pid))
+	stop()
+	if err != nil {
+		os.Exit(128 + int(unix.SIGKILL))
+	}
+	if ws.Signaled() {
+		os.Exit(128 + int(ws.Signal()))
+	}
+	os.Exit(ws.ExitStatus())
+	return subcommands.ExitSuccess
+}
+
+// Handles reports whether args runs one of this package's commands.
+func Handles(args []string) bool {
+	_, sub, _, ok := argv.Split(args)
+	return ok && (sub == "exec" || sub == WaitCommand)
+}
+
+// Commands returns the subcommands this package implements.
+func Commands() []util.SubCommand {
+	return []util.SubCommand{new(Exec), new(Wait)}
+}
