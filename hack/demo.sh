@@ -13,6 +13,8 @@ cleanup() {
 	ctr task rm -f demo >/dev/null 2>&1 || true
 	ctr container rm demo >/dev/null 2>&1 || true
 	"$here/containerd.sh" stop "$dir"
+	# The namespace's parent cgroup, which runtimes leave (empty) behind.
+	rmdir /sys/fs/cgroup/*/gvx-demo /sys/fs/cgroup/gvx-demo 2>/dev/null || true
 }
 trap cleanup EXIT
 

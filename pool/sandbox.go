@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,11 @@ type Sandbox struct {
 	Class string `json:"class"`
 	// Flags are the gvx-sentry global flags it was booted with.
 	Flags string `json:"flags"`
+	// Pool is the pool directory and Socket the server's socket, so that
+	// whoever destroys the last sandbox after the server stopped removes
+	// the pool's directory too.
+	Pool   string `json:"pool,omitempty"`
+	Socket string `json:"socket,omitempty"`
 }
 
 // Root is the sandbox's gvx-sentry state root.
@@ -154,7 +160,36 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 	}
 	cgroups.Remove(ctx, s.Cgroup)
 	removeEmptyCgroupParent(s.Cgroup)
+	if s.Pool != "" && !serving(s.Socket) {
+		removePoolDir(s.Pool)
+	}
 	return errors.Join(errs...)
+}
+
+// serving reports whether a pool server answers on socket.
+func serving(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// removePoolDir removes the pool directory (the root containers' rootfs
+// included) once no sandbox is left in it.
+func removePoolDir(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), idPrefix) {
+			return
+		}
+	}
+	_ = os.RemoveAll(filepath.Join(dir, rootfsDir))
+	_ = os.Remove(dir)
 }
 
 // removeEmptyCgroupParent removes the pool's parent cgroup once no sandbox

@@ -138,18 +138,9 @@ func (s *Server) drain(ctx context.Context) error {
 		}
 	}
 	log.G(ctx).Infof("gvx pool: stopped, destroyed %d ready sandboxes", len(ready))
-	if entries, err := os.ReadDir(s.cfg.PoolDir()); err == nil {
-		inUse := false
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), idPrefix) {
-				inUse = true
-			}
-		}
-		if !inUse {
-			_ = os.RemoveAll(filepath.Join(s.cfg.PoolDir(), rootfsDir))
-			_ = os.Remove(s.cfg.PoolDir())
-		}
-	}
+	// Sandboxes handed out keep the rootfs; the last one's destroy
+	// removes it (Sandbox.Destroy).
+	removePoolDir(s.cfg.PoolDir())
 	return errors.Join(errs...)
 }
 
@@ -312,7 +303,18 @@ func (s *Server) boot(ctx context.Context) (_ *Sandbox, retErr error) {
 		return nil, err
 	}
 	id := idPrefix + hex.EncodeToString(rnd[:])
-	sb := &Sandbox{ID: id, Dir: filepath.Join(s.cfg.PoolDir(), id), Cgroup: "/gvx-pool/" + id, Class: s.class, Flags: s.flags}
+	sb := &Sandbox{ID: id, Dir: filepath.Join(s.cfg.PoolDir(), id), Cgroup: "/gvx-pool/" + id, Class: s.class, Flags: s.flags,
+		Pool: s.cfg.PoolDir(), Socket: s.cfg.PoolSocket()}
+	// A task's destroy removes the pool directory when it was the last
+	// sandbox and no server was listening (this one, starting up).
+	if _, err := os.Stat(filepath.Join(s.cfg.PoolDir(), rootfsDir, strings.TrimPrefix(pauseInGuest, "/"))); err != nil {
+		if err := os.MkdirAll(s.cfg.PoolDir(), 0o711); err != nil {
+			return nil, fmt.Errorf("create pool dir: %w", err)
+		}
+		if err := s.installRootfs(); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		if retErr != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx), s.sentry)

@@ -66,6 +66,7 @@ func run(runs, conc, burst, poolSize int) error {
 		return err
 	}
 	defer ctrd.Close()
+	defer harness.RemoveRuntimeRoot("/run/containerd/runc/gvxbench")
 	c, err := client.New(ctrd.Socket())
 	if err != nil {
 		return err

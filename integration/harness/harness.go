@@ -47,6 +47,9 @@ type Containerd struct {
 	Bins Bins
 	cmd  *exec.Cmd
 	done chan struct{}
+	// cgroups are the top-level cgroup directories that existed before
+	// this containerd started.
+	cgroups map[string]bool
 }
 
 // Socket is the containerd gRPC address.
@@ -65,7 +68,7 @@ func StartWithConfig(ctx context.Context, bins Bins, extraTOML string) (_ *Conta
 	if err != nil {
 		return nil, fmt.Errorf("containerd state dir: %w", err)
 	}
-	c := &Containerd{Dir: dir, Bins: bins, done: make(chan struct{})}
+	c := &Containerd{Dir: dir, Bins: bins, done: make(chan struct{}), cgroups: topCgroups()}
 	defer func() {
 		if retErr != nil {
 			c.Close()
@@ -130,6 +133,29 @@ func (c *Containerd) Close() {
 		_ = exec.Command("umount", "-l", m).Run()
 	}
 	_ = os.RemoveAll(c.Dir)
+	// Task cgroups live under /<namespace>/<id>; runtimes remove the task's
+	// own cgroup but leave the namespace's (a concurrent create may be
+	// about to use it). With containerd gone, remove those this run made,
+	// if empty (rmdir refuses otherwise).
+	for d := range topCgroups() {
+		if !c.cgroups[d] {
+			_ = os.Remove(d)
+		}
+	}
+}
+
+// topCgroups lists the top-level cgroup directories of every hierarchy.
+func topCgroups() map[string]bool {
+	out := map[string]bool{}
+	for _, pattern := range []string{"/sys/fs/cgroup/*/*", "/sys/fs/cgroup/*"} {
+		dirs, _ := filepath.Glob(pattern)
+		for _, d := range dirs {
+			if st, err := os.Lstat(d); err == nil && st.IsDir() {
+				out[d] = true
+			}
+		}
+	}
+	return out
 }
 
 // MountsUnder lists mount points starting with prefix, deepest first.
@@ -147,4 +173,14 @@ func MountsUnder(prefix string) []string {
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(out)))
 	return out
+}
+
+// RemoveRuntimeRoot unmounts whatever is mounted below dir and removes it:
+// the runc shim's state root of a namespace, where runsc (the peer) pins
+// a network namespace that it never unmounts.
+func RemoveRuntimeRoot(dir string) {
+	for _, m := range MountsUnder(dir + "/") {
+		_ = exec.Command("umount", "-l", m).Run()
+	}
+	_ = os.RemoveAll(dir)
 }
