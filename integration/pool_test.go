@@ -222,3 +222,21 @@ func TestPoolServerRestart(t *testing.T) {
 		t.Errorf("exec in the adopted sandbox after the restart: %q", out)
 	}
 }
+
+// TestPoolTTY: a tty task in an adopted pool sandbox has its terminal (the
+// console socket reaches gVisor through the sub-container create) and its
+// console size.
+func TestPoolTTY(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p := startPool(t, 1)
+	checkTTY(t, "pooltty", "--runtime-config-path", p.Config)
+	// The pool refills what the task adopted.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.Log(), "2 booted") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tty task did not adopt the pool's sandbox (no refill); pool log:\n%s", p.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

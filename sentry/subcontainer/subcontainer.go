@@ -108,7 +108,7 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if err != nil {
 		return util.Errorf("creating container: %v", err)
 	}
-	pid, err := spawnMonitor(conf.RootDir, id)
+	pid, err := spawnMonitor(conf.RootDir, id, spec.Process != nil && spec.Process.Terminal)
 	if err == nil {
 		if p := flagValue(f, "pid-file"); p != "" {
 			err = writePidFile(p, pid)
@@ -129,7 +129,7 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 // process (the shim, a subreaper, inherits it). Its start socket is bound
 // here and handed over, so that `start` can connect at once, while the
 // monitor is still initialising.
-func spawnMonitor(root, id string) (int, error) {
+func spawnMonitor(root, id string, terminal bool) (int, error) {
 	ln, err := listen(SocketPath(root, id))
 	if err != nil {
 		return 0, err
@@ -145,7 +145,12 @@ func spawnMonitor(root, id string) (int, error) {
 	args := append(globals, MonitorCommand, id)
 	m := exec.Command("/proc/self/exe", args[1:]...)
 	m.Args[0] = args[0]
-	m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if !terminal {
+		// The container's stdio. With a terminal the container has the
+		// pty create set up, and the caller (go-runc) collects create's
+		// output through a pipe until EOF: the monitor must not hold it.
+		m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
+	}
 	m.ExtraFiles = []*os.File{lf}
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := m.Start(); err != nil {
