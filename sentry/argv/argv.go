@@ -40,3 +40,11 @@ func Global(argv []string, name string) string {
 	}
 	return ""
 }
+
+// Flag returns the value of flag name in f ("" if f has no such flag).
+func Flag(f *flag.FlagSet, name string) string {
+	if fl := f.Lookup(name); fl != nil {
+		return fl.Value.String()
+	}
+	return ""
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -21,4 +22,17 @@ func ReadSpec(dir string) (*specs.Spec, error) {
 		return nil, fmt.Errorf("parse %s/config.json: %w", dir, err)
 	}
 	return &s, nil
+}
+
+// WritePidFile writes pid to path atomically, as a runc-compatible runtime
+// does for --pid-file.
+func WritePidFile(path string, pid int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return fmt.Errorf("write pid file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write pid file: %w", err)
+	}
+	return nil
 }

@@ -36,6 +36,7 @@ import (
 	"gvisor.dev/gvisor/runsc/specutils"
 
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/bundle"
 )
 
 // WaitCommand is the internal subcommand of the waiter.
@@ -60,7 +61,7 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
-	e, err := execArgs(value(f, "process"), c.Spec.Process, conf.EnableRaw)
+	e, err := execArgs(argv.Flag(f, "process"), c.Spec.Process, conf.EnableRaw)
 	if err != nil {
 		return util.Errorf("parsing process spec: %v", err)
 	}
@@ -82,7 +83,7 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 	_, werr := fmt.Fprintf(pipe, "%d\n", pid)
 	pipe.Close()
 	if werr == nil {
-		werr = writePidFile(value(f, "pid-file"), waiter.Pid)
+		werr = bundle.WritePidFile(argv.Flag(f, "pid-file"), waiter.Pid)
 	}
 	if werr != nil {
 		_ = c.SignalProcess(unix.SIGKILL, pid)
@@ -95,7 +96,7 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 
 // fast reports whether this exec can take the fast path.
 func fast(f *flag.FlagSet) bool {
-	if value(f, "detach") != "true" || value(f, "process") == "" || value(f, "pid-file") == "" || f.NArg() != 1 {
+	if argv.Flag(f, "detach") != "true" || argv.Flag(f, "process") == "" || argv.Flag(f, "pid-file") == "" || f.NArg() != 1 {
 		return false
 	}
 	// Anything else set on the command line (a terminal, extra fds, the
@@ -109,13 +110,6 @@ func fast(f *flag.FlagSet) bool {
 		}
 	})
 	return !set
-}
-
-func value(f *flag.FlagSet, name string) string {
-	if fl := f.Lookup(name); fl != nil {
-		return fl.Value.String()
-	}
-	return ""
 }
 
 // execArgs converts the process file at path into gVisor's exec arguments;
@@ -180,14 +174,6 @@ func spawnWaiter(id string) (*os.Process, *os.File, error) {
 		return nil, nil, fmt.Errorf("start waiter: %w", err)
 	}
 	return c.Process, w, nil
-}
-
-func writePidFile(path string, pid int) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return fmt.Errorf("write pid file: %w", err)
-	}
-	return os.Rename(tmp, path)
 }
 
 // Wait is the waiter: it stands for an exec'd process on the host.

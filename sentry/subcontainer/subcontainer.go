@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -94,7 +93,7 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if !IsSubcontainer(spec) {
 		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
 	}
-	dir := flagValue(f, "bundle")
+	dir := argv.Flag(f, "bundle")
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
@@ -102,16 +101,16 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 		ID:            id,
 		Spec:          spec,
 		BundleDir:     dir,
-		ConsoleSocket: flagValue(f, "console-socket"),
-		UserLog:       flagValue(f, "user-log"),
+		ConsoleSocket: argv.Flag(f, "console-socket"),
+		UserLog:       argv.Flag(f, "user-log"),
 	})
 	if err != nil {
 		return util.Errorf("creating container: %v", err)
 	}
 	pid, err := spawnMonitor(conf.RootDir, id, spec.Process != nil && spec.Process.Terminal)
 	if err == nil {
-		if p := flagValue(f, "pid-file"); p != "" {
-			err = writePidFile(p, pid)
+		if p := argv.Flag(f, "pid-file"); p != "" {
+			err = bundle.WritePidFile(p, pid)
 		}
 	}
 	if err != nil {
@@ -182,7 +181,7 @@ func Handles(args []string) bool {
 		if err := cf.Parse(rest); err != nil {
 			return false
 		}
-		dir := flagValue(cf, "bundle")
+		dir := argv.Flag(cf, "bundle")
 		if dir == "" {
 			dir = "."
 		}
@@ -190,21 +189,6 @@ func Handles(args []string) bool {
 		return err == nil && IsSubcontainer(spec)
 	}
 	return false
-}
-
-func flagValue(f *flag.FlagSet, name string) string {
-	if fl := f.Lookup(name); fl != nil {
-		return fl.Value.String()
-	}
-	return ""
-}
-
-func writePidFile(path string, pid int) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return fmt.Errorf("write pid file: %w", err)
-	}
-	return os.Rename(tmp, path)
 }
 
 // Start asks a sub-container's monitor to start it.
