@@ -50,6 +50,10 @@ func newCRIEnv(t *testing.T) *criEnv {
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = %q
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvxanno]
+  runtime_type = "io.containerd.gvx.v2"
+  pod_annotations = ["dev.gvx.*"]
+  container_annotations = ["dev.gvx.*"]
 `, filepath.Join(dir, "cni")))
 	if err != nil {
 		t.Fatal(err)
@@ -238,4 +242,84 @@ func TestCRIPodKillShim(t *testing.T) {
 			t.Errorf("pod process %d (%s) survived its shim", pid, p.name)
 		}
 	}
+}
+
+// TestCRIPodVolume: an ext4lite volume given to a pod's container as a
+// hostPath file is mounted inside the pod's sandbox (not on the host), the
+// container's writes land in the image, and removing the pod leaves the
+// image clean and unleased.
+func TestCRIPodVolume(t *testing.T) {
+	x := newCRIEnv(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checkNoLeaks(t)
+	img := filepath.Join(dir, "pod.ext4")
+	gvx(t, "volume", "create", "--size", "32M", img)
+	podCfg := x.writeJSON(t, "pod3.json", map[string]any{
+		"metadata":      map[string]string{"name": "p3", "namespace": "default", "uid": "uid-p3"},
+		"log_directory": filepath.Join(x.dir, "logs3"),
+		"linux":         map[string]any{},
+	})
+	pod := x.must(t, "runp", "--runtime", "gvx", podCfg)
+	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	cfg := x.writeJSON(t, "vol.json", map[string]any{
+		"metadata": map[string]string{"name": "vol"},
+		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
+		"command":  []string{"sh", "-c", "echo from-pod > /data/f && sync && grep ' /data ' /proc/mounts"},
+		"mounts":   []map[string]any{{"container_path": "/data", "host_path": img}},
+		"log_path": "vol.log",
+	})
+	id := x.must(t, "create", pod, cfg, podCfg)
+	x.must(t, "start", id)
+	var st string
+	for i := 0; i < 100 && !strings.HasPrefix(st, "CONTAINER_EXITED"); i++ {
+		time.Sleep(100 * time.Millisecond)
+		st = x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", id)
+	}
+	if st != "CONTAINER_EXITED 0" {
+		t.Errorf("volume container: %q (logs %q), want CONTAINER_EXITED 0", st, x.run(t, "logs", id).stdout+x.run(t, "logs", id).stderr)
+	}
+	for _, m := range harness.MountsUnder("/") {
+		if strings.Contains(m, "pod.ext4") || strings.HasPrefix(m, "/run/gvx/volumes") {
+			t.Errorf("volume mounted on the host at %s", m)
+		}
+	}
+	x.must(t, "rm", id)
+	x.must(t, "stopp", pod)
+	x.must(t, "rmp", pod)
+	if got, ok := readInImage(t, img, "/f"); !ok || strings.TrimSpace(got) != "from-pod" {
+		t.Errorf("file written in the pod: %q (exists %v)", got, ok)
+	}
+	fsckClean(t, img)
+}
+
+// TestCRIPodDockerMixed: docker mode is a property of the pod's sandbox; a
+// container asking for it in a pod that runs without it is refused with an
+// error that says how to ask for it.
+func TestCRIPodDockerMixed(t *testing.T) {
+	x := newCRIEnv(t)
+	checkNoLeaks(t)
+	podCfg := x.writeJSON(t, "pod4.json", map[string]any{
+		"metadata":      map[string]string{"name": "p4", "namespace": "default", "uid": "uid-p4"},
+		"log_directory": filepath.Join(x.dir, "logs4"),
+		"linux":         map[string]any{},
+	})
+	pod := x.must(t, "runp", "--runtime", "gvxanno", podCfg)
+	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	cfg := x.writeJSON(t, "dockerapp.json", map[string]any{
+		"metadata":    map[string]string{"name": "dockerapp"},
+		"image":       map[string]string{"image": "gvx.test/busybox:latest"},
+		"command":     []string{"true"},
+		"annotations": map[string]string{"dev.gvx.docker": "true"},
+	})
+	id := x.must(t, "create", pod, cfg, podCfg)
+	r := x.run(t, "start", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "docker mode applies to the whole pod") || !strings.Contains(r.stderr, "pod annotation") {
+		t.Errorf("docker container in a pod without docker mode: exit %d %q, want a clear refusal", r.code, r.stderr)
+	}
+	x.must(t, "rm", id)
+	x.must(t, "stopp", pod)
+	x.must(t, "rmp", pod)
 }

@@ -61,6 +61,7 @@ type taskState struct {
 	root   string       // sentry state root of its sandbox
 	cgroup string       // cgroup path of its spec
 	vols   *taskVolumes // leased ext4lite volumes
+	docker bool         // docker mode
 	// pool is the warm-pool sandbox the task adopted (nil: its own), with
 	// the gvx-sentry that destroys it and the task's root dir linking to it.
 	pool     *pool.Sandbox
@@ -167,6 +168,19 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	docker, err := dockerMode(cfg, spec)
 	if err != nil {
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	ts.docker = docker
+	if role == oci.RoleContainer && docker {
+		// Docker mode is a property of the sandbox, which the pod's pause
+		// container booted.
+		s.mu.Lock()
+		pause := s.tasks[pod]
+		s.mu.Unlock()
+		if pause != nil && !pause.docker {
+			return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf(
+				"container %s asks for docker mode but its pod %s runs without it: docker mode applies to the whole pod's sandbox; "+
+					"set dev.gvx.docker=true as a pod annotation (containerd pod_annotations) or [docker] enabled in the runtime handler's gvx config", r.ID, pod))
+		}
 	}
 	if docker {
 		// The host reaches the inner dockerd through a socket the sandbox
