@@ -86,6 +86,9 @@ func TestPoolRun(t *testing.T) {
 	if out := mustCtr(t, "task", "ps", "pool3"); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
 		t.Errorf("task ps lists no process:\n%s", out)
 	}
+	if out := mustCtr(t, "task", "metrics", "pool3"); !strings.Contains(out, "memory.usage_in_bytes") && !strings.Contains(out, "memory.usage") {
+		t.Errorf("task metrics without memory usage:\n%s", out)
+	}
 	checkPoolCredentials(t, taskPid(t, "pool3"), sb)
 	mustCtr(t, "task", "kill", "-s", "TERM", "pool3")
 	waitStatus(t, "pool3", "STOPPED")
