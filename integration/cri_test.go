@@ -105,6 +105,35 @@ func (x *criEnv) writeJSON(t *testing.T, name string, v any) string {
 	return p
 }
 
+// runPod starts pod name (its logs in the test's directory) with the runtime
+// handler and force-removes it when the test ends; it returns the pod's id
+// and its config file.
+func (x *criEnv) runPod(t *testing.T, name, handler string) (string, string) {
+	t.Helper()
+	cfg := x.writeJSON(t, name+".json", map[string]any{
+		"metadata":      map[string]string{"name": name, "namespace": "default", "uid": "uid-" + name},
+		"log_directory": filepath.Join(x.dir, "logs-"+name),
+		"linux":         map[string]any{},
+	})
+	pod := x.must(t, "runp", "--runtime", handler, cfg)
+	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	return pod, cfg
+}
+
+// waitExited waits until container id has exited and returns
+// "CONTAINER_EXITED <exit code>" (or its last state).
+func (x *criEnv) waitExited(t *testing.T, id string) string {
+	t.Helper()
+	var st string
+	for i := 0; i < 200 && !strings.HasPrefix(st, "CONTAINER_EXITED"); i++ {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		st = x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", id)
+	}
+	return st
+}
+
 // podAddr picks the pod network's address out of `ip -4 -o addr show`.
 func podAddr(out string) string {
 	for _, f := range strings.Fields(out) {
@@ -123,16 +152,7 @@ func podAddr(out string) string {
 func TestCRIPod(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
-	podCfg := x.writeJSON(t, "pod.json", map[string]any{
-		"metadata":      map[string]string{"name": "p1", "namespace": "default", "uid": "uid-p1"},
-		"log_directory": filepath.Join(x.dir, "logs"),
-		"linux":         map[string]any{},
-	})
-	pod := x.must(t, "runp", "--runtime", "gvx", podCfg)
-	t.Cleanup(func() {
-		x.run(t, "stopp", pod)
-		x.run(t, "rmp", "-f", pod)
-	})
+	pod, podCfg := x.runPod(t, "p1", "gvx")
 	ctrCfg := x.writeJSON(t, "app.json", map[string]any{
 		"metadata": map[string]string{"name": "app"},
 		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
@@ -168,15 +188,7 @@ func TestCRIPod(t *testing.T) {
 	})
 	secondID := x.must(t, "create", pod, second, podCfg)
 	x.must(t, "start", secondID)
-	var st string
-	for i := 0; i < 100; i++ {
-		st = x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", secondID)
-		if strings.HasPrefix(st, "CONTAINER_EXITED") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if st != "CONTAINER_EXITED 5" {
+	if st := x.waitExited(t, secondID); st != "CONTAINER_EXITED 5" {
 		t.Errorf("second container: %q, want CONTAINER_EXITED 5", st)
 	}
 	slogs := x.run(t, "logs", secondID).stdout
@@ -204,13 +216,7 @@ func TestCRIPod(t *testing.T) {
 func TestCRIPodKillShim(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
-	podCfg := x.writeJSON(t, "pod2.json", map[string]any{
-		"metadata":      map[string]string{"name": "p2", "namespace": "default", "uid": "uid-p2"},
-		"log_directory": filepath.Join(x.dir, "logs2"),
-		"linux":         map[string]any{},
-	})
-	pod := x.must(t, "runp", "--runtime", "gvx", podCfg)
-	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	pod, podCfg := x.runPod(t, "p2", "gvx")
 	var apps []string
 	for _, name := range []string{"a", "b"} {
 		cfg := x.writeJSON(t, name+".json", map[string]any{
@@ -257,13 +263,7 @@ func TestCRIPodVolume(t *testing.T) {
 	checkNoLeaks(t)
 	img := filepath.Join(dir, "pod.ext4")
 	gvx(t, "volume", "create", "--size", "32M", img)
-	podCfg := x.writeJSON(t, "pod3.json", map[string]any{
-		"metadata":      map[string]string{"name": "p3", "namespace": "default", "uid": "uid-p3"},
-		"log_directory": filepath.Join(x.dir, "logs3"),
-		"linux":         map[string]any{},
-	})
-	pod := x.must(t, "runp", "--runtime", "gvx", podCfg)
-	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	pod, podCfg := x.runPod(t, "p3", "gvx")
 	cfg := x.writeJSON(t, "vol.json", map[string]any{
 		"metadata": map[string]string{"name": "vol"},
 		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
@@ -273,12 +273,7 @@ func TestCRIPodVolume(t *testing.T) {
 	})
 	id := x.must(t, "create", pod, cfg, podCfg)
 	x.must(t, "start", id)
-	var st string
-	for i := 0; i < 100 && !strings.HasPrefix(st, "CONTAINER_EXITED"); i++ {
-		time.Sleep(100 * time.Millisecond)
-		st = x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", id)
-	}
-	if st != "CONTAINER_EXITED 0" {
+	if st := x.waitExited(t, id); st != "CONTAINER_EXITED 0" {
 		t.Errorf("volume container: %q (logs %q), want CONTAINER_EXITED 0", st, x.run(t, "logs", id).stdout+x.run(t, "logs", id).stderr)
 	}
 	for _, m := range harness.MountsUnder("/") {
@@ -301,13 +296,7 @@ func TestCRIPodVolume(t *testing.T) {
 func TestCRIPodDockerMixed(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
-	podCfg := x.writeJSON(t, "pod4.json", map[string]any{
-		"metadata":      map[string]string{"name": "p4", "namespace": "default", "uid": "uid-p4"},
-		"log_directory": filepath.Join(x.dir, "logs4"),
-		"linux":         map[string]any{},
-	})
-	pod := x.must(t, "runp", "--runtime", "gvxanno", podCfg)
-	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
+	pod, podCfg := x.runPod(t, "p4", "gvxanno")
 	cfg := x.writeJSON(t, "dockerapp.json", map[string]any{
 		"metadata":    map[string]string{"name": "dockerapp"},
 		"image":       map[string]string{"image": "gvx.test/busybox:latest"},
