@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gvxrun/gvx/config"
@@ -139,5 +140,29 @@ func TestSandboxRecord(t *testing.T) {
 	}
 	if _, err := LoadSandbox(p); err == nil {
 		t.Error("a record without id loaded")
+	}
+}
+
+func TestNewServerErrors(t *testing.T) {
+	dir := t.TempDir()
+	sentry := filepath.Join(dir, "gvx-sentry")
+	for _, f := range []string{sentry, filepath.Join(dir, "gvx-hook")} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := config.Default()
+	if _, err := NewServer(cfg, sentry); err == nil || !strings.Contains(err.Error(), "[pool] size") {
+		t.Errorf("pool size 0: %v, want an error naming [pool] size", err)
+	}
+	cfg.Pool.Size = 2
+	if _, err := NewServer(cfg, sentry); err == nil || !strings.Contains(err.Error(), "gvx-pause") || !strings.Contains(err.Error(), "make install") {
+		t.Errorf("no gvx-pause: %v, want an error naming it and the fix", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gvx-pause"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := NewServer(cfg, sentry); err != nil || s.Class() != Class(cfg, sentry) {
+		t.Errorf("NewServer: %v", err)
 	}
 }
