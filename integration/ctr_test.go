@@ -155,8 +155,8 @@ func checkTTY(t *testing.T, id string, extra ...string) {
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("util-linux script not installed")
 	}
-	ctr := fmt.Sprintf("stty rows 31 cols 101; %s --address %s --namespace %s run --rm -t --runtime %s %s %s %s sh -c '[ -t 0 ] && [ -t 1 ] && echo is-a-tty; for i in $(seq 50); do s=$(stty size 2>/dev/null) && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; echo size=$s; exit 5'",
-		filepath.Join(e.ctrdBin, "ctr"), filepath.Join(e.dir, "c.sock"), testNS, runtime, strings.Join(extra, " "), busybox, id)
+	ctr := fmt.Sprintf("stty rows 31 cols 101; %s --address %s --namespace %s run --fifo-dir %s --rm -t --runtime %s %s %s %s sh -c '[ -t 0 ] && [ -t 1 ] && echo is-a-tty; for i in $(seq 50); do s=$(stty size 2>/dev/null) && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; echo size=$s; exit 5'",
+		filepath.Join(e.ctrdBin, "ctr"), filepath.Join(e.dir, "c.sock"), testNS, filepath.Join(e.dir, "fifo"), runtime, strings.Join(extra, " "), busybox, id)
 	// script gives ctr a pseudo-terminal; its stdin stays open until the
 	// task is done so ctr does not see EOF early.
 	cmd := exec.Command("script", "-qec", ctr, "/dev/null")

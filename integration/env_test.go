@@ -97,8 +97,23 @@ func (x *env) ctr(ctx context.Context, args ...string) (string, string, error) {
 }
 
 func (x *env) ctrResult(ctx context.Context, args ...string) (result, error) {
-	full := append([]string{"--address", filepath.Join(x.dir, "c.sock"), "--namespace", testNS}, args...)
-	return x.run(ctx, "", filepath.Join(x.ctrdBin, "ctr"), full...)
+	return x.run(ctx, "", filepath.Join(x.ctrdBin, "ctr"), ctrArgs(x.Containerd, testNS, args)...)
+}
+
+// ctrArgs is a ctr command line against containerd c in namespace ns. The
+// task IO fifos of `run`, `task start` and `task exec` go below c's own
+// directory: ctr leaves them behind for detached tasks, and by default
+// they would pile up in the host's /run/containerd/fifo.
+func ctrArgs(c *harness.Containerd, ns string, args []string) []string {
+	full := []string{"--address", c.Socket(), "--namespace", ns}
+	fifo := []string{"--fifo-dir", filepath.Join(c.Dir, "fifo")}
+	switch {
+	case len(args) > 0 && args[0] == "run":
+		return append(append(append(full, "run"), fifo...), args[1:]...)
+	case len(args) > 1 && (args[0] == "task" || args[0] == "t" || args[0] == "tasks") && (args[1] == "exec" || args[1] == "start"):
+		return append(append(append(full, args[:2]...), fifo...), args[2:]...)
+	}
+	return append(full, args...)
 }
 
 // dropDeprecation removes containerd's cgroup v1 deprecation warning, which

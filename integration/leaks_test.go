@@ -44,6 +44,8 @@ func snapshot(x *env) hostState {
 				}
 			}
 		}
+		pool, _ := filepath.Glob(filepath.Join(base, "*", "gvx-pool*"))
+		s.cgroups = append(s.cgroups, pool...)
 		sub, _ := os.ReadDir(filepath.Join(base, testNS))
 		for _, d := range sub {
 			if d.IsDir() {
@@ -54,6 +56,14 @@ func snapshot(x *env) hostState {
 	socks, _ := filepath.Glob("/run/containerd/s/*")
 	s.sockets = socks
 	roots, _ := filepath.Glob("/run/gvx/sentry/*")
+	for _, pattern := range []string{
+		"/run/gvx/pool*", "/run/gvx/pool/*", // warm pool sandboxes and their rootfs
+		"/run/gvx/rootfs/*/*", "/run/gvx/volumes/*/*", "/run/gvx/docker/*/*", // per-task dirs
+		"/run/containerd/fifo/*", // clients' task IO fifos
+	} {
+		more, _ := filepath.Glob(pattern)
+		roots = append(roots, more...)
+	}
 	bundles, _ := filepath.Glob(filepath.Join(x.dir, "state", "io.containerd.runtime.v2.task", testNS, "*"))
 	s.state = append(roots, bundles...)
 	for _, l := range [][]string{s.procs, s.mounts, s.loops, s.cgroups, s.sockets, s.state} {
@@ -118,7 +128,7 @@ func gvxProcs() []string {
 			continue
 		}
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
-		if base == "gvx-sentry" || base == "containerd-shim-gvx-v2" {
+		if base == "gvx-sentry" || base == "containerd-shim-gvx-v2" || base == "gvx" {
 			out = append(out, fmt.Sprintf("%s %s", filepath.Base(d), exe))
 		}
 	}

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,17 +19,45 @@ import (
 // configuration and data root.
 func nerdctl(t *testing.T, args ...string) result {
 	t.Helper()
-	if e.nerdctlBin == "" {
-		t.Skip("NERDCTL_BIN not set")
-	}
-	full := append([]string{
+	return runNerdctl(t, []string{
 		"--address", filepath.Join(e.dir, "c.sock"), "--namespace", testNS,
 		"--data-root", filepath.Join(e.dir, "nerdctl"),
 		"--cni-path", "/usr/lib/cni", "--cni-netconfpath", filepath.Join(e.dir, "cni"),
-	}, args...)
-	r, err := e.run(context.Background(), "", filepath.Join(e.nerdctlBin, "nerdctl"), full...)
+	}, args)
+}
+
+// runNerdctl runs nerdctl with global flags and args. nerdctl leaves the
+// task IO fifos of its runs in the host's /run/containerd/fifo (with runc
+// too); they are removed once the run is over (at the end of the test for
+// a detached one).
+func runNerdctl(t *testing.T, global, args []string) result {
+	t.Helper()
+	if e.nerdctlBin == "" {
+		t.Skip("NERDCTL_BIN not set")
+	}
+	before, _ := filepath.Glob("/run/containerd/fifo/*")
+	r, err := e.run(context.Background(), "", filepath.Join(e.nerdctlBin, "nerdctl"), append(global, args...)...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(args) > 0 && args[0] == "run" {
+		after, _ := filepath.Glob("/run/containerd/fifo/*")
+		var left []string
+		for _, d := range after {
+			if !slices.Contains(before, d) {
+				left = append(left, d)
+			}
+		}
+		remove := func() {
+			for _, d := range left {
+				_ = os.RemoveAll(d)
+			}
+		}
+		if slices.Contains(args, "-d") {
+			t.Cleanup(remove)
+		} else {
+			remove()
+		}
 	}
 	return r
 }

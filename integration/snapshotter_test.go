@@ -224,8 +224,7 @@ func checkSnapLeaks(t *testing.T, mnt string) {
 
 func (x *snapEnv) ctr(t *testing.T, args ...string) result {
 	t.Helper()
-	full := append([]string{"--address", x.ctrd.Socket(), "--namespace", snapNS}, args...)
-	r, err := e.run(context.Background(), "", filepath.Join(e.ctrdBin, "ctr"), full...)
+	r, err := e.run(context.Background(), "", filepath.Join(e.ctrdBin, "ctr"), ctrArgs(x.ctrd, snapNS, args)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,19 +242,11 @@ func (x *snapEnv) mustCtr(t *testing.T, args ...string) string {
 
 func (x *snapEnv) nerdctl(t *testing.T, args ...string) result {
 	t.Helper()
-	if e.nerdctlBin == "" {
-		t.Skip("NERDCTL_BIN not set")
-	}
-	full := append([]string{
+	return runNerdctl(t, []string{
 		"--address", x.ctrd.Socket(), "--namespace", snapNS, "--snapshotter", snapName,
 		"--data-root", filepath.Join(x.ctrd.Dir, "nerdctl"),
 		"--cni-path", "/usr/lib/cni", "--cni-netconfpath", filepath.Join(x.ctrd.Dir, "cni"),
-	}, args...)
-	r, err := e.run(context.Background(), "", filepath.Join(e.nerdctlBin, "nerdctl"), full...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	}, args)
 }
 
 // removeContainer deletes a runc container and its snapshot whatever
