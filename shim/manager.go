@@ -188,9 +188,7 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		return shim.StopStatus{}, fmt.Errorf("read runtime options of %s: %w", id, err)
 	}
 	if opts != nil && opts.BinaryName != "" {
-		if err := restoreSentryEnv(bundle); err != nil {
-			log.G(ctx).WithError(err).Warn("gvx shim: sentry flags not restored")
-		}
+		// The task's own link to gvx-sentry, its flags beside it.
 		r := process.NewRunc(opts.Root, bundle, ns, opts.BinaryName, false)
 		if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
@@ -200,6 +198,11 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		}
 		if err := releaseSentryRoot(filepath.Join(opts.Root, ns)); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
+		}
+		if filepath.Base(opts.BinaryName) == sentryLinkName {
+			if err := releaseTaskSentry(filepath.Dir(opts.BinaryName)); err != nil {
+				log.G(ctx).WithError(err).Warn("gvx shim: release the task's gvx-sentry link")
+			}
 		}
 	}
 	if spec, err := oci.ReadSpec(bundle); err == nil && spec.Linux != nil {

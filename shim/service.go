@@ -33,15 +33,8 @@ import (
 	"github.com/gvxrun/gvx/pool"
 )
 
-// sentryFlagsEnv must match gvx-sentry's launcher.FlagsEnv.
-const sentryFlagsEnv = "GVX_SENTRY_FLAGS"
-
 // rootfsFile in a bundle records where gvx mounted the task's rootfs.
 const rootfsFile = "gvx-rootfs"
-
-// sentryFlagsFile in a bundle records the flags a task was created with so
-// that cleanup after a crash (Manager.Stop) runs the sentry the same way.
-const sentryFlagsFile = "gvx-sentry-flags"
 
 // service is the task service: containerd's runc task service, driving
 // gvx-sentry, with gvx's preparation in front of Create and cleanup after
@@ -67,6 +60,8 @@ type taskState struct {
 	pool     *pool.Sandbox
 	sentry   string
 	poolRoot string
+	// binDir holds the task's link to gvx-sentry and its flags.
+	binDir string
 }
 
 // release undoes everything recorded in t (after the sandbox is gone).
@@ -81,6 +76,11 @@ func (t *taskState) release(ctx context.Context) {
 	if t.root != "" {
 		if err := releaseSentryRoot(t.root); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
+		}
+	}
+	if t.binDir != "" {
+		if err := releaseTaskSentry(t.binDir); err != nil {
+			log.G(ctx).WithError(err).Warn("gvx shim: release the task's gvx-sentry link")
 		}
 	}
 }
@@ -205,10 +205,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		oci.AddCreateRuntimeHook(spec, hook, "--loopback")
 	}
 	flags := strings.Join(flagList, " ")
-	if err := os.WriteFile(filepath.Join(r.Bundle, sentryFlagsFile), []byte(flags), 0o600); err != nil {
-		return nil, fmt.Errorf("record sentry flags: %w", err)
+	ts.binDir = sentryRoot(cfg.SentryRoot(), r.ID)
+	binary, err := taskSentry(ts.binDir, sentry, flags)
+	if err != nil {
+		return nil, err
 	}
-	os.Setenv(sentryFlagsEnv, flags)
 
 	if rootVol != nil {
 		// gvx-sentry mounts it here in the sandbox's mount namespace; on
@@ -265,7 +266,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 			return nil, err
 		}
 	}
-	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: sentry, Root: root})
+	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: binary, Root: root})
 	if err != nil {
 		return nil, err
 	}
@@ -352,14 +353,6 @@ func dockerMode(cfg config.Config, spec *specs.Spec) (bool, error) {
 		return req, err
 	}
 	return cfg.Docker.Enabled, nil
-}
-
-func restoreSentryEnv(bundle string) error {
-	data, err := os.ReadFile(filepath.Join(bundle, sentryFlagsFile))
-	if err != nil {
-		return err
-	}
-	return os.Setenv(sentryFlagsEnv, string(data))
 }
 
 // Kill signals a process. When the sandbox is already gone or going (it

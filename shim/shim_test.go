@@ -127,3 +127,36 @@ func TestPoolBlocker(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskSentry(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "task1")
+	link, err := taskSentry(dir, "/usr/local/bin/gvx-sentry", "--network=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(link); err != nil || target != "/usr/local/bin/gvx-sentry" {
+		t.Errorf("link %s -> %q (%v)", link, target, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, sentryFlagsName)); err != nil || string(data) != "--network=none" {
+		t.Errorf("flags %q (%v)", data, err)
+	}
+	// A sentry root below the same directory keeps it.
+	if err := os.Mkdir(filepath.Join(dir, "ns"), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseTaskSentry(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(link); !os.IsNotExist(err) {
+		t.Errorf("link still there: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "ns")); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseTaskSentry(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("task dir still there: %v", err)
+	}
+}

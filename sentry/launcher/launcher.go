@@ -4,7 +4,10 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -12,6 +15,28 @@ import (
 // separated, each of the form --name=value or --name) that the shim wants on
 // every invocation.
 const FlagsEnv = "GVX_SENTRY_FLAGS"
+
+// FlagsFile, next to the path gvx-sentry was invoked by (argv[0]), holds
+// the global flags of one task: the shim runs each task's calls through its
+// own link to gvx-sentry, with that task's flags beside it.
+const FlagsFile = "gvx-sentry-flags"
+
+// Flags returns the global flags for an invocation as argv0: the FlagsEnv
+// value env if set, else the FlagsFile next to argv0 (absolute paths only),
+// else none.
+func Flags(argv0, env string) (string, error) {
+	if strings.TrimSpace(env) != "" || !filepath.IsAbs(argv0) {
+		return env, nil
+	}
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(argv0), FlagsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the task's gvx-sentry flags: %w", err)
+	}
+	return string(data), nil
+}
 
 // Args returns argv with the global flags from env inserted right after the
 // program name, so that flags given explicitly on the command line (which

@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -26,5 +28,25 @@ func TestArgs(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "gvx-sentry")
+	if got, err := Flags(link, ""); err != nil || got != "" {
+		t.Errorf("no file: %q %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FlagsFile), []byte("--network=none"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Flags(link, ""); err != nil || got != "--network=none" {
+		t.Errorf("file: %q %v", got, err)
+	}
+	if got, _ := Flags(link, "--debug"); got != "--debug" {
+		t.Errorf("env first: %q", got)
+	}
+	if got, _ := Flags("runsc-gofer", ""); got != "" {
+		t.Errorf("relative argv0 (gVisor's re-executions): %q", got)
 	}
 }

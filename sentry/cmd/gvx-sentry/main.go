@@ -9,9 +9,9 @@
 // that does not pay for two runtime start-ups in a row (fastexec).
 //
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
-// flags the shim wants for every call arrive in the GVX_SENTRY_FLAGS
-// environment variable so that the runc-compatible argument vector stays
-// untouched.
+// flags the shim wants for every call of a task sit in a file next to the
+// task's link to gvx-sentry (or arrive in the GVX_SENTRY_FLAGS environment
+// variable), so that the runc-compatible argument vector stays untouched.
 package main
 
 import (
@@ -38,7 +38,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(1)
 	}
-	args, err := launcher.Args(os.Args, os.Getenv(launcher.FlagsEnv))
+	flags, err := launcher.Flags(os.Args[0], os.Getenv(launcher.FlagsEnv))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
+		os.Exit(2)
+	}
+	args, err := launcher.Args(os.Args, flags)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(2)

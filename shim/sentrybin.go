@@ -1,0 +1,48 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Each task runs gvx-sentry through its own link, with the task's global
+// flags in a file beside it (gvx-sentry's launcher reads them), so that
+// tasks sharing a shim (a pod) never run with each other's flags.
+const (
+	sentryLinkName  = "gvx-sentry"
+	sentryFlagsName = "gvx-sentry-flags" // gvx-sentry's launcher.FlagsFile
+)
+
+// taskSentry creates dir (traverse-only) with a link to sentry and the
+// task's flags, and returns the link's path.
+func taskSentry(dir, sentry, flags string) (string, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("create task dir %s: %w", dir, err)
+	}
+	link := filepath.Join(dir, sentryLinkName)
+	_ = os.Remove(link)
+	if err := os.Symlink(sentry, link); err != nil {
+		return "", fmt.Errorf("link gvx-sentry for the task: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, sentryFlagsName), []byte(flags), 0o600); err != nil {
+		return "", fmt.Errorf("record the task's gvx-sentry flags: %w", err)
+	}
+	return link, nil
+}
+
+// releaseTaskSentry removes what taskSentry made, and dir once empty.
+func releaseTaskSentry(dir string) error {
+	var errs []error
+	for _, name := range []string{sentryLinkName, sentryFlagsName} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
