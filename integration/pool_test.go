@@ -243,3 +243,33 @@ func TestPoolTTY(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestPoolKillSandbox: kill -9 of an adopted sandbox's Sentry mid-run is
+// the task's exit (137, through its monitor), and deleting the task leaves
+// nothing behind.
+func TestPoolKillSandbox(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p := startPool(t, 1)
+	sb := runAdopted(t, p, "poolks1", "sleep", "600")
+	data, err := os.ReadFile(filepath.Join(harness.PoolDir, sb, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentry, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(sentry, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, "poolks1", "STOPPED")
+	r, err := e.ctrResult(context.Background(), "task", "rm", "poolks1")
+	if err != nil || r.code != 0 {
+		t.Fatalf("task rm: %v %d %s", err, r.code, r.stderr)
+	}
+	mustCtr(t, "container", "rm", "poolks1")
+	if _, err := os.Stat(filepath.Join(harness.PoolDir, sb)); !os.IsNotExist(err) {
+		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
+	}
+}

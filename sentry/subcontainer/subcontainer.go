@@ -71,7 +71,58 @@ func IsSubcontainer(spec *specs.Spec) bool {
 
 // Commands returns the subcommands this package implements, by name.
 func Commands() []util.SubCommand {
-	return []util.SubCommand{new(Create), new(Start), new(Monitor)}
+	return []util.SubCommand{new(Create), new(Start), new(Monitor), new(Delete)}
+}
+
+// Delete deletes a container whose sandbox has died. runsc's delete asks
+// the sandbox to destroy it (which fails) and, before that, takes it for
+// running while the sandbox process is a zombie not yet reaped by its
+// parent (for a pool sandbox: init) — although the container's monitor
+// has already reported its exit. What is left to delete is its state.
+type Delete struct {
+	cmd.Delete
+}
+
+// Execute implements subcommands.Command.
+func (*Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	id := container.FullID{ContainerID: f.Arg(0)}
+	c, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		return util.Errorf("loading container: %v", err)
+	}
+	if err := c.Destroy(); err != nil {
+		// Its sandbox cannot be reached; its state files are gone all the
+		// same (checked below).
+		log.Warningf("delete %s of a dead sandbox: %v", c.ID, err)
+	}
+	if _, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true}); err == nil {
+		return util.Errorf("deleting container %s: its state is still there", c.ID)
+	}
+	return subcommands.ExitSuccess
+}
+
+// sandboxGone reports whether container id in root is inside a sandbox
+// whose process has exited (gone or a zombie).
+func sandboxGone(root, id string) bool {
+	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	if err != nil || c.Sandbox == nil || !IsSubcontainer(c.Spec) {
+		return false
+	}
+	pid := c.Sandbox.Pid.Load()
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i >= 0 && i+2 < len(data) && data[i+2] == 'Z'
 }
 
 // Create is runsc's create for a sub-container, leaving a monitor behind.
@@ -174,6 +225,8 @@ func Handles(args []string) bool {
 		return true
 	case "start":
 		return len(rest) == 1 && HasMonitor(argv.Global(args, "root"), rest[0])
+	case "delete":
+		return len(rest) == 1 && sandboxGone(argv.Global(args, "root"), rest[0])
 	case "create":
 		cf := flag.NewFlagSet(sub, flag.ContinueOnError)
 		cf.SetOutput(io.Discard)
