@@ -312,3 +312,37 @@ func TestCRIPodDockerMixed(t *testing.T) {
 	x.must(t, "stopp", pod)
 	x.must(t, "rmp", pod)
 }
+
+// TestCRIPodKillSandbox: kill -9 of a pod's sandbox (its Sentry) while its
+// container runs: the container exits, and removing it and the pod works
+// and leaves nothing behind.
+func TestCRIPodKillSandbox(t *testing.T) {
+	x := newCRIEnv(t)
+	checkNoLeaks(t)
+	pod, podCfg := x.runPod(t, "p5", "gvx")
+	cfg := x.writeJSON(t, "sleeper.json", map[string]any{
+		"metadata": map[string]string{"name": "sleeper"},
+		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
+		"command":  []string{"sleep", "600"},
+	})
+	id := x.must(t, "create", pod, cfg, podCfg)
+	x.must(t, "start", id)
+	sentry := 0
+	for _, pid := range harness.Descendants(shimPidAt(t, x.ctrd.Socket(), pod)) {
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.HasPrefix(string(cmd), "runsc-sandbox\x00") {
+			sentry = pid
+		}
+	}
+	if sentry == 0 {
+		t.Fatal("no Sentry process below the pod's shim")
+	}
+	if err := syscall.Kill(sentry, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if st := x.waitExited(t, id); !strings.HasPrefix(st, "CONTAINER_EXITED") {
+		t.Fatalf("container after its sandbox was killed: %q", st)
+	}
+	x.must(t, "rm", id)
+	x.must(t, "stopp", pod)
+	x.must(t, "rmp", pod)
+}
