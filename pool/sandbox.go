@@ -136,7 +136,9 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 			s.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		}
 	}
-	if _, err := os.Stat(s.Root()); err == nil {
+	// A task's delete may have destroyed the sandbox already (gvx-sentry
+	// deletes a pool sandbox with its container).
+	if _, err := os.Stat(s.Root()); err == nil && s.Alive() {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cmd := exec.CommandContext(cctx, sentry, "--root", s.Root(), "delete", "--force", s.ID)
 		cmd.Env = append(os.Environ(), FlagsEnv+"="+s.Flags)

@@ -25,6 +25,7 @@ const adoptFile = "gvx-pool-sandbox.json"
 const (
 	containerTypeAnnotation = "io.kubernetes.cri.container-type"
 	sandboxIDAnnotation     = "io.kubernetes.cri.sandbox-id"
+	poolAnnotation          = "dev.gvx.pool-sandbox"
 )
 
 // poolBlocker says why a task cannot adopt a pool sandbox ("" if it can).
@@ -89,6 +90,9 @@ func adopt(ctx context.Context, cfg config.Config, sentry, bundle, id string, sp
 	}
 	spec.Annotations[containerTypeAnnotation] = "container"
 	spec.Annotations[sandboxIDAnnotation] = sb.ID
+	// gvx-sentry's delete of the container takes the whole sandbox with
+	// it (sentry/subcontainer.PoolAnnotation).
+	spec.Annotations[poolAnnotation] = sb.ID
 	// The sandbox's cgroup (with the same limits) holds the container.
 	spec.Linux.CgroupsPath = ""
 	return sb

@@ -74,17 +74,27 @@ func Commands() []util.SubCommand {
 	return []util.SubCommand{new(Create), new(Start), new(Monitor), new(Delete)}
 }
 
-// Delete deletes a container whose sandbox has died. runsc's delete asks
-// the sandbox to destroy it (which fails) and, before that, takes it for
-// running while the sandbox process is a zombie not yet reaped by its
-// parent (for a pool sandbox: init) — although the container's monitor
-// has already reported its exit. What is left to delete is its state.
+// PoolAnnotation on a container's spec names the warm-pool sandbox it
+// adopted: that sandbox is the container's alone, and goes with it.
+const PoolAnnotation = "dev.gvx.pool-sandbox"
+
+// Delete deletes a container inside a running sandbox in two cases where
+// runsc's delete does not do what the shim needs:
+//
+//   - Its sandbox has died (kill -9 of a pool or pod sandbox): runsc takes
+//     the container for running while the sandbox process is a zombie not
+//     yet reaped by its parent (for a pool sandbox: init), although the
+//     container's monitor has reported its exit, and then cannot reach the
+//     sandbox. What is left to delete is its state.
+//   - It adopted a warm-pool sandbox: the whole sandbox goes with it, in
+//     this one call rather than the container's delete and then the
+//     sandbox's.
 type Delete struct {
 	cmd.Delete
 }
 
 // Execute implements subcommands.Command.
-func (*Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
 	if f.NArg() != 1 {
 		f.Usage()
 		return subcommands.ExitUsageError
@@ -95,9 +105,25 @@ func (*Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
+	if sb := c.Spec.Annotations[PoolAnnotation]; sb != "" && sandboxAlive(c) {
+		// Like runsc, refuse a running container unless forced.
+		if argv.Flag(f, "force") != "true" {
+			c.CheckStopped()
+			if c.Status != container.Stopped {
+				return d.Delete.Execute(ctx, f, args...)
+			}
+		}
+		root, err := container.Load(conf.RootDir, container.FullID{SandboxID: sb, ContainerID: sb}, container.LoadOpts{SkipCheck: true})
+		if err != nil {
+			return util.Errorf("loading pool sandbox %s: %v", sb, err)
+		}
+		if err := root.Destroy(); err != nil {
+			return util.Errorf("destroying pool sandbox %s: %v", sb, err)
+		}
+	}
 	if err := c.Destroy(); err != nil {
-		// Its sandbox cannot be reached; its state files are gone all the
-		// same (checked below).
+		// Its sandbox is gone; its state files are gone all the same
+		// (checked below).
 		log.Warningf("delete %s of a dead sandbox: %v", c.ID, err)
 	}
 	if _, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true}); err == nil {
@@ -106,23 +132,29 @@ func (*Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 	return subcommands.ExitSuccess
 }
 
-// sandboxGone reports whether container id in root is inside a sandbox
-// whose process has exited (gone or a zombie).
-func sandboxGone(root, id string) bool {
+// deletesHere reports whether this package's Delete handles container id
+// in root: one in a dead sandbox or one that adopted a pool sandbox.
+func deletesHere(root, id string) bool {
 	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
-	if err != nil || c.Sandbox == nil || !IsSubcontainer(c.Spec) {
+	if err != nil || c.Sandbox == nil || c.Spec == nil || !IsSubcontainer(c.Spec) {
 		return false
 	}
+	return c.Spec.Annotations[PoolAnnotation] != "" || !sandboxAlive(c)
+}
+
+// sandboxAlive reports whether c's sandbox process runs (is neither gone
+// nor a zombie).
+func sandboxAlive(c *container.Container) bool {
 	pid := c.Sandbox.Pid.Load()
 	if pid <= 0 {
 		return false
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return true
+		return false
 	}
 	i := strings.LastIndexByte(string(data), ')')
-	return i >= 0 && i+2 < len(data) && data[i+2] == 'Z'
+	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
 }
 
 // Create is runsc's create for a sub-container, leaving a monitor behind.
@@ -226,7 +258,13 @@ func Handles(args []string) bool {
 	case "start":
 		return len(rest) == 1 && HasMonitor(argv.Global(args, "root"), rest[0])
 	case "delete":
-		return len(rest) == 1 && sandboxGone(argv.Global(args, "root"), rest[0])
+		df := flag.NewFlagSet(sub, flag.ContinueOnError)
+		df.SetOutput(io.Discard)
+		new(cmd.Delete).SetFlags(df)
+		if err := df.Parse(rest); err != nil || df.NArg() != 1 {
+			return false
+		}
+		return deletesHere(argv.Global(args, "root"), df.Arg(0))
 	case "create":
 		cf := flag.NewFlagSet(sub, flag.ContinueOnError)
 		cf.SetOutput(io.Discard)
