@@ -37,6 +37,7 @@ import (
 
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/internal/procfs"
 	"github.com/gvxrun/gvx/oci"
 )
 
@@ -80,17 +81,7 @@ func (s *Sandbox) Root() string { return filepath.Join(s.Dir, "root") }
 func (s *Sandbox) Bundle() string { return filepath.Join(s.Dir, "bundle") }
 
 // Alive reports whether the sandbox process still runs.
-func (s *Sandbox) Alive() bool {
-	if s.Pid <= 0 {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	return i >= 0 && i+2 < len(data) && data[i+2] != 'Z'
-}
+func (s *Sandbox) Alive() bool { return procfs.Alive(s.Pid) }
 
 // Save writes s as JSON to path.
 func (s *Sandbox) Save(path string) error {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/internal/procfs"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool"
 )
@@ -368,26 +369,12 @@ func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty
 	gone := strings.Contains(err.Error(), "is not running")
 	if !gone {
 		st, serr := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: r.ID, ExecID: r.ExecID})
-		gone = serr == nil && (st.Status == tasktypes.Status_STOPPED || r.ExecID == "" && !alive(int(st.Pid)))
+		gone = serr == nil && (st.Status == tasktypes.Status_STOPPED || r.ExecID == "" && !procfs.Alive(int(st.Pid)))
 	}
 	if gone {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("process already finished: %w", errdefs.ErrNotFound))
 	}
 	return resp, err
-}
-
-// alive reports whether host process pid exists and is not a zombie (an
-// init's pid is the sandbox's host pid; exec pids are gVisor's own).
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
 }
 
 // grpcError reports err to containerd as an error of kind (an errdefs
