@@ -41,10 +41,11 @@ type Server struct {
 	class  string
 	flags  string
 
-	mu     sync.Mutex
-	ready  []*Sandbox
-	wake   chan struct{}
-	booted int // sandboxes booted so far, for progress logs
+	mu      sync.Mutex
+	ready   []*Sandbox
+	wake    chan struct{}
+	booted  int // sandboxes booted so far, for progress logs
+	claimed int // sandboxes handed out so far
 	// lastClaim is when the last sandbox was handed out.
 	lastClaim time.Time
 }
@@ -412,12 +413,29 @@ func reniceTree(pid, nice int) {
 
 // request and response are the claim protocol: one JSON line each way.
 type request struct {
-	Class string `json:"class"`
+	Class  string `json:"class"`
+	Status bool   `json:"status,omitempty"` // report Status instead of claiming
 }
 
 type response struct {
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	Status  *Status  `json:"status,omitempty"`
 	Error   string   `json:"error,omitempty"`
+}
+
+// Status is what a pool server reports about itself.
+type Status struct {
+	Class   string `json:"class"`
+	Size    int    `json:"size"`
+	Ready   int    `json:"ready"`
+	Booted  int    `json:"booted"`  // since the server started
+	Claimed int    `json:"claimed"` // since the server started
+}
+
+func (s *Server) status() *Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &Status{Class: s.class, Size: s.cfg.Pool.Size, Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
 }
 
 func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
@@ -426,6 +444,10 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	var req request
 	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
 		_ = json.NewEncoder(conn).Encode(response{Error: fmt.Sprintf("bad claim: %v", err)})
+		return
+	}
+	if req.Status {
+		_ = json.NewEncoder(conn).Encode(response{Status: s.status()})
 		return
 	}
 	sb, err := s.claim(req.Class)
@@ -460,6 +482,7 @@ func (s *Server) claim(class string) (*Sandbox, error) {
 			return nil, fmt.Errorf("mark %s claimed: %w", sb.ID, err)
 		}
 		s.lastClaim = time.Now()
+		s.claimed++
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -473,25 +496,45 @@ func (s *Server) claim(class string) (*Sandbox, error) {
 	return nil, fmt.Errorf("%w: all %d handed out, refilling", ErrNoSandbox, s.cfg.Pool.Size)
 }
 
+// Query asks the pool server at socket how it is doing.
+func Query(ctx context.Context, socket string) (*Status, error) {
+	var resp response
+	if err := roundTrip(ctx, socket, request{Status: true}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Error != "" || resp.Status == nil {
+		return nil, fmt.Errorf("pool server %s: %s", socket, resp.Error)
+	}
+	return resp.Status, nil
+}
+
+// roundTrip sends req to the pool server at socket and decodes its answer.
+func roundTrip(ctx context.Context, socket string, req request, resp *response) error {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("pool server %s: %w (start it with `gvx pool serve`)", socket, err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	if err := json.NewDecoder(conn).Decode(resp); err != nil {
+		return fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	return nil
+}
+
 // ErrNoSandbox means the pool has no sandbox for the claim right now.
 var ErrNoSandbox = errors.New("no pool sandbox ready")
 
 // Claim asks the pool server at socket for a sandbox of class. The caller
 // owns the sandbox it returns and must Destroy it.
 func Claim(ctx context.Context, socket, class string) (*Sandbox, error) {
-	d := net.Dialer{Timeout: time.Second}
-	conn, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("pool server %s: %w (start it with `gvx pool serve`)", socket, err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := json.NewEncoder(conn).Encode(request{Class: class}); err != nil {
-		return nil, fmt.Errorf("claim from %s: %w", socket, err)
-	}
 	var resp response
-	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
-		return nil, fmt.Errorf("claim from %s: %w", socket, err)
+	if err := roundTrip(ctx, socket, request{Class: class}, &resp); err != nil {
+		return nil, err
 	}
 	if resp.Error != "" {
 		if strings.HasPrefix(resp.Error, ErrNoSandbox.Error()) {

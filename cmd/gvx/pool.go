@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,7 +23,7 @@ func poolCommand() *cli.Command {
 			"booted sandbox from `gvx pool serve` (run with the same config) instead of\n" +
 			"booting their own, and fall back to booting when none is ready.\n" +
 			"See docs/pool.md.",
-		Commands: []*cli.Command{poolServeCommand()},
+		Commands: []*cli.Command{poolServeCommand(), poolStatusCommand()},
 	}
 }
 
@@ -64,6 +65,37 @@ func poolServeCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return srv.Serve(ctx)
+		},
+	}
+}
+
+func poolStatusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show a running pool server's class, size and fill level",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "gvx config naming the pool's socket (default: " + config.DefaultPath + " if present)"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if _, err := needArgs(cmd); err != nil {
+				return err
+			}
+			cfg, err := config.Load(cmd.String("config"))
+			if err != nil {
+				return err
+			}
+			st, err := pool.Query(ctx, cfg.PoolSocket())
+			if err != nil {
+				return err
+			}
+			self, _ := os.Executable()
+			mine := "this config's tasks can adopt its sandboxes"
+			if sentry, err := cfg.SentryPath(self); err != nil || pool.Class(cfg, sentry) != st.Class {
+				mine = "this config's tasks CANNOT adopt its sandboxes (another class: its gvx config differs)"
+			}
+			fmt.Printf("pool %s: class %s, %d/%d ready, %d booted and %d handed out since it started; %s\n",
+				cfg.PoolSocket(), st.Class, st.Ready, st.Size, st.Booted, st.Claimed, mine)
+			return nil
 		},
 	}
 }
