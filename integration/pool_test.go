@@ -161,6 +161,9 @@ func TestPoolFallback(t *testing.T) {
 	if n := p.Ready(); n != 1 {
 		t.Errorf("%d sandboxes ready after a task the pool cannot serve, want the 1 untouched", n)
 	}
+	if out := gvx(t, "pool", "status", "--config", p.Config); !strings.Contains(out, "1/1 ready") || !strings.Contains(out, "0 handed out") || !strings.Contains(out, "can adopt") {
+		t.Errorf("gvx pool status: %q, want 1/1 ready, 0 handed out, can adopt", out)
+	}
 }
 
 // TestPoolKillShim: kill -9 of an adopted task's shim; containerd's cleanup
