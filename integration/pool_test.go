@@ -32,10 +32,11 @@ func adopted(id string) string { return harness.Adopted(testNS, id) }
 
 // runAdopted starts task id detached with the pool's config and returns
 // the pool sandbox it adopted, failing the test if it booted its own.
-func runAdopted(t *testing.T, p *harness.Pool, id string, args ...string) string {
+func runAdopted(t *testing.T, p *harness.Pool, id string, opts []string, args ...string) string {
 	t.Helper()
 	cleanupTask(t, id)
-	mustCtr(t, append([]string{"run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config, busybox, id}, args...)...)
+	run := append(append([]string{"run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config}, opts...), busybox, id)
+	mustCtr(t, append(run, args...)...)
 	sb := adopted(id)
 	if sb == "" {
 		t.Fatalf("%s did not adopt a pool sandbox; pool log:\n%s", id, p.Log())
@@ -79,7 +80,7 @@ func TestPoolRun(t *testing.T) {
 	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	sb := runAdopted(t, p, "pool3", "sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)
+	sb := runAdopted(t, p, "pool3", nil, "sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)
 	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "pool3", "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
 		t.Errorf("exec output %q, want exec-42", out)
 	}
@@ -172,7 +173,7 @@ func TestPoolKillShim(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	p := startPool(t, 1)
-	sb := runAdopted(t, p, "poolk1", "sleep", "600")
+	sb := runAdopted(t, p, "poolk1", nil, "sleep", "600")
 	shim := shimPid(t, "poolk1")
 	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestPoolServerRestart(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	p := startPool(t, 2)
-	owned := runAdopted(t, p, "poolr1", "sleep", "600")
+	owned := runAdopted(t, p, "poolr1", nil, "sleep", "600")
 	if err := p.WaitReady(context.Background(), 2, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestPoolKillSandbox(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	p := startPool(t, 1)
-	sb := runAdopted(t, p, "poolks1", "sleep", "600")
+	sb := runAdopted(t, p, "poolks1", nil, "sleep", "600")
 	data, err := os.ReadFile(filepath.Join(harness.PoolDir, sb, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -275,4 +276,45 @@ func TestPoolKillSandbox(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(harness.PoolDir, sb)); !os.IsNotExist(err) {
 		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
 	}
+}
+
+// TestPoolVolume: a task with an ext4lite volume (an agent's workspace,
+// cloned per episode) adopts a pool sandbox; the volume is mounted inside
+// that sandbox only, the task's writes land in the image, and the task's
+// delete leaves the image clean and unleased.
+func TestPoolVolume(t *testing.T) {
+	requireEnv(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checkNoLeaks(t)
+	p := startPool(t, 1)
+	img := filepath.Join(dir, "ws.ext4")
+	gvx(t, "volume", "create", "--size", "32M", img)
+	runAdopted(t, p, "poolvol", volMount(img, "/work"), "sh", "-c", "echo from-pool > /work/f && sync && sleep 600")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if out, _, err := e.ctr(context.Background(), "task", "exec", "--exec-id", "c1", "poolvol", "cat", "/work/f"); err == nil && strings.TrimSpace(out) == "from-pool" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the task's write never showed in its volume")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, m := range harness.MountsUnder("/") {
+		if strings.Contains(m, "ws.ext4") || strings.HasPrefix(m, "/run/gvx/volumes") {
+			t.Errorf("volume mounted on the host at %s", m)
+		}
+	}
+	mustCtr(t, "task", "kill", "-s", "KILL", "poolvol")
+	waitStatus(t, "poolvol", "STOPPED")
+	mustCtr(t, "task", "rm", "poolvol")
+	mustCtr(t, "container", "rm", "poolvol")
+	if got, ok := readInImage(t, img, "/f"); !ok || strings.TrimSpace(got) != "from-pool" {
+		t.Errorf("file written in the pool sandbox: %q (exists %v)", got, ok)
+	}
+	fsckClean(t, img)
+	gvx(t, "volume", "check", img)
 }

@@ -31,7 +31,7 @@ const (
 // poolBlocker says why a task cannot adopt a pool sandbox ("" if it can).
 // spec is the task's spec after oci.Prepare and before gvx adds its own
 // hook.
-func poolBlocker(cfg config.Config, spec *specs.Spec, role string, docker, volumes bool) string {
+func poolBlocker(cfg config.Config, spec *specs.Spec, role string, docker, ext4Rootfs bool) string {
 	switch {
 	case cfg.Pool.Size <= 0:
 		return "pool off"
@@ -39,8 +39,8 @@ func poolBlocker(cfg config.Config, spec *specs.Spec, role string, docker, volum
 		return "CRI pod member (the pod's network namespace is fixed at boot)"
 	case docker:
 		return "docker mode"
-	case volumes:
-		return "ext4lite volumes or rootfs"
+	case ext4Rootfs:
+		return "ext4lite root filesystem (its writes go to the image, a setting of the sandbox)"
 	case hasHooks(spec):
 		return "OCI hooks (they act on the sandbox as it boots)"
 	}

@@ -193,11 +193,15 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		oci.EnableDocker(spec, dir)
 		flagList = append(flagList, oci.DockerSentryFlags...)
 	}
-	if why := poolBlocker(cfg, spec, role, docker, vols != nil || rootVol != nil); why == "" {
+	if why := poolBlocker(cfg, spec, role, docker, rootVol != nil); why == "" {
 		ts.pool = adopt(ctx, cfg, sentry, r.Bundle, r.ID, spec)
 		if ts.pool != nil {
 			ts.cgroup = ""
 			flagList = strings.Fields(ts.pool.Flags)
+			if vols != nil {
+				// The container's volumes are its alone (see above).
+				flagList = append(flagList, "--file-access-mounts=exclusive")
+			}
 		}
 	} else if cfg.Pool.Size > 0 {
 		log.G(ctx).Infof("gvx shim: %s boots its own sandbox: %s", r.ID, why)

@@ -104,13 +104,13 @@ func TestPoolBlocker(t *testing.T) {
 		volumes bool
 		want    string
 	}{
-		"pool off": {cfg: func(c *config.Config) { c.Pool.Size = 0 }, want: "pool off"},
-		"pod":      {role: "container", want: "CRI pod"},
-		"docker":   {docker: true, want: "docker"},
-		"volumes":  {volumes: true, want: "volumes"},
-		"hooks":    {spec: func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/x"}}} }, want: "hooks"},
-		"netns":    {spec: func(s *specs.Spec) { s.Linux.Namespaces[0].Path = "/var/run/netns/x" }, want: "joins network namespace"},
-		"host net": {spec: func(s *specs.Spec) { s.Linux.Namespaces = nil }, want: "host network"},
+		"pool off":    {cfg: func(c *config.Config) { c.Pool.Size = 0 }, want: "pool off"},
+		"pod":         {role: "container", want: "CRI pod"},
+		"docker":      {docker: true, want: "docker"},
+		"ext4 rootfs": {volumes: true, want: "ext4lite root filesystem"},
+		"hooks":       {spec: func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/x"}}} }, want: "hooks"},
+		"netns":       {spec: func(s *specs.Spec) { s.Linux.Namespaces[0].Path = "/var/run/netns/x" }, want: "joins network namespace"},
+		"host net":    {spec: func(s *specs.Spec) { s.Linux.Namespaces = nil }, want: "host network"},
 		"resources": {spec: func(s *specs.Spec) {
 			s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}}
 		}, want: "resources"},
