@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/gvxrun/gvx/dind"
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 const dindImage = "gvx.test/dind:latest"
@@ -204,6 +205,74 @@ func TestDockerCtrNerdctl(t *testing.T) {
 	id := strings.TrimSpace(mustNerdctl(t, "inspect", "--format", "{{.ID}}", "dknerd"))
 	check(id)
 	mustNerdctl(t, "rm", "-f", "dknerd")
+}
+
+// TestDockerPool: a docker-mode task adopts a sandbox from a docker pool
+// (a pool whose config has [docker] enabled boots its sandboxes with what
+// dockerd needs) and its dockerd works from the episode volume; a plain
+// task does not take a docker sandbox.
+func TestDockerPool(t *testing.T) {
+	_, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	p, err := harness.StartPoolWithConfig(ctx, e.gvxBin, t.TempDir(), 1, "[docker]\nenabled = true\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	vol := filepath.Join(filepath.Dir(golden), "pooled.ext4")
+	gvx(t, "volume", "clone", golden, vol)
+	defer os.Remove(vol)
+	cleanupTask(t, "dkpool")
+	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config},
+		volMount(vol, "/var/lib/docker")...), dindImage, "dkpool")...)
+	if harness.Adopted(testNS, "dkpool") == "" {
+		t.Fatalf("the docker task did not adopt the docker pool's sandbox; pool log:\n%s", p.Log())
+	}
+	sock := filepath.Join("/run/gvx/docker", testNS, "dkpool", "docker.sock")
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := dind.NewDocker(sock).WaitReady(wctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.ctrResult(ctx, "task", "exec", "--exec-id", "chk", "dkpool", "sh", "-c",
+		"docker info --format '{{.Driver}}' && docker run --rm --pull never gvx.test/busybox:latest echo ok")
+	if err != nil || r.code != 0 || !strings.Contains(r.stdout, "overlay2") || !strings.Contains(r.stdout, "ok") {
+		t.Errorf("docker in the pool sandbox: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	mustCtr(t, "task", "kill", "-s", "TERM", "dkpool")
+	waitStatus(t, "dkpool", "STOPPED")
+	mustCtr(t, "task", "rm", "dkpool")
+	mustCtr(t, "container", "rm", "dkpool")
+	fsckClean(t, vol)
+
+	// A plain task (no docker mode: the config says so only to the pool's
+	// tasks through [docker]) is another class.
+	cfg := filepath.Join(t.TempDir(), "plain.toml")
+	plain := strings.Replace(mustRead(t, p.Config), "[docker]\nenabled = true\n", "", 1)
+	if err := os.WriteFile(cfg, []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitReady(ctx, 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cleanupTask(t, "dkplain")
+	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", cfg, busybox, "dkplain", "sleep", "60")
+	if sb := harness.Adopted(testNS, "dkplain"); sb != "" {
+		t.Errorf("a plain task adopted docker pool sandbox %s", sb)
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
 // TestDockerBlastRadius: `docker run --privileged` deleting everything it

@@ -26,6 +26,7 @@ func TestClassFollowsSandboxSettings(t *testing.T) {
 		"userns":    func(c *config.Config) { c.UserNS.HostUID = 200000 },
 		"resources": func(c *config.Config) { c.Resources.MemoryBytes = 1 << 30 },
 		"overlay":   func(c *config.Config) { c.RootfsOverlay = "self" },
+		"docker":    func(c *config.Config) { c.Docker.Enabled = true },
 	} {
 		c := config.Default()
 		mod(&c)

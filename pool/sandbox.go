@@ -203,12 +203,23 @@ func removeEmptyCgroupParent(path string) {
 // same class boot interchangeable sandboxes.
 func Class(cfg config.Config, sentry string) string {
 	res, _ := json.Marshal(BootResources(cfg))
-	flags := append([]string(nil), cfg.SentryFlagList()...)
+	flags := BootFlags(cfg)
 	sort.Strings(flags)
 	h := sha256.New()
 	fmt.Fprintf(h, "sentry=%s\nflags=%s\nuserns=%d:%d:%d\nresources=%s\n",
 		sentry, strings.Join(flags, " "), cfg.UserNS.HostUID, cfg.UserNS.HostGID, cfg.UserNS.Size, res)
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// BootFlags are the gvx-sentry global flags pool sandboxes boot with under
+// cfg: its flags, and docker mode's when [docker] enabled (a docker pool
+// serves docker-mode tasks only, a plain pool plain ones).
+func BootFlags(cfg config.Config) []string {
+	flags := append([]string(nil), cfg.SentryFlagList()...)
+	if cfg.Docker.Enabled {
+		flags = append(flags, oci.DockerSentryFlags...)
+	}
+	return flags
 }
 
 // rootSpec is the spec of a pool sandbox's root container: gvx-pause on a

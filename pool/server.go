@@ -55,7 +55,7 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 	if cfg.Pool.Size <= 0 {
 		return nil, fmt.Errorf("pool.size is %d: set [pool] size = N (N ≥ 1) in the gvx config, or pass --size", cfg.Pool.Size)
 	}
-	s := &Server{cfg: cfg, sentry: sentry, class: Class(cfg, sentry), flags: strings.Join(cfg.SentryFlagList(), " "), wake: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, sentry: sentry, class: Class(cfg, sentry), flags: strings.Join(BootFlags(cfg), " "), wake: make(chan struct{}, 1)}
 	if cfg.Network == "sandbox" {
 		hook, err := config.HookPath(sentry)
 		if err != nil {

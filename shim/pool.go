@@ -31,14 +31,12 @@ const (
 // poolBlocker says why a task cannot adopt a pool sandbox ("" if it can).
 // spec is the task's spec after oci.Prepare and before gvx adds its own
 // hook.
-func poolBlocker(cfg config.Config, spec *specs.Spec, role string, docker, ext4Rootfs bool) string {
+func poolBlocker(cfg config.Config, spec *specs.Spec, role string, ext4Rootfs bool) string {
 	switch {
 	case cfg.Pool.Size <= 0:
 		return "pool off"
 	case role != "":
 		return "CRI pod member (the pod's network namespace is fixed at boot)"
-	case docker:
-		return "docker mode"
 	case ext4Rootfs:
 		return "ext4lite root filesystem (its writes go to the image, a setting of the sandbox)"
 	case hasHooks(spec):
@@ -70,7 +68,9 @@ func hasHooks(s *specs.Spec) bool {
 // adopt claims a pool sandbox for task id and points the spec at it: the
 // task becomes a container inside that sandbox. It returns nil (and the
 // task boots its own sandbox) when the pool has none to give.
-func adopt(ctx context.Context, cfg config.Config, sentry, bundle, id string, spec *specs.Spec) *pool.Sandbox {
+func adopt(ctx context.Context, cfg config.Config, sentry, bundle, id string, spec *specs.Spec, docker bool) *pool.Sandbox {
+	// Docker mode is the sandbox's: a docker task needs a docker pool.
+	cfg.Docker.Enabled = docker
 	sb, err := pool.Claim(ctx, cfg.PoolSocket(), pool.Class(cfg, sentry))
 	if err != nil {
 		lvl := log.G(ctx).Warnf

@@ -193,8 +193,8 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		oci.EnableDocker(spec, dir)
 		flagList = append(flagList, oci.DockerSentryFlags...)
 	}
-	if why := poolBlocker(cfg, spec, role, docker, rootVol != nil); why == "" {
-		ts.pool = adopt(ctx, cfg, sentry, r.Bundle, r.ID, spec)
+	if why := poolBlocker(cfg, spec, role, rootVol != nil); why == "" {
+		ts.pool = adopt(ctx, cfg, sentry, r.Bundle, r.ID, spec, docker)
 		if ts.pool != nil {
 			ts.cgroup = ""
 			flagList = strings.Fields(ts.pool.Flags)

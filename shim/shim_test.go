@@ -86,13 +86,13 @@ func TestPoolBlocker(t *testing.T) {
 	spec := func() *specs.Spec {
 		return &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.NetworkNamespace}}}}
 	}
-	if why := poolBlocker(cfg, spec(), "", false, false); why != "" {
+	if why := poolBlocker(cfg, spec(), "", false); why != "" {
 		t.Errorf("plain task blocked: %s", why)
 	}
 	shares := uint64(1024)
 	s := spec()
 	s.Linux.Resources = &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &shares}}
-	if why := poolBlocker(cfg, s, "", false, false); why != "" {
+	if why := poolBlocker(cfg, s, "", false); why != "" {
 		t.Errorf("default cpu shares blocked: %s", why)
 	}
 	limit := int64(1 << 30)
@@ -100,13 +100,11 @@ func TestPoolBlocker(t *testing.T) {
 		cfg     func(*config.Config)
 		spec    func(*specs.Spec)
 		role    string
-		docker  bool
 		volumes bool
 		want    string
 	}{
 		"pool off":    {cfg: func(c *config.Config) { c.Pool.Size = 0 }, want: "pool off"},
 		"pod":         {role: "container", want: "CRI pod"},
-		"docker":      {docker: true, want: "docker"},
 		"ext4 rootfs": {volumes: true, want: "ext4lite root filesystem"},
 		"hooks":       {spec: func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/x"}}} }, want: "hooks"},
 		"netns":       {spec: func(s *specs.Spec) { s.Linux.Namespaces[0].Path = "/var/run/netns/x" }, want: "joins network namespace"},
@@ -122,7 +120,7 @@ func TestPoolBlocker(t *testing.T) {
 		if tc.spec != nil {
 			tc.spec(s)
 		}
-		if why := poolBlocker(c, s, tc.role, tc.docker, tc.volumes); !strings.Contains(why, tc.want) {
+		if why := poolBlocker(c, s, tc.role, tc.volumes); !strings.Contains(why, tc.want) {
 			t.Errorf("%s: blocker %q, want %q", name, why, tc.want)
 		}
 	}

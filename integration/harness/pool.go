@@ -45,8 +45,14 @@ func (p *Pool) Log() string {
 // runs `gvx pool serve` from gvxBin on it, waiting until size sandboxes
 // are ready.
 func StartPool(ctx context.Context, gvxBin, dir string, size int) (*Pool, error) {
+	return StartPoolWithConfig(ctx, gvxBin, dir, size, "")
+}
+
+// StartPoolWithConfig is StartPool with more of the gvx config (TOML
+// sections after the [pool] one, e.g. "[docker]\nenabled = true").
+func StartPoolWithConfig(ctx context.Context, gvxBin, dir string, size int, extraTOML string) (*Pool, error) {
 	cfg := filepath.Join(dir, "pool.toml")
-	body := fmt.Sprintf("[pool]\nsize = %d\nsocket = %s\n", size, strconv.Quote(filepath.Join(dir, "pool.sock")))
+	body := fmt.Sprintf("[pool]\nsize = %d\nsocket = %s\n", size, strconv.Quote(filepath.Join(dir, "pool.sock"))) + extraTOML
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return nil, err
 	}
