@@ -2,8 +2,9 @@
 // golden /var/lib/docker volume to the first inner `docker run` done, split
 // into clone, sandbox up, dockerd ready and first run; sequentially and
 // with several episodes at once; for a reflink clone (XFS), a copy on a
-// filesystem without reflink (ext4), and a cold start on an empty volume
-// plus `docker load`. `make bench` runs it.
+// filesystem without reflink (ext4), a reflink clone whose sandbox comes
+// from a warm docker pool, and a cold start on an empty volume plus
+// `docker load`. `make bench` runs it.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
@@ -50,6 +52,9 @@ type flow struct {
 	name string
 	dir  string // where golden and episode volumes live
 	cold bool   // empty volume + docker load instead of a clone
+	// pool, if set, is a docker pool the episodes' sandboxes come from
+	// (waited for to be full before each sequential episode).
+	pool *harness.Pool
 }
 
 func run(runs, conc int) error {
@@ -94,6 +99,16 @@ func run(runs, conc int) error {
 
 	r := &dind.Runner{Client: c}
 	bb := filepath.Join(images, "busybox.tar")
+	progress(fmt.Sprintf("starting a docker pool of %d sandboxes", conc))
+	pl, err := harness.StartPoolWithConfig(ctx, bins.GVX, work, conc, "[docker]\nenabled = true\n")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := pl.Stop(); err != nil {
+			progress(err.Error())
+		}
+	}()
 	for _, dir := range []string{xfs, ext4} {
 		progress("building a golden volume in " + dir)
 		if _, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: filepath.Join(dir, "golden.ext4"), Size: 4 << 30, Image: dindImage, Load: []string{bb}}); err != nil {
@@ -103,6 +118,7 @@ func run(runs, conc int) error {
 	flows := []flow{
 		{name: "reflink clone (XFS)", dir: xfs},
 		{name: "sparse copy (ext4, no reflink)", dir: ext4},
+		{name: "reflink clone + warm docker pool", dir: xfs, pool: pl},
 		{name: "cold: empty volume + docker load", dir: xfs, cold: true},
 	}
 	fmt.Printf("episode reset: golden 4 GiB volume with busybox preloaded; dind = Debian docker.io 20.10 in gVisor; %d sequential runs, then %d at once\n\n", runs, conc)
@@ -111,6 +127,11 @@ func run(runs, conc int) error {
 	for _, f := range flows {
 		seq := make([]sample, 0, runs)
 		for i := 0; i < runs; i++ {
+			if f.pool != nil {
+				if err := f.pool.WaitReady(ctx, conc, time.Minute); err != nil {
+					return err
+				}
+			}
 			s, err := episode(ctx, r, f, fmt.Sprintf("ep-%d", i), bb)
 			if err != nil {
 				return fmt.Errorf("%s: %w", f.name, err)
@@ -121,6 +142,11 @@ func run(runs, conc int) error {
 		fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s %12s\n", f.name, "sequential", ms(p.clone), ms(p.up), ms(p.ready), ms(p.firstRun), ms(harness.Percentile(firstRuns(seq), 95)), ms(p.cliRun))
 		if base == 0 {
 			base = p.firstRun
+		}
+		if f.pool != nil {
+			if err := f.pool.WaitReady(ctx, conc, time.Minute); err != nil {
+				return err
+			}
 		}
 		par, wall, err := concurrent(ctx, r, f, conc, bb)
 		if err != nil {
@@ -138,6 +164,11 @@ func run(runs, conc int) error {
 
 // episode resets one episode and measures it, then tears it down.
 func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample, error) {
+	if f.pool != nil {
+		pooled := *r
+		pooled.RuntimeOptions = &runtimeoptions.Options{ConfigPath: f.pool.Config}
+		r = &pooled
+	}
 	vol := filepath.Join(f.dir, id+".ext4")
 	var s sample
 	var ep *dind.Episode
@@ -169,6 +200,10 @@ func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample
 			return s, err
 		}
 		s.clone, s.up, s.ready = ep.Clone, ep.Up, ep.Ready
+		if f.pool != nil && harness.Adopted("gvxbench", id) == "" {
+			_ = ep.Close(ctx, false)
+			return s, fmt.Errorf("episode %s did not adopt a pool sandbox; pool log:\n%s", id, f.pool.Log())
+		}
 	}
 	code, err := ep.Docker.Run(ctx, busybox, "true")
 	s.firstRun = time.Since(t0)
