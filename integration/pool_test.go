@@ -10,6 +10,12 @@ import (
 	"testing"
 	"time"
 
+	apievents "github.com/containerd/containerd/api/events"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	coci "github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/typeurl/v2"
+
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -317,4 +323,70 @@ func TestPoolVolume(t *testing.T) {
 	}
 	fsckClean(t, img)
 	gvx(t, "volume", "check", img)
+}
+
+// TestPoolMetrics: an adopted task's metrics are its sandbox's (the pool
+// sandbox's cgroup, with the config's memory limit), not those of the host
+// cgroup its monitor started in.
+func TestPoolMetrics(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p, err := harness.StartPoolWithConfig(context.Background(), e.gvxBin, t.TempDir(), 1, "[resources]\nmemory_bytes = 268435456\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	runAdopted(t, p, "poolmet", nil, "sleep", "600")
+	out := mustCtr(t, "task", "metrics", "poolmet")
+	if !strings.Contains(out, "268435456") {
+		t.Errorf("task metrics without the pool sandbox's 256 MiB memory limit:\n%s", out)
+	}
+}
+
+// TestPoolOOM: an adopted task that exhausts its sandbox's memory limit
+// gets a TaskOOM event (from the pool sandbox's cgroup) and dies.
+func TestPoolOOM(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	p, err := harness.StartPoolWithConfig(ctx, e.gvxBin, t.TempDir(), 1, "[resources]\nmemory_bytes = 134217728\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	evctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, errs := c.Subscribe(evctx, `topic=="/tasks/oom"`)
+	cont := newContainerWith(t, c, ctx, img, "pooloom", &runtimeoptions.Options{ConfigPath: p.Config},
+		coci.WithProcessArgs("sh", "-c", "x=a; while true; do x=$x$x$x$x; done"))
+	task, exit := startTask(t, ctx, cont, cio.NullIO)
+	if harness.Adopted(testNS, "pooloom") == "" {
+		t.Fatalf("pooloom did not adopt a pool sandbox; pool log:\n%s", p.Log())
+	}
+	select {
+	case env := <-ch:
+		if v, err := typeurl.UnmarshalAny(env.Event); err != nil || v.(*apievents.TaskOOM).ContainerID != "pooloom" {
+			t.Errorf("OOM event %v (%v), want one for pooloom", v, err)
+		}
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(60 * time.Second):
+		t.Error("no TaskOOM event within 60 s")
+	}
+	select {
+	case <-exit:
+	case <-time.After(30 * time.Second):
+		_ = task.Kill(ctx, syscall.SIGKILL)
+		<-exit
+	}
+	if _, err := task.Delete(ctx); err != nil {
+		t.Error(err)
+	}
 }

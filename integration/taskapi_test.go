@@ -42,8 +42,15 @@ func clientEnv(t *testing.T) (*client.Client, context.Context, client.Image) {
 
 func newContainer(t *testing.T, c *client.Client, ctx context.Context, img client.Image, id string, opts ...coci.SpecOpts) client.Container {
 	t.Helper()
+	return newContainerWith(t, c, ctx, img, id, nil, opts...)
+}
+
+// newContainerWith is newContainer with runtime options (e.g. a gvx config
+// as runtimeoptions.Options).
+func newContainerWith(t *testing.T, c *client.Client, ctx context.Context, img client.Image, id string, runtimeOpts any, opts ...coci.SpecOpts) client.Container {
+	t.Helper()
 	all := append([]coci.SpecOpts{coci.WithImageConfig(img)}, opts...)
-	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithNewSpec(all...), client.WithRuntime(runtime, nil))
+	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithNewSpec(all...), client.WithRuntime(runtime, runtimeOpts))
 	if err != nil {
 		t.Fatal(err)
 	}

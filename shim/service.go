@@ -15,6 +15,7 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oom"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
 	"github.com/containerd/errdefs"
@@ -45,6 +46,9 @@ type service struct {
 
 	mu    sync.Mutex
 	tasks map[string]*taskState // by container id
+	// oom reports OOM events of the sandboxes of containers that run
+	// inside one (see sandboxcg.go).
+	oom oom.Watcher
 }
 
 // taskState is what gvx set up for one container and must undo when it is
@@ -63,6 +67,9 @@ type taskState struct {
 	poolRoot string
 	// binDir holds the task's link to gvx-sentry and its flags.
 	binDir string
+	// sandboxCgroup is the cgroup of the sandbox a container inside a
+	// running sandbox (pool, pod) reports metrics from.
+	sandboxCgroup string
 }
 
 // release undoes everything recorded in t (after the sandbox is gone).
@@ -92,7 +99,11 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if err != nil {
 		return nil, err
 	}
-	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}}, nil
+	w, err := newOOMWatcher(ctx, publisher)
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("gvx shim: no OOM events for containers inside a running sandbox")
+	}
+	return &service{TTRPCTaskService: inner, tasks: map[string]*taskState{}, oom: w}, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -286,6 +297,17 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	log.G(ctx).Debugf("gvx shim: created %s in %s (preparation %s, of which rootfs mount %s; sandbox create %s)",
 		r.ID, time.Since(t0), tPrep, tRootfs, time.Since(t0)-tPrep)
+	switch {
+	case ts.pool != nil:
+		ts.sandboxCgroup = ts.pool.Cgroup
+	case role == oci.RoleContainer:
+		s.mu.Lock()
+		if pause := s.tasks[pod]; pause != nil {
+			ts.sandboxCgroup = pause.cgroup
+		}
+		s.mu.Unlock()
+	}
+	s.watchSandboxOOM(ctx, r.ID, ts.sandboxCgroup)
 	s.mu.Lock()
 	s.tasks[r.ID] = ts
 	s.mu.Unlock()
@@ -305,6 +327,22 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	s.mu.Unlock()
 	if ts != nil {
 		ts.release(ctx)
+	}
+	return resp, nil
+}
+
+// Stats reports a container's metrics; a container inside a running
+// sandbox reports its sandbox's.
+func (s *service) Stats(ctx context.Context, r *task.StatsRequest) (*task.StatsResponse, error) {
+	s.mu.Lock()
+	ts := s.tasks[r.ID]
+	s.mu.Unlock()
+	if ts == nil || ts.sandboxCgroup == "" {
+		return s.TTRPCTaskService.Stats(ctx, r)
+	}
+	resp, err := sandboxStats(ts.sandboxCgroup)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrNotFound, err)
 	}
 	return resp, nil
 }
