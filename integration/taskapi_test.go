@@ -356,6 +356,12 @@ func TestExecSignals(t *testing.T) {
 		}
 		if signal != 0 {
 			time.Sleep(300 * time.Millisecond) // let the trap be set
+			// The exec's host process (its waiter) holds no privilege.
+			if w, err := readProc(int(proc.Pid())); err != nil {
+				t.Errorf("exec %s: host process %d: %v", id, proc.Pid(), err)
+			} else if strings.Contains(" "+w.uids+" ", " 0 ") || strings.Trim(w.capEff, "0") != "" || w.noNewPrivs != "1" {
+				t.Errorf("exec %s: host process %d (%s): Uid %s CapEff %s NoNewPrivs %s, want no root, no capabilities, no_new_privs", id, proc.Pid(), w.name, w.uids, w.capEff, w.noNewPrivs)
+			}
 			if err := proc.Kill(ctx, signal); err != nil {
 				t.Fatal(err)
 			}

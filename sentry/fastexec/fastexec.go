@@ -26,8 +26,12 @@ import (
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/abi/linux"
+	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
+	"gvisor.dev/gvisor/pkg/sighandling"
+	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -37,6 +41,7 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // WaitCommand is the internal subcommand of the waiter.
@@ -176,7 +181,8 @@ func spawnWaiter(id string) (*os.Process, *os.File, error) {
 	return c.Process, w, nil
 }
 
-// Wait is the waiter: it stands for an exec'd process on the host.
+// Wait is the waiter: it stands for an exec'd process on the host. It
+// waits with the sandbox's host credentials, not root's.
 type Wait struct {
 	util.InternalSubCommand
 }
@@ -206,12 +212,32 @@ func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommand
 	if err != nil {
 		os.Exit(128 + int(unix.SIGKILL))
 	}
-	stop := c.ForwardSignals(int32(pid), false)
-	ws, err := c.WaitPID(int32(pid))
+	// Two connections (a wait blocks one), opened while still root: the
+	// control socket is root's. Then only the sandbox's own credentials.
+	waitConn, err := sandboxctl.Connect(c)
+	if err != nil {
+		log.Warningf("exec waiter: %v", err)
+		os.Exit(128 + int(unix.SIGKILL))
+	}
+	sigConn, err := sandboxctl.Connect(c)
+	if err != nil {
+		log.Warningf("exec waiter: %v", err)
+		os.Exit(128 + int(unix.SIGKILL))
+	}
+	sandboxctl.DropPrivileges(c.Spec)
+	stop := sighandling.StartSignalForwarding(func(sig linux.Signal) {
+		args := boot.SignalArgs{CID: c.ID, Signo: int32(sig), PID: int32(pid), Mode: boot.DeliverToProcess}
+		if err := sigConn.Call(boot.ContMgrSignal, &args, nil); err != nil {
+			log.Warningf("exec waiter: forward signal %d: %v", sig, err)
+		}
+	})
+	var status uint32
+	err = waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: int32(pid), CID: c.ID}, &status)
 	stop()
 	if err != nil {
 		os.Exit(128 + int(unix.SIGKILL))
 	}
+	ws := unix.WaitStatus(status)
 	if ws.Signaled() {
 		os.Exit(128 + int(ws.Signal()))
 	}

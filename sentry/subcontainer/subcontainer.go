@@ -33,9 +33,7 @@ import (
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/control/client"
 	"gvisor.dev/gvisor/pkg/log"
-	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
@@ -46,6 +44,7 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // MonitorCommand is the internal subcommand the monitor runs as.
@@ -402,12 +401,12 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	os.Remove(sock)
 	// Connect while still root (the control socket is root's), then keep
 	// only the sandbox's own credentials for the wait.
-	conn, err := connectSandbox(c)
+	conn, err := sandboxctl.Connect(c)
 	if err != nil {
 		log.Warningf("monitor: %v", err)
 		os.Exit(exitSandboxGone)
 	}
-	dropPrivileges(c.Spec)
+	sandboxctl.DropPrivileges(c.Spec)
 	var ws unix.WaitStatus
 	cid := c.ID
 	if err := conn.Call(boot.ContMgrWait, &cid, &ws); err != nil {
@@ -494,68 +493,4 @@ func listen(path string) (*net.UnixListener, error) {
 	}
 	ln.SetUnlinkOnClose(false)
 	return ln, nil
-}
-
-// connectSandbox connects to the control socket of c's sandbox.
-func connectSandbox(c *container.Container) (*urpc.Client, error) {
-	path := c.Sandbox.ControlSocketPath
-	// The path may exceed sun_path; connect through an O_PATH fd.
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("control socket of sandbox %s: %w", c.Sandbox.ID, err)
-	}
-	defer unix.Close(fd)
-	conn, err := client.ConnectTo(fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return nil, fmt.Errorf("connect to sandbox %s: %w", c.Sandbox.ID, err)
-	}
-	return conn, nil
-}
-
-// dropPrivileges leaves the monitor, which from now on only waits on the
-// sandbox's control socket, with the sandbox's own host credentials: the
-// host ids the spec maps its root to, no capabilities, no new privileges,
-// not dumpable.
-func dropPrivileges(spec *specs.Spec) {
-	uid, gid := hostRoot(spec)
-	if uid == 0 {
-		return
-	}
-	if err := syscall.Setgroups(nil); err != nil {
-		log.Warningf("monitor: keeps root: setgroups: %v", err)
-		return
-	}
-	if err := syscall.Setresgid(gid, gid, gid); err != nil {
-		log.Warningf("monitor: keeps root: setresgid: %v", err)
-		return
-	}
-	if err := syscall.Setresuid(uid, uid, uid); err != nil {
-		log.Warningf("monitor: keeps root: setresuid: %v", err)
-		return
-	}
-	// no_new_privs is per thread: set it on all of them.
-	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 {
-		log.Warningf("monitor: no_new_privs: %v", errno)
-	}
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-}
-
-// hostRoot returns the host uid and gid the spec maps container root to (0
-// without a user namespace).
-func hostRoot(spec *specs.Spec) (int, int) {
-	if spec == nil || spec.Linux == nil {
-		return 0, 0
-	}
-	uid, gid := 0, 0
-	for _, m := range spec.Linux.UIDMappings {
-		if m.ContainerID == 0 {
-			uid = int(m.HostID)
-		}
-	}
-	for _, m := range spec.Linux.GIDMappings {
-		if m.ContainerID == 0 {
-			gid = int(m.HostID)
-		}
-	}
-	return uid, gid
 }
