@@ -1,44 +1,60 @@
-// Package argv splits a gvx-sentry command line the way runsc parses it:
-// global flags, subcommand, the subcommand's arguments.
+// Package argv parses a gvx-sentry command line the way runsc does (global
+// flags, subcommand, the subcommand's arguments) and re-executes gvx-sentry
+// with the same global flags for gvx's helper processes.
 package argv
 
 import (
 	"io"
+	"os"
+	"os/exec"
 
 	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/flag"
 )
 
-// Split returns argv's program name and global flags, its subcommand and
-// the subcommand's arguments; ok is false when argv has no subcommand or
-// its global flags do not parse.
-func Split(argv []string) (globals []string, sub string, rest []string, ok bool) {
-	if len(argv) == 0 {
-		return nil, "", nil, false
-	}
-	fs := flag.NewFlagSet(argv[0], flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	config.RegisterFlags(fs)
-	if err := fs.Parse(argv[1:]); err != nil || fs.NArg() == 0 {
-		return nil, "", nil, false
-	}
-	n := len(argv) - fs.NArg()
-	return append([]string(nil), argv[:n]...), fs.Arg(0), fs.Args()[1:], true
+// Command is a parsed gvx-sentry command line.
+type Command struct {
+	// Globals are the program name and the global flags.
+	Globals []string
+	// Sub is the subcommand and Rest its arguments.
+	Sub  string
+	Rest []string
+	// Root is the --root global flag's value.
+	Root string
 }
 
-// Global returns the value of global flag name in argv ("" if unset).
-func Global(argv []string, name string) string {
-	if len(argv) == 0 {
-		return ""
+// Parse parses args once; ok is false when args has no subcommand or its
+// global flags do not parse.
+func Parse(args []string) (Command, bool) {
+	if len(args) == 0 {
+		return Command{}, false
 	}
-	fs := flag.NewFlagSet(argv[0], flag.ContinueOnError)
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	config.RegisterFlags(fs)
-	_ = fs.Parse(argv[1:])
-	if fl := fs.Lookup(name); fl != nil {
-		return fl.Value.String()
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() == 0 {
+		return Command{}, false
 	}
-	return ""
+	n := len(args) - fs.NArg()
+	return Command{
+		Globals: append([]string(nil), args[:n]...),
+		Sub:     fs.Arg(0),
+		Rest:    fs.Args()[1:],
+		Root:    Flag(fs, "root"),
+	}, true
+}
+
+// Self returns a command that runs gvx-sentry (this binary, under the name
+// it was invoked by) with this process's global flags and then args.
+func Self(args ...string) *exec.Cmd {
+	c, _ := Parse(os.Args)
+	globals := c.Globals
+	if len(globals) == 0 {
+		globals = os.Args[:1]
+	}
+	cmd := exec.Command("/proc/self/exe", append(append([]string(nil), globals[1:]...), args...)...)
+	cmd.Args[0] = globals[0]
+	return cmd
 }
 
 // Flag returns the value of flag name in f ("" if f has no such flag).

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -168,10 +167,7 @@ func spawnWaiter(id string) (*os.Process, *os.File, error) {
 		return nil, nil, err
 	}
 	defer r.Close()
-	globals, _, _, _ := argv.Split(os.Args)
-	args := append(globals, WaitCommand, id)
-	c := exec.Command("/proc/self/exe", args[1:]...)
-	c.Args[0] = args[0]
+	c := argv.Self(WaitCommand, id)
 	c.ExtraFiles = []*os.File{r}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
@@ -245,10 +241,10 @@ func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommand
 	return subcommands.ExitSuccess
 }
 
-// Handles reports whether args runs one of this package's commands.
-func Handles(args []string) bool {
-	_, sub, _, ok := argv.Split(args)
-	return ok && (sub == "exec" || sub == WaitCommand)
+// Handles reports whether gvx-sentry's command line c runs one of this
+// package's commands.
+func Handles(c argv.Command) bool {
+	return c.Sub == "exec" || c.Sub == WaitCommand
 }
 
 // Commands returns the subcommands this package implements.

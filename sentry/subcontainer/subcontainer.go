@@ -24,7 +24,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -222,10 +221,7 @@ func spawnMonitor(root, id string, terminal bool) (int, error) {
 		return 0, fmt.Errorf("monitor socket: %w", err)
 	}
 	defer lf.Close()
-	globals, _, _, _ := argv.Split(os.Args)
-	args := append(globals, MonitorCommand, id)
-	m := exec.Command("/proc/self/exe", args[1:]...)
-	m.Args[0] = args[0]
+	m := argv.Self(MonitorCommand, id)
 	if !terminal {
 		// The container's stdio. With a terminal the container has the
 		// pty create set up, and the caller (go-runc) collects create's
@@ -243,19 +239,16 @@ func spawnMonitor(root, id string, terminal bool) (int, error) {
 	return pid, nil
 }
 
-// Handles reports whether gvx-sentry invoked with argv runs one of this
+// Handles reports whether gvx-sentry's command line c runs one of this
 // package's commands: a create whose spec is a sub-container's, a start of
-// a container that has a monitor, or the monitor itself.
-func Handles(args []string) bool {
-	_, sub, rest, ok := argv.Split(args)
-	if !ok {
-		return false
-	}
+// a container that has a monitor, a delete it handles, or the monitor.
+func Handles(c argv.Command) bool {
+	sub, rest := c.Sub, c.Rest
 	switch sub {
 	case MonitorCommand:
 		return true
 	case "start":
-		return len(rest) == 1 && HasMonitor(argv.Global(args, "root"), rest[0])
+		return len(rest) == 1 && HasMonitor(c.Root, rest[0])
 	case "delete":
 		df := flag.NewFlagSet(sub, flag.ContinueOnError)
 		df.SetOutput(io.Discard)
@@ -263,7 +256,7 @@ func Handles(args []string) bool {
 		if err := df.Parse(rest); err != nil || df.NArg() != 1 {
 			return false
 		}
-		return deletesHere(argv.Global(args, "root"), df.Arg(0))
+		return deletesHere(c.Root, df.Arg(0))
 	case "create":
 		cf := flag.NewFlagSet(sub, flag.ContinueOnError)
 		cf.SetOutput(io.Discard)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/sentry/argv"
 )
 
 func writeSpec(t *testing.T, dir string, annotations map[string]string) {
@@ -49,7 +51,8 @@ func TestHandles(t *testing.T) {
 		{[]string{"gvx-sentry", "--root", root, "gofer", "--bundle", sub}, false},
 		{[]string{"gvx-sentry", "--no-such-flag", "create"}, false},
 	} {
-		if got := Handles(tc.argv); got != tc.want {
+		c, ok := argv.Parse(tc.argv)
+		if got := ok && Handles(c); got != tc.want {
 			t.Errorf("Handles(%q) = %v, want %v", tc.argv, got, tc.want)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/launcher"
@@ -49,7 +50,7 @@ func main() {
 		os.Exit(2)
 	}
 	os.Args = args
-	if subcontainer.Handles(args) || fastexec.Handles(args) {
+	if c, ok := argv.Parse(args); ok && (subcontainer.Handles(c) || fastexec.Handles(c)) {
 		// gvx's own commands: create and start of a container in a
 		// running sandbox (pods, the warm pool), and exec.
 		cmds := map[util.SubCommand]string{}
