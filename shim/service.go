@@ -138,6 +138,12 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	// a container inside it, which gvx-sentry runs with a monitor process
 	// standing for its init (see sentry/subcontainer).
 	role, pod := oci.PodRole(spec)
+	var pause *taskState // an application container's pod sandbox
+	if role == oci.RoleContainer {
+		s.mu.Lock()
+		pause = s.tasks[pod]
+		s.mu.Unlock()
+	}
 	mapping, err := oci.Prepare(spec, cfg)
 	if err != nil {
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
@@ -185,9 +191,6 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if role == oci.RoleContainer && docker {
 		// Docker mode is a property of the sandbox, which the pod's pause
 		// container booted.
-		s.mu.Lock()
-		pause := s.tasks[pod]
-		s.mu.Unlock()
 		if pause != nil && !pause.docker {
 			return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf(
 				"container %s asks for docker mode but its pod %s runs without it: docker mode applies to the whole pod's sandbox; "+
@@ -300,12 +303,8 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	switch {
 	case ts.pool != nil:
 		ts.sandboxCgroup = ts.pool.Cgroup
-	case role == oci.RoleContainer:
-		s.mu.Lock()
-		if pause := s.tasks[pod]; pause != nil {
-			ts.sandboxCgroup = pause.cgroup
-		}
-		s.mu.Unlock()
+	case pause != nil:
+		ts.sandboxCgroup = pause.cgroup
 	}
 	s.watchSandboxOOM(ctx, r.ID, ts.sandboxCgroup)
 	s.mu.Lock()
