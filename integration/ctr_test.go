@@ -155,7 +155,7 @@ func checkTTY(t *testing.T, id string, extra ...string) {
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("util-linux script not installed")
 	}
-	ctr := fmt.Sprintf("stty rows 31 cols 101; %s --address %s --namespace %s run --fifo-dir %s --rm -t --runtime %s %s %s %s sh -c '[ -t 0 ] && [ -t 1 ] && echo is-a-tty; for i in $(seq 50); do s=$(stty size 2>/dev/null) && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; echo size=$s; exit 5'",
+	ctr := fmt.Sprintf("stty rows 31 cols 101; %s --address %s --namespace %s run --fifo-dir %s --rm -t --runtime %s %s %s %s sh -c '[ -t 0 ] && [ -t 1 ] && echo is-a-tty; for i in $(seq 50); do s=$(stty size 2>/dev/null) && [ -n \"$s\" ] && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; echo size=$s; exit 5'",
 		filepath.Join(e.ctrdBin, "ctr"), filepath.Join(e.dir, "c.sock"), testNS, filepath.Join(e.dir, "fifo"), runtime, strings.Join(extra, " "), busybox, id)
 	// script gives ctr a pseudo-terminal; its stdin stays open until the
 	// task is done so ctr does not see EOF early.
@@ -172,7 +172,9 @@ func checkTTY(t *testing.T, id string, extra ...string) {
 		t.Errorf("tty task output %q (err %v), want is-a-tty", out, err)
 	}
 	// ctr resizes the console right after the task starts: the guest
-	// polls until the size has arrived.
+	// polls until the size has arrived. Before it has, busybox's stty size
+	// may print nothing and still succeed (it dies with an error only if
+	// errno is not EINVAL), so an empty answer means "not yet" too.
 	if !strings.Contains(string(out), "size=31 101") {
 		t.Errorf("tty task output %q, want the console size 31 101 set through ResizePty", out)
 	}
