@@ -120,6 +120,22 @@ func (x *criEnv) runPod(t *testing.T, name, handler string) (string, string) {
 	return pod, cfg
 }
 
+// createContainer creates (does not start) container name in pod: busybox
+// running command, with extra container config fields (log_path, mounts,
+// annotations, …). It returns the container's id.
+func (x *criEnv) createContainer(t *testing.T, pod, podCfg, name string, command []string, extra map[string]any) string {
+	t.Helper()
+	cfg := map[string]any{
+		"metadata": map[string]string{"name": name},
+		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
+		"command":  command,
+	}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	return x.must(t, "create", pod, x.writeJSON(t, name+".json", cfg), podCfg)
+}
+
 // waitExited waits until container id has exited and returns
 // "CONTAINER_EXITED <exit code>" (or its last state).
 func (x *criEnv) waitExited(t *testing.T, id string) string {
@@ -153,13 +169,8 @@ func TestCRIPod(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
 	pod, podCfg := x.runPod(t, "p1", "gvx")
-	ctrCfg := x.writeJSON(t, "app.json", map[string]any{
-		"metadata": map[string]string{"name": "app"},
-		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
-		"command":  []string{"sh", "-c", "echo app-started; uname -r; ip -4 -o addr show; sleep 600"},
-		"log_path": "app.log",
-	})
-	app := x.must(t, "create", pod, ctrCfg, podCfg)
+	app := x.createContainer(t, pod, podCfg, "app", []string{"sh", "-c", "echo app-started; uname -r; ip -4 -o addr show; sleep 600"},
+		map[string]any{"log_path": "app.log"})
 	x.must(t, "start", app)
 
 	var logs string
@@ -180,13 +191,9 @@ func TestCRIPod(t *testing.T) {
 	// A second container of the pod: the same sandbox, so the first one's
 	// listener on the pod's loopback answers it.
 	x.must(t, "exec", app, "sh", "-c", "(echo from-app | nc -l -p 9000 >/dev/null 2>&1 &) ; true")
-	second := x.writeJSON(t, "second.json", map[string]any{
-		"metadata": map[string]string{"name": "second"},
-		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
-		"command":  []string{"sh", "-c", "ip -4 -o addr show; for i in 1 2 3 4 5 6 7 8 9 10; do nc 127.0.0.1 9000 && break; sleep 0.2; done; echo second-done; exit 5"},
-		"log_path": "second.log",
-	})
-	secondID := x.must(t, "create", pod, second, podCfg)
+	secondID := x.createContainer(t, pod, podCfg, "second",
+		[]string{"sh", "-c", "ip -4 -o addr show; for i in 1 2 3 4 5 6 7 8 9 10; do nc 127.0.0.1 9000 && break; sleep 0.2; done; echo second-done; exit 5"},
+		map[string]any{"log_path": "second.log"})
 	x.must(t, "start", secondID)
 	if st := x.waitExited(t, secondID); st != "CONTAINER_EXITED 5" {
 		t.Errorf("second container: %q, want CONTAINER_EXITED 5", st)
@@ -219,12 +226,7 @@ func TestCRIPodKillShim(t *testing.T) {
 	pod, podCfg := x.runPod(t, "p2", "gvx")
 	var apps []string
 	for _, name := range []string{"a", "b"} {
-		cfg := x.writeJSON(t, name+".json", map[string]any{
-			"metadata": map[string]string{"name": name},
-			"image":    map[string]string{"image": "gvx.test/busybox:latest"},
-			"command":  []string{"sleep", "600"},
-		})
-		id := x.must(t, "create", pod, cfg, podCfg)
+		id := x.createContainer(t, pod, podCfg, name, []string{"sleep", "600"}, nil)
 		x.must(t, "start", id)
 		apps = append(apps, id)
 	}
@@ -256,22 +258,13 @@ func TestCRIPodKillShim(t *testing.T) {
 // image clean and unleased.
 func TestCRIPodVolume(t *testing.T) {
 	x := newCRIEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := volumeDir(t)
 	checkNoLeaks(t)
 	img := filepath.Join(dir, "pod.ext4")
 	gvx(t, "volume", "create", "--size", "32M", img)
 	pod, podCfg := x.runPod(t, "p3", "gvx")
-	cfg := x.writeJSON(t, "vol.json", map[string]any{
-		"metadata": map[string]string{"name": "vol"},
-		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
-		"command":  []string{"sh", "-c", "echo from-pod > /data/f && sync && grep ' /data ' /proc/mounts"},
-		"mounts":   []map[string]any{{"container_path": "/data", "host_path": img}},
-		"log_path": "vol.log",
-	})
-	id := x.must(t, "create", pod, cfg, podCfg)
+	id := x.createContainer(t, pod, podCfg, "vol", []string{"sh", "-c", "echo from-pod > /data/f && sync && grep ' /data ' /proc/mounts"},
+		map[string]any{"mounts": []map[string]any{{"container_path": "/data", "host_path": img}}, "log_path": "vol.log"})
 	x.must(t, "start", id)
 	if st := x.waitExited(t, id); st != "CONTAINER_EXITED 0" {
 		t.Errorf("volume container: %q (logs %q), want CONTAINER_EXITED 0", st, x.run(t, "logs", id).stdout+x.run(t, "logs", id).stderr)
@@ -297,13 +290,8 @@ func TestCRIPodDockerMixed(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
 	pod, podCfg := x.runPod(t, "p4", "gvxanno")
-	cfg := x.writeJSON(t, "dockerapp.json", map[string]any{
-		"metadata":    map[string]string{"name": "dockerapp"},
-		"image":       map[string]string{"image": "gvx.test/busybox:latest"},
-		"command":     []string{"true"},
-		"annotations": map[string]string{"dev.gvx.docker": "true"},
-	})
-	id := x.must(t, "create", pod, cfg, podCfg)
+	id := x.createContainer(t, pod, podCfg, "dockerapp", []string{"true"},
+		map[string]any{"annotations": map[string]string{"dev.gvx.docker": "true"}})
 	r := x.run(t, "start", id)
 	if r.code == 0 || !strings.Contains(r.stderr, "docker mode applies to the whole pod") || !strings.Contains(r.stderr, "pod annotation") {
 		t.Errorf("docker container in a pod without docker mode: exit %d %q, want a clear refusal", r.code, r.stderr)
@@ -320,12 +308,7 @@ func TestCRIPodKillSandbox(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
 	pod, podCfg := x.runPod(t, "p5", "gvx")
-	cfg := x.writeJSON(t, "sleeper.json", map[string]any{
-		"metadata": map[string]string{"name": "sleeper"},
-		"image":    map[string]string{"image": "gvx.test/busybox:latest"},
-		"command":  []string{"sleep", "600"},
-	})
-	id := x.must(t, "create", pod, cfg, podCfg)
+	id := x.createContainer(t, pod, podCfg, "sleeper", []string{"sleep", "600"}, nil)
 	x.must(t, "start", id)
 	sentry := 0
 	for _, pid := range harness.Descendants(shimPidAt(t, x.ctrd.Socket(), pod)) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,18 +111,8 @@ func TestPoolRun(t *testing.T) {
 // sandbox's Sentry, stubs and gofer) is unprivileged and seccomp-locked.
 func checkPoolCredentials(t *testing.T, monitor int, sandbox string) {
 	t.Helper()
-	m, err := readProc(monitor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(" "+m.uids+" ", " 0 ") || strings.Trim(m.capEff, "0") != "" || m.noNewPrivs != "1" {
-		t.Errorf("monitor %d: Uid %s CapEff %s NoNewPrivs %s, want no uid 0, no capabilities, no_new_privs", monitor, m.uids, m.capEff, m.noNewPrivs)
-	}
-	data, err := os.ReadFile(filepath.Join("/run/gvx/pool", sandbox, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sentry, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	checkDropped(t, "monitor", monitor)
+	sentry, err := harness.SandboxPid(sandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,11 +251,7 @@ func TestPoolKillSandbox(t *testing.T) {
 	checkNoLeaks(t)
 	p := startPool(t, 1)
 	sb := runAdopted(t, p, "poolks1", nil, "sleep", "600")
-	data, err := os.ReadFile(filepath.Join(harness.PoolDir, sb, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sentry, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	sentry, err := harness.SandboxPid(sb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,10 +275,7 @@ func TestPoolKillSandbox(t *testing.T) {
 // delete leaves the image clean and unleased.
 func TestPoolVolume(t *testing.T) {
 	requireEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := volumeDir(t)
 	checkNoLeaks(t)
 	p := startPool(t, 1)
 	img := filepath.Join(dir, "ws.ext4")

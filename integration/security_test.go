@@ -65,6 +65,22 @@ func readProc(pid int) (procInfo, error) {
 }
 
 // shimPid finds the shim serving task id.
+// checkDropped fails the test unless host process pid (a gvx helper that
+// started as root, named what) now holds no privilege: no uid 0, no
+// effective capabilities, no_new_privs.
+func checkDropped(t *testing.T, what string, pid int) {
+	t.Helper()
+	p, err := readProc(pid)
+	if err != nil {
+		t.Errorf("%s: host process %d: %v", what, pid, err)
+		return
+	}
+	if strings.Contains(" "+p.uids+" ", " 0 ") || strings.Trim(p.capEff, "0") != "" || p.noNewPrivs != "1" {
+		t.Errorf("%s: host process %d (%s): Uid %s CapEff %s NoNewPrivs %s, want no uid 0, no capabilities, no_new_privs",
+			what, pid, p.name, p.uids, p.capEff, p.noNewPrivs)
+	}
+}
+
 func shimPid(t *testing.T, id string) int {
 	t.Helper()
 	return shimPidAt(t, e.Socket(), id)

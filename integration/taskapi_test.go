@@ -80,6 +80,24 @@ func startTask(t *testing.T, ctx context.Context, cont client.Container, ioc cio
 	return task, exit
 }
 
+// startExec starts process p as exec id in task and returns it with its
+// exit channel.
+func startExec(t *testing.T, ctx context.Context, task client.Task, id string, p *specs.Process, ioc cio.Creator) (client.Process, <-chan client.ExitStatus) {
+	t.Helper()
+	proc, err := task.Exec(ctx, id, p, ioc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, err := proc.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return proc, exit
+}
+
 // TestEventsOrder: the task events containerd receives from the shim come
 // in the documented order, with the exit status of the process.
 func TestEventsOrder(t *testing.T) {
@@ -96,17 +114,7 @@ func TestEventsOrder(t *testing.T) {
 	}
 	p := *spec.Process
 	p.Args = []string{"true"}
-	proc, err := task.Exec(ctx, "x1", &p, cio.NullIO)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pexit, err := proc.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	proc, pexit := startExec(t, ctx, task, "x1", &p, cio.NullIO)
 	<-pexit
 	if _, err := proc.Delete(ctx); err != nil {
 		t.Fatal(err)
@@ -343,25 +351,11 @@ func TestExecSignals(t *testing.T) {
 		p := *spec.Process
 		p.Args = args
 		var out bytes.Buffer
-		proc, err := task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, io.Discard)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pexit, err := proc.Wait(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := proc.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+		proc, pexit := startExec(t, ctx, task, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, io.Discard)))
 		if signal != 0 {
 			time.Sleep(300 * time.Millisecond) // let the trap be set
 			// The exec's host process (its waiter) holds no privilege.
-			if w, err := readProc(int(proc.Pid())); err != nil {
-				t.Errorf("exec %s: host process %d: %v", id, proc.Pid(), err)
-			} else if strings.Contains(" "+w.uids+" ", " 0 ") || strings.Trim(w.capEff, "0") != "" || w.noNewPrivs != "1" {
-				t.Errorf("exec %s: host process %d (%s): Uid %s CapEff %s NoNewPrivs %s, want no root, no capabilities, no_new_privs", id, proc.Pid(), w.name, w.uids, w.capEff, w.noNewPrivs)
-			}
+			checkDropped(t, "exec "+id, int(proc.Pid()))
 			if err := proc.Kill(ctx, signal); err != nil {
 				t.Fatal(err)
 			}

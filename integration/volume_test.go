@@ -31,6 +31,17 @@ func loopFS(t *testing.T, kind string) string {
 	return mnt
 }
 
+// volumeDir is a temporary directory for volume images that the sandbox's
+// unprivileged host uid can traverse.
+func volumeDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func gvx(t *testing.T, args ...string) string {
 	t.Helper()
 	r, err := e.run(context.Background(), "", filepath.Join(e.gvxBin, "gvx"), args...)
@@ -145,10 +156,7 @@ func TestVolumeGoldenClones(t *testing.T) {
 // sandbox; bad images are refused with a clear error before any mount.
 func TestVolumeExclusiveAndErrors(t *testing.T) {
 	requireEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := volumeDir(t)
 	checkNoLeaks(t)
 	img := filepath.Join(dir, "v.ext4")
 	gvx(t, "volume", "create", "--size", "32M", img)
@@ -210,10 +218,7 @@ func TestVolumeExclusiveAndErrors(t *testing.T) {
 // TestVolumeFull: a full volume gives ENOSPC inside the sandbox only.
 func TestVolumeFull(t *testing.T) {
 	requireEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := volumeDir(t)
 	checkNoLeaks(t)
 	img := filepath.Join(dir, "small.ext4")
 	gvx(t, "volume", "create", "--size", "16M", img)
@@ -243,10 +248,7 @@ func TestVolumeFull(t *testing.T) {
 // whose source is an ext4 image, becomes a volume.
 func TestVolumeNerdctl(t *testing.T) {
 	requireEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := volumeDir(t)
 	checkNoLeaks(t)
 	img := filepath.Join(dir, "n.ext4")
 	gvx(t, "volume", "create", "--size", "32M", img)
@@ -266,10 +268,7 @@ func TestVolumeNerdctl(t *testing.T) {
 // can be leased again.
 func TestVolumeKill(t *testing.T) {
 	requireEnv(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := volumeDir(t)
 	checkNoLeaks(t)
 	img := filepath.Join(dir, "k.ext4")
 	gvx(t, "volume", "create", "--size", "32M", img)

@@ -333,11 +333,7 @@ func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runt
 	pids := append([]int{shim}, harness.Descendants(shim)...)
 	if sb := harness.Adopted("gvxbench", "idle"); sb != "" {
 		// An adopted sandbox's processes are not below the shim.
-		data, err := os.ReadFile(filepath.Join(harness.PoolDir, sb, "pid"))
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		sentry, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		sentry, err := harness.SandboxPid(sb)
 		if err != nil {
 			return 0, 0, 0, err
 		}

@@ -159,3 +159,16 @@ func Adopted(ns, id string) string {
 	}
 	return filepath.Base(filepath.Dir(target))
 }
+
+// SandboxPid is the host pid (the Sentry's) of pool sandbox sb.
+func SandboxPid(sb string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(PoolDir, sb, "pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pool sandbox %s: %w", sb, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, fmt.Errorf("pool sandbox %s pid file: %w", sb, err)
+	}
+	return pid, nil
+}
