@@ -184,3 +184,26 @@ func checkTTY(t *testing.T, id string, extra ...string) {
 }
 
 func sleepShort() { time.Sleep(100 * time.Millisecond) }
+
+// TestSignalRestartsOpen: a blocking open of a FIFO is restarted after a
+// signal whose handler has SA_RESTART, as on Linux. gVisor returned EINTR,
+// which made runc's init inside a sandbox fail now and then to open its exec
+// FIFO ("docker run" exiting 125 in TestDockerEightEpisodes).
+func TestSignalRestartsOpen(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := volumeDir(t)
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "fifoopen"), "./testdata/fifoopen")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the test program: %v\n%s", err, out)
+	}
+	r, err := e.ctrResult(context.Background(), "run", "--rm", "--runtime", runtime,
+		"--mount", "type=bind,src="+dir+",dst=/t,options=rbind:ro", busybox, "fifo", "/t/fifoopen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "ok" {
+		t.Errorf("exit code %d, output %q (stderr %q), want 0 and \"ok\"", r.code, r.stdout, r.stderr)
+	}
+}

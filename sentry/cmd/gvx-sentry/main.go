@@ -20,6 +20,7 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/compat"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
@@ -60,6 +61,8 @@ func main() {
 		cli.Run(nil, cmds, nil)
 		return
 	}
+	// The boot subcommand runs the Sentry in this process.
+	compat.Install()
 	maincli.Main()
 }
 

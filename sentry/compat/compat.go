@@ -1,0 +1,72 @@
+// Package compat corrects places where gVisor's system calls behave unlike
+// Linux in ways that break the workloads gvx runs. It patches the Sentry's
+// system call tables in the process that is about to boot a sandbox, before
+// any guest code runs.
+package compat
+
+import (
+	"gvisor.dev/gvisor/pkg/errors/linuxerr"
+	"gvisor.dev/gvisor/pkg/sentry/arch"
+	"gvisor.dev/gvisor/pkg/sentry/kernel"
+
+	// The tables Install patches are registered by this package's init.
+	_ "gvisor.dev/gvisor/pkg/sentry/syscalls/linux"
+)
+
+// restartableOpens are the system calls that open a path. Linux restarts
+// them after a signal handler installed with SA_RESTART (signal(7): "open(2),
+// if it can block (e.g., when opening a FIFO; see fifo(7))"): a blocking
+// open of a FIFO returns -ERESTARTSYS when interrupted. gVisor returns
+// EINTR, so a program that opens a FIFO while signals arrive fails, e.g.
+// runc's init opening its exec FIFO in a nested container ("open exec fifo
+// /proc/self/fd/5: interrupted system call", docker run exits 125) whenever
+// a Go runtime signal lands during the open.
+var restartableOpens = map[string]bool{
+	"open":    true,
+	"openat":  true,
+	"creat":   true,
+	"openat2": true,
+}
+
+// Install patches every registered system call table. It is idempotent and
+// must run before the kernel starts executing guest tasks.
+func Install() {
+	for _, table := range kernel.SyscallTables() {
+		changed := false
+		for num, sc := range table.Table {
+			if !restartableOpens[sc.Name] || sc.Fn == nil || patched[table][num] {
+				continue
+			}
+			sc.Fn = restartOnSignal(sc.Fn)
+			table.Table[num] = sc
+			if patched[table] == nil {
+				patched[table] = map[uintptr]bool{}
+			}
+			patched[table][num] = true
+			changed = true
+		}
+		if changed {
+			// Init rebuilds the table's lookup array from Table (and
+			// registers the table for seccheck updates once more, which
+			// only repeats an idempotent update).
+			table.Init()
+		}
+	}
+}
+
+// patched records the entries Install wrapped, so that a second Install
+// does not wrap them twice.
+var patched = map[*kernel.SyscallTable]map[uintptr]bool{}
+
+// restartOnSignal turns fn's EINTR into ERESTARTSYS, which the Sentry
+// restarts when the interrupting signal's handler has SA_RESTART and turns
+// into EINTR otherwise — what Linux does for these calls.
+func restartOnSignal(fn kernel.SyscallFn) kernel.SyscallFn {
+	return func(t *kernel.Task, sysno uintptr, args arch.SyscallArguments) (uintptr, *kernel.SyscallControl, error) {
+		rv, ctl, err := fn(t, sysno, args)
+		if linuxerr.Equals(linuxerr.EINTR, err) {
+			err = linuxerr.ERESTARTSYS
+		}
+		return rv, ctl, err
+	}
+}
