@@ -65,7 +65,7 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
-	e, err := execArgs(argv.Flag(f, "process"), c.Spec.Process, conf.EnableRaw)
+	e, err := processFile(argv.Flag(f, "process"), c.Spec.Process, conf.EnableRaw)
 	if err != nil {
 		return util.Errorf("parsing process spec: %v", err)
 	}
@@ -116,9 +116,9 @@ func fast(f *flag.FlagSet) bool {
 	return !set
 }
 
-// execArgs converts the process file at path into gVisor's exec arguments;
-// capabilities default to those of the container's own process.
-func execArgs(path string, containerProc *specs.Process, enableRaw bool) (*control.ExecArgs, error) {
+// processFile converts the process file at path into gVisor's exec
+// arguments (ExecArgs).
+func processFile(path string, containerProc *specs.Process, enableRaw bool) (*control.ExecArgs, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("process file: %w", err)
@@ -127,11 +127,22 @@ func execArgs(path string, containerProc *specs.Process, enableRaw bool) (*contr
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, fmt.Errorf("process file %s: %w", path, err)
 	}
+	e, err := ExecArgs(&p, containerProc, enableRaw)
+	if err != nil {
+		return nil, fmt.Errorf("process file %s: %w", path, err)
+	}
+	return e, nil
+}
+
+// ExecArgs converts an OCI process into gVisor's exec arguments;
+// capabilities default to those of containerProc (the container's own
+// process; may be nil).
+func ExecArgs(p *specs.Process, containerProc *specs.Process, enableRaw bool) (*control.ExecArgs, error) {
 	switch {
-	case len(p.Args) == 0:
-		return nil, fmt.Errorf("process file %s: args must not be empty", path)
+	case p == nil || len(p.Args) == 0:
+		return nil, fmt.Errorf("args must not be empty")
 	case !strings.HasPrefix(p.Cwd, "/"):
-		return nil, fmt.Errorf("process file %s: cwd %q must be an absolute path", path, p.Cwd)
+		return nil, fmt.Errorf("cwd %q must be an absolute path", p.Cwd)
 	}
 	capSet := p.Capabilities
 	if capSet == nil && containerProc != nil {
@@ -208,6 +219,16 @@ func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommand
 	if err != nil {
 		os.Exit(128 + int(unix.SIGKILL))
 	}
+	WaitAndExit(c, int32(pid))
+	return subcommands.ExitSuccess
+}
+
+// WaitAndExit stands for guest process pid of container c on the host: it
+// connects to the sandbox, keeps only the sandbox's own host credentials,
+// forwards the signals it receives to the process, waits for it and exits
+// with its status (128+n for a death by signal n, 128+SIGKILL when the
+// sandbox goes away).
+func WaitAndExit(c *container.Container, pid int32) {
 	// Two connections (a wait blocks one), opened while still root: the
 	// control socket is root's. Then only the sandbox's own credentials.
 	waitConn, err := sandboxctl.Connect(c)
@@ -222,13 +243,13 @@ func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommand
 	}
 	sandboxctl.DropPrivileges(c.Spec)
 	stop := sighandling.StartSignalForwarding(func(sig linux.Signal) {
-		args := boot.SignalArgs{CID: c.ID, Signo: int32(sig), PID: int32(pid), Mode: boot.DeliverToProcess}
+		args := boot.SignalArgs{CID: c.ID, Signo: int32(sig), PID: pid, Mode: boot.DeliverToProcess}
 		if err := sigConn.Call(boot.ContMgrSignal, &args, nil); err != nil {
 			log.Warningf("exec waiter: forward signal %d: %v", sig, err)
 		}
 	})
 	var status uint32
-	err = waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: int32(pid), CID: c.ID}, &status)
+	err = waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: pid, CID: c.ID}, &status)
 	stop()
 	if err != nil {
 		os.Exit(128 + int(unix.SIGKILL))
@@ -238,7 +259,6 @@ func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommand
 		os.Exit(128 + int(ws.Signal()))
 	}
 	os.Exit(ws.ExitStatus())
-	return subcommands.ExitSuccess
 }
 
 // Handles reports whether gvx-sentry's command line c runs one of this

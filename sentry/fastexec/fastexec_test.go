@@ -39,7 +39,7 @@ func TestExecArgs(t *testing.T) {
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e, err := execArgs(p, &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}}, false)
+	e, err := processFile(p, &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestExecArgs(t *testing.T) {
 		if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := execArgs(p, nil, false); err == nil {
+		if _, err := processFile(p, nil, false); err == nil {
 			t.Errorf("process %s accepted", bad)
 		}
 	}

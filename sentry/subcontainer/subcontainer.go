@@ -188,7 +188,7 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if err != nil {
 		return util.Errorf("creating container: %v", err)
 	}
-	pid, err := spawnMonitor(conf.RootDir, id, spec.Process != nil && spec.Process.Terminal)
+	pid, err := SpawnMonitor(conf.RootDir, id, MonitorCommand, spec.Process != nil && spec.Process.Terminal)
 	if err == nil {
 		if p := argv.Flag(f, "pid-file"); p != "" {
 			err = bundle.WritePidFile(p, pid)
@@ -204,12 +204,13 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	return subcommands.ExitSuccess
 }
 
-// spawnMonitor starts the monitor of container id with this process's
-// stdio and global flags and returns its pid. The monitor outlives this
-// process (the shim, a subreaper, inherits it). Its start socket is bound
-// here and handed over, so that `start` can connect at once, while the
-// monitor is still initialising.
-func spawnMonitor(root, id string, terminal bool) (int, error) {
+// SpawnMonitor starts gvx-sentry's internal command (a monitor) for
+// container id with this process's stdio and global flags and returns its
+// pid. The monitor outlives this process (the shim, a subreaper, inherits
+// it). Its start socket is bound here and handed over (MonitorListener),
+// so that `start` can connect at once, while the monitor is still
+// initialising.
+func SpawnMonitor(root, id, command string, terminal bool) (int, error) {
 	ln, err := listen(SocketPath(root, id))
 	if err != nil {
 		return 0, err
@@ -221,7 +222,7 @@ func spawnMonitor(root, id string, terminal bool) (int, error) {
 		return 0, fmt.Errorf("monitor socket: %w", err)
 	}
 	defer lf.Close()
-	m := argv.Self(MonitorCommand, id)
+	m := argv.Self(command, id)
 	if !terminal {
 		// The container's stdio. With a terminal the container has the
 		// pty create set up, and the caller (go-runc) collects create's
@@ -358,14 +359,12 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	}
 	id := f.Arg(0)
 	sock := SocketPath(conf.RootDir, id)
-	l, err := net.FileListener(os.NewFile(listenFD, "start socket"))
+	ln, err := MonitorListener()
 	if err != nil {
-		log.Warningf("monitor: start socket: %v", err)
+		log.Warningf("monitor: %v", err)
 		os.Remove(sock)
 		os.Exit(1)
 	}
-	ln := l.(*net.UnixListener)
-	ln.SetUnlinkOnClose(false)
 	// The rest runs while containerd goes on to start the task.
 	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
 	if err != nil {
@@ -411,6 +410,22 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	}
 	os.Exit(ws.ExitStatus())
 	return subcommands.ExitSuccess
+}
+
+// MonitorListener returns, in a monitor SpawnMonitor started, the start
+// socket SpawnMonitor bound.
+func MonitorListener() (*net.UnixListener, error) {
+	l, err := net.FileListener(os.NewFile(listenFD, "start socket"))
+	if err != nil {
+		return nil, fmt.Errorf("start socket: %w", err)
+	}
+	ln, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("start socket: not a unix socket")
+	}
+	ln.SetUnlinkOnClose(false)
+	return ln, nil
 }
 
 // joinSandboxCgroup moves the monitor into its sandbox's cgroups ahead of

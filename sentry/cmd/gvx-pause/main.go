@@ -1,6 +1,8 @@
 // Command gvx-pause is the init of a gvx warm-pool sandbox's root
-// container: it holds the sandbox open until it is told to stop
-// (SIGTERM, SIGINT or SIGHUP), and reaps nothing because it starts nothing.
+// container: it holds the sandbox open until it is told to stop (SIGTERM,
+// SIGINT or SIGHUP). In an image pool's sandbox a task's process is started
+// beside it, and processes that process leaves behind become gvx-pause's
+// children: it reaps them, as an init must.
 package main
 
 import (
@@ -10,7 +12,22 @@ import (
 )
 
 func main() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	<-ch
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	child := make(chan os.Signal, 1)
+	signal.Notify(child, syscall.SIGCHLD)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-child:
+			for {
+				var ws syscall.WaitStatus
+				pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+				if pid <= 0 || err != nil {
+					break
+				}
+			}
+		}
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/compat"
+	"github.com/gvxrun/gvx/sentry/exectask"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
@@ -50,12 +51,31 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(2)
 	}
+	c, ok := argv.Parse(args)
+	if ok {
+		// A task started as a process in a running sandbox: commands that
+		// act on the sandbox on its behalf get the sandbox's id.
+		if rewritten, ok := exectask.Rewrite(c); ok {
+			args = rewritten
+			c, ok = argv.Parse(args)
+		}
+	}
 	os.Args = args
-	if c, ok := argv.Parse(args); ok && (subcontainer.Handles(c) || fastexec.Handles(c)) {
+	var own []util.SubCommand
+	switch {
+	case !ok:
+	case exectask.Handles(c):
+		// gvx's own commands for tasks started as a process in a running
+		// sandbox (an image's warm pool).
+		own = exectask.Commands()
+	case subcontainer.Handles(c) || fastexec.Handles(c):
 		// gvx's own commands: create and start of a container in a
 		// running sandbox (pods, the warm pool), and exec.
+		own = append(subcontainer.Commands(), fastexec.Commands()...)
+	}
+	if own != nil {
 		cmds := map[util.SubCommand]string{}
-		for _, c := range append(subcontainer.Commands(), fastexec.Commands()...) {
+		for _, c := range own {
 			cmds[c] = ""
 		}
 		cli.Run(nil, cmds, nil)

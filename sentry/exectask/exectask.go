@@ -1,0 +1,495 @@
+// Package exectask runs a task as a process started in the root container
+// of a sandbox that is already running — a warm-pool sandbox booted on the
+// task's image — with the process model containerd's runc shim expects of a
+// runc-compatible runtime. No container is created in the sandbox: there is
+// no gofer to start and no root filesystem to mount, which is what makes
+// adopting such a sandbox cheap.
+//
+//   - `create` records the task (a JSON file in the sentry root) and leaves
+//     a monitor process whose pid is the task's init on the host; it
+//     listens on the start socket subcontainer's `start` talks to.
+//   - on start the monitor executes the spec's process in the sandbox's
+//     root container with create's stdio, records its guest pid, then drops
+//     to the sandbox's uid, waits for it and exits with its status.
+//   - kill signals that process (or, with --all, every process in the
+//     sandbox); delete destroys the whole sandbox, which was the task's
+//     alone; exec, ps, pause, resume, state and events are the sandbox root
+//     container's, whose id replaces the task's on the command line.
+//
+// The process is not pid 1 in the sandbox (gvx-pause is), and the
+// sandbox's hostname is the pool's.
+package exectask
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/sentry/control"
+	"gvisor.dev/gvisor/runsc/cmd"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/fastexec"
+	"github.com/gvxrun/gvx/sentry/subcontainer"
+)
+
+// Annotation on a task's spec names the running sandbox whose root
+// container the task's process is to be started in.
+const Annotation = "dev.gvx.pool-exec"
+
+// MonitorCommand is the internal subcommand the monitor runs as.
+const MonitorCommand = "gvx-exec-monitor"
+
+// exitKilled is the monitor's status when the task's process cannot have
+// run to an exit of its own (the sandbox went away, or the task was killed
+// before it started without a signal to report).
+const exitKilled = 128 + int(unix.SIGKILL)
+
+// Record is what the sentry root keeps of a task.
+type Record struct {
+	// ID is the task's id, Sandbox the running sandbox's (and its root
+	// container's) id.
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	// Bundle is the task's bundle directory.
+	Bundle string `json:"bundle"`
+	// Pid is the guest pid of the task's process, once started.
+	Pid int32 `json:"pid,omitempty"`
+	// Killed is the signal a kill before start sent (the monitor exits
+	// with it instead of starting).
+	Killed int `json:"killed,omitempty"`
+}
+
+func recordPath(root, id string) string {
+	return filepath.Join(root, "gvx-exectask-"+id+".json")
+}
+
+// Load reads task id's record from root.
+func Load(root, id string) (*Record, error) {
+	data, err := os.ReadFile(recordPath(root, id))
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("task record %s: %w", recordPath(root, id), err)
+	}
+	return &r, nil
+}
+
+func (r *Record) save(root string) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	path := recordPath(root, r.ID)
+	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+		return fmt.Errorf("save task record: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+func (r *Record) sandbox(root string) (*container.Container, error) {
+	c, err := container.Load(root, container.FullID{SandboxID: r.Sandbox, ContainerID: r.Sandbox}, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s of task %s: %w", r.Sandbox, r.ID, err)
+	}
+	return c, nil
+}
+
+// Commands returns the subcommands this package implements.
+func Commands() []util.SubCommand {
+	return []util.SubCommand{new(Create), new(Monitor), new(Kill), new(Delete)}
+}
+
+// Handles reports whether c runs one of this package's own commands: a
+// create whose spec carries Annotation, the monitor, or a kill or delete of
+// a task recorded here. Start goes through subcontainer's (same socket).
+func Handles(c argv.Command) bool {
+	switch c.Sub {
+	case MonitorCommand:
+		return true
+	case "create":
+		f := parse(c, new(cmd.Create))
+		if f == nil {
+			return false
+		}
+		dir := argv.Flag(f, "bundle")
+		if dir == "" {
+			dir = "."
+		}
+		spec, err := bundle.ReadSpec(dir)
+		return err == nil && spec.Annotations[Annotation] != ""
+	case "kill":
+		return recorded(c, new(cmd.Kill))
+	case "delete":
+		return recorded(c, new(cmd.Delete))
+	}
+	return false
+}
+
+// Rewrite returns c's command line with a recorded task's id replaced by
+// its sandbox's, for the commands that act on the sandbox's root container
+// on the task's behalf; ok is false for anything else.
+func Rewrite(c argv.Command) ([]string, bool) {
+	var sc interface{ SetFlags(*flag.FlagSet) }
+	switch c.Sub {
+	case "exec":
+		sc = new(cmd.Exec)
+	case "ps":
+		sc = new(cmd.PS)
+	case "pause":
+		sc = new(cmd.Pause)
+	case "resume":
+		sc = new(cmd.Resume)
+	case "state":
+		sc = new(cmd.State)
+	case "events":
+		sc = new(cmd.Events)
+	default:
+		return nil, false
+	}
+	f := parse(c, sc)
+	if f == nil || f.NArg() == 0 {
+		return nil, false
+	}
+	r, err := Load(c.Root, f.Arg(0))
+	if err != nil {
+		return nil, false
+	}
+	rest := append([]string(nil), c.Rest...)
+	rest[len(rest)-f.NArg()] = r.Sandbox
+	return append(append(append([]string(nil), c.Globals...), c.Sub), rest...), true
+}
+
+// parse parses c's subcommand arguments with sc's flags (nil on error).
+func parse(c argv.Command, sc interface{ SetFlags(*flag.FlagSet) }) *flag.FlagSet {
+	f := flag.NewFlagSet(c.Sub, flag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	sc.SetFlags(f)
+	if err := f.Parse(c.Rest); err != nil {
+		return nil
+	}
+	return f
+}
+
+func recorded(c argv.Command, sc interface{ SetFlags(*flag.FlagSet) }) bool {
+	f := parse(c, sc)
+	if f == nil || f.NArg() == 0 {
+		return false
+	}
+	_, err := os.Stat(recordPath(c.Root, f.Arg(0)))
+	return err == nil
+}
+
+// Create records a task and leaves its monitor behind.
+type Create struct {
+	cmd.Create
+}
+
+// Execute implements subcommands.Command.
+func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	id, spec, err := c.FetchSpec(conf, f)
+	if err != nil {
+		return util.Errorf("reading spec: %v", err)
+	}
+	if spec.Process == nil || spec.Process.Terminal {
+		return util.Errorf("task %s: a process started in a running sandbox needs a process spec without a terminal", id)
+	}
+	dir := argv.Flag(f, "bundle")
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	r := &Record{ID: id, Sandbox: spec.Annotations[Annotation], Bundle: dir}
+	sb, err := r.sandbox(conf.RootDir)
+	if err != nil {
+		return util.Errorf("creating task: %v", err)
+	}
+	if st := sb.Status; st != container.Running {
+		return util.Errorf("creating task %s: sandbox %s is %s, not running", id, r.Sandbox, st)
+	}
+	if _, err := os.Stat(recordPath(conf.RootDir, id)); err == nil {
+		return util.Errorf("creating task %s: it exists already", id)
+	}
+	if err := r.save(conf.RootDir); err != nil {
+		return util.Errorf("creating task %s: %v", id, err)
+	}
+	pid, err := subcontainer.SpawnMonitor(conf.RootDir, id, MonitorCommand, false)
+	if err == nil {
+		err = bundle.WritePidFile(argv.Flag(f, "pid-file"), pid)
+	}
+	if err != nil {
+		if pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		os.Remove(recordPath(conf.RootDir, id))
+		return util.Errorf("creating task %s: %v", id, err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// Monitor is the internal command standing for a task's process.
+type Monitor struct {
+	util.InternalSubCommand
+}
+
+// Name implements subcommands.Command.
+func (*Monitor) Name() string { return MonitorCommand }
+
+// Synopsis implements subcommands.Command.
+func (*Monitor) Synopsis() string {
+	return "internal: starts a task's process in a running sandbox and stands for it until it exits"
+}
+
+// Usage implements subcommands.Command.
+func (*Monitor) Usage() string { return MonitorCommand + " <task id>\n" }
+
+// SetFlags implements subcommands.Command.
+func (*Monitor) SetFlags(*flag.FlagSet) {}
+
+// Execute implements subcommands.Command. It never returns: the process
+// exits with the task's status.
+func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	id := f.Arg(0)
+	ln, err := subcontainer.MonitorListener()
+	if err != nil {
+		log.Warningf("exec monitor: %v", err)
+		os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+		os.Exit(1)
+	}
+	defer os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+	var pid int32
+	var sb *container.Container
+	for pid == 0 {
+		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		conn, err := ln.Accept()
+		if err != nil {
+			r, lerr := Load(conf.RootDir, id)
+			switch {
+			case lerr != nil:
+				// Deleted before it was started.
+				os.Exit(exitKilled)
+			case r.Killed != 0:
+				os.Exit(128 + r.Killed)
+			}
+			continue
+		}
+		pid, sb = serveStart(conf, id, conn)
+	}
+	ln.Close()
+	os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+	fastexec.WaitAndExit(sb, pid)
+	return subcommands.ExitSuccess
+}
+
+// serveStart answers one request on conn, starting the task's process when
+// asked; it returns its guest pid and its sandbox (0, nil if not started).
+func serveStart(conf *config.Config, id string, conn net.Conn) (int32, *container.Container) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	req, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return 0, nil
+	}
+	if strings.TrimSpace(req) != "start" {
+		fmt.Fprintf(conn, "error: unknown request %q\n", strings.TrimSpace(req))
+		return 0, nil
+	}
+	pid, sb, err := start(conf, id)
+	if err != nil {
+		fmt.Fprintf(conn, "error: %v\n", err)
+		os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+		os.Exit(exitKilled)
+	}
+	fmt.Fprintln(conn, "ok")
+	return pid, sb
+}
+
+// start executes the task's process in its sandbox with the monitor's
+// stdio and records its guest pid.
+func start(conf *config.Config, id string) (int32, *container.Container, error) {
+	r, err := Load(conf.RootDir, id)
+	if err != nil {
+		return 0, nil, fmt.Errorf("task %s: %w", id, err)
+	}
+	if r.Pid != 0 {
+		return 0, nil, fmt.Errorf("task %s already started", id)
+	}
+	spec, err := bundle.ReadSpec(r.Bundle)
+	if err != nil {
+		return 0, nil, err
+	}
+	sb, err := r.sandbox(conf.RootDir)
+	if err != nil {
+		return 0, nil, err
+	}
+	e, err := fastexec.ExecArgs(spec.Process, nil, conf.EnableRaw)
+	if err != nil {
+		return 0, nil, fmt.Errorf("task %s: process: %w", id, err)
+	}
+	e.FilePayload = control.NewFilePayload(map[int]*os.File{0: os.Stdin, 1: os.Stdout, 2: os.Stderr}, nil)
+	pid, err := sb.Execute(conf, e)
+	if err != nil {
+		return 0, nil, fmt.Errorf("start task %s in sandbox %s: %w", id, r.Sandbox, err)
+	}
+	r.Pid = pid
+	if err := r.save(conf.RootDir); err != nil {
+		_ = sb.SignalProcess(unix.SIGKILL, pid)
+		return 0, nil, err
+	}
+	return pid, sb, nil
+}
+
+// Kill signals a task's process, or all processes of its sandbox.
+type Kill struct {
+	cmd.Kill
+}
+
+// FetchSpec implements util.SubCommand; the task is not a gVisor container.
+func (*Kill) FetchSpec(_ *config.Config, f *flag.FlagSet) (string, *specs.Spec, error) {
+	return f.Arg(0), nil, nil
+}
+
+// Execute implements subcommands.Command.
+func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	if f.NArg() == 0 || f.NArg() > 2 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	r, err := Load(conf.RootDir, f.Arg(0))
+	if err != nil {
+		return util.Errorf("loading task: %v", err)
+	}
+	name := "TERM"
+	if f.NArg() == 2 {
+		name = f.Arg(1)
+	}
+	sig, err := parseSignal(name)
+	if err != nil {
+		return util.Errorf("%v", err)
+	}
+	if r.Pid == 0 {
+		// Not started: the monitor exits as if the process had died of sig.
+		r.Killed = int(sig)
+		if err := r.save(conf.RootDir); err != nil {
+			return util.Errorf("kill task %s: %v", r.ID, err)
+		}
+		return subcommands.ExitSuccess
+	}
+	sb, err := r.sandbox(conf.RootDir)
+	if err != nil {
+		return util.Errorf("kill: %v", err)
+	}
+	if argv.Flag(f, "all") == "true" {
+		err = sb.SignalContainer(sig, true)
+	} else {
+		err = sb.SignalProcess(sig, r.Pid)
+	}
+	if err != nil {
+		return util.Errorf("kill task %s: %v", r.ID, err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// parseSignal accepts a signal's number or its name, with or without SIG.
+func parseSignal(s string) (unix.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("signal %d out of range", n)
+		}
+		return unix.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q", s)
+}
+
+// Delete destroys a task's sandbox (the task's alone) and its record.
+type Delete struct {
+	cmd.Delete
+}
+
+// FetchSpec implements util.SubCommand; the task is not a gVisor container.
+func (*Delete) FetchSpec(_ *config.Config, f *flag.FlagSet) (string, *specs.Spec, error) {
+	return f.Arg(0), nil, nil
+}
+
+// Execute implements subcommands.Command.
+func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	r, err := Load(conf.RootDir, f.Arg(0))
+	if err != nil {
+		return util.Errorf("loading task: %v", err)
+	}
+	sb, err := r.sandbox(conf.RootDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// The sandbox is gone already.
+	case err != nil:
+		return util.Errorf("delete: %v", err)
+	default:
+		if argv.Flag(f, "force") != "true" && r.Pid != 0 && processRuns(sb, r.Pid) {
+			return util.Errorf("cannot delete task %s: its process is running (use --force)", r.ID)
+		}
+		if err := sb.Destroy(); err != nil {
+			return util.Errorf("destroying sandbox %s of task %s: %v", r.Sandbox, r.ID, err)
+		}
+	}
+	os.Remove(subcontainer.SocketPath(conf.RootDir, r.ID))
+	if err := os.Remove(recordPath(conf.RootDir, r.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return util.Errorf("delete task %s: %v", r.ID, err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// processRuns reports whether guest pid still runs in sb.
+func processRuns(sb *container.Container, pid int32) bool {
+	procs, err := sb.Processes()
+	if err != nil {
+		return false
+	}
+	for _, p := range procs {
+		if int32(p.PID) == pid {
+			return true
+		}
+	}
+	return false
+}
