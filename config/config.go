@@ -6,6 +6,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -69,6 +71,16 @@ type Pool struct {
 	// Socket is where `gvx pool serve` hands out sandboxes; empty means
 	// <state_dir>/pool.sock.
 	Socket string `toml:"socket"`
+	// Image, when set, boots the pool's sandboxes on that image (a
+	// reference in containerd's Namespace, unpacked for Snapshotter). A
+	// task of that image then starts as a process in an adopted sandbox's
+	// root container: no container to create, no root filesystem to mount.
+	Image string `toml:"image"`
+	// Containerd is the socket of the containerd the pool reads Image from.
+	Containerd string `toml:"containerd"`
+	// Namespace and Snapshotter are where Image is.
+	Namespace   string `toml:"namespace"`
+	Snapshotter string `toml:"snapshotter"`
 }
 
 // Docker configures docker mode: the sandbox settings dockerd needs.
@@ -101,6 +113,7 @@ func Default() Config {
 		StateDir:      "/run/gvx",
 		RootfsOverlay: "memory",
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
+		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs"},
 	}
 }
 
@@ -148,7 +161,7 @@ func Parse(data []byte) (Config, error) {
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
-		"pool.size", "pool.socket"}
+		"pool.size", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -195,6 +208,14 @@ func (c Config) Validate() error {
 	}
 	if c.Pool.Socket != "" && !filepath.IsAbs(c.Pool.Socket) {
 		return fmt.Errorf("pool.socket %q: must be an absolute path", c.Pool.Socket)
+	}
+	if c.Pool.Image != "" {
+		if c.RootfsOverlay != "memory" {
+			return fmt.Errorf("pool.image %q needs rootfs_overlay = \"memory\" (the pool's image is shared read-only; writes go to each sandbox's memory)", c.Pool.Image)
+		}
+		if c.Pool.Namespace == "" || c.Pool.Snapshotter == "" || !filepath.IsAbs(c.Pool.Containerd) {
+			return fmt.Errorf("pool.image %q needs pool.namespace, pool.snapshotter and an absolute pool.containerd socket path", c.Pool.Image)
+		}
 	}
 	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {
 		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
@@ -255,8 +276,16 @@ func (c Config) RootfsDir() string { return filepath.Join(c.StateDir, "rootfs") 
 func (c Config) DockerDir() string { return filepath.Join(c.StateDir, "docker") }
 
 // PoolDir holds the warm pool's sandboxes (one directory each) and the
-// root filesystem of their root containers.
-func (c Config) PoolDir() string { return filepath.Join(c.StateDir, "pool") }
+// root filesystem of their root containers. Every pool socket has its own,
+// so that pool servers of different configurations (several images, say)
+// never take each other's sandboxes for their own.
+func (c Config) PoolDir() string {
+	sum := sha256.Sum256([]byte(c.PoolSocket()))
+	return filepath.Join(c.PoolsDir(), hex.EncodeToString(sum[:6]))
+}
+
+// PoolsDir holds the directories of all pools of this state directory.
+func (c Config) PoolsDir() string { return filepath.Join(c.StateDir, "pool") }
 
 // PoolSocket is where `gvx pool serve` listens.
 func (c Config) PoolSocket() string {

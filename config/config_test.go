@@ -59,12 +59,29 @@ func TestPoolDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pool.Size != 3 || c.PoolSocket() != "/run/x/pool.sock" || c.PoolDir() != "/run/x/pool" {
+	if c.Pool.Size != 3 || c.PoolSocket() != "/run/x/pool.sock" || filepath.Dir(c.PoolDir()) != "/run/x/pool" {
 		t.Errorf("pool %+v socket %s dir %s", c.Pool, c.PoolSocket(), c.PoolDir())
 	}
+	if c.Pool.Containerd != "/run/containerd/containerd.sock" || c.Pool.Namespace != "default" || c.Pool.Snapshotter != "overlayfs" {
+		t.Errorf("pool image defaults %+v", c.Pool)
+	}
+	dir := c.PoolDir()
 	c.Pool.Socket = "/tmp/p.sock"
 	if c.PoolSocket() != "/tmp/p.sock" {
 		t.Errorf("explicit socket ignored: %s", c.PoolSocket())
+	}
+	if c.PoolDir() == dir || filepath.Dir(c.PoolDir()) != c.PoolsDir() {
+		t.Errorf("pools of two sockets share directory %s (or it is not below %s)", dir, c.PoolsDir())
+	}
+}
+
+func TestPoolImageNeedsMemoryOverlay(t *testing.T) {
+	_, err := Parse([]byte("rootfs_overlay = \"self\"\n[pool]\nsize = 1\nimage = \"x:1\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "rootfs_overlay") {
+		t.Errorf("image pool with rootfs_overlay self: err = %v, want one naming rootfs_overlay", err)
+	}
+	if _, err := Parse([]byte("[pool]\nsize = 1\nimage = \"x:1\"\ncontainerd = \"rel.sock\"\n")); err == nil {
+		t.Error("a relative pool.containerd socket path was accepted")
 	}
 }
 

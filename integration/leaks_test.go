@@ -57,7 +57,7 @@ func snapshot(x *env) hostState {
 	s.sockets = socks
 	roots, _ := filepath.Glob("/run/gvx/sentry/*")
 	for _, pattern := range []string{
-		"/run/gvx/pool*", "/run/gvx/pool/*", // warm pool sandboxes and their rootfs
+		"/run/gvx/pool*", "/run/gvx/pool/*", "/run/gvx/pool/*/*", // warm pools, their sandboxes, rootfs and image
 		"/run/gvx/rootfs/*/*", "/run/gvx/volumes/*/*", "/run/gvx/docker/*/*", // per-task dirs
 		"/run/containerd/fifo/*", // clients' task IO fifos
 	} {

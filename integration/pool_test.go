@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -99,7 +102,7 @@ func TestPoolRun(t *testing.T) {
 	mustCtr(t, "task", "kill", "-s", "TERM", "pool3")
 	waitStatus(t, "pool3", "STOPPED")
 	mustCtr(t, "task", "rm", "pool3")
-	if _, err := os.Stat(filepath.Join("/run/gvx/pool", sb)); !os.IsNotExist(err) {
+	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
 		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
 	}
 	mustCtr(t, "container", "rm", "pool3")
@@ -175,7 +178,7 @@ func TestPoolKillShim(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join("/run/gvx/pool", sb)); os.IsNotExist(err) {
+		if _, err := os.Stat(harness.SandboxDir(sb)); os.IsNotExist(err) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -196,7 +199,7 @@ func TestPoolServerRestart(t *testing.T) {
 	if err := p.WaitReady(context.Background(), 2, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	stale, _ := filepath.Glob(filepath.Join(harness.PoolDir, "gvxpool-*"))
+	stale, _ := filepath.Glob(filepath.Join(p.Dir, "gvxpool-*"))
 	p.Kill()
 
 	q, err := harness.ServePool(context.Background(), e.gvxBin, p.Config, 2)
@@ -264,7 +267,7 @@ func TestPoolKillSandbox(t *testing.T) {
 		t.Fatalf("task rm: %v %d %s", err, r.code, r.stderr)
 	}
 	mustCtr(t, "container", "rm", "poolks1")
-	if _, err := os.Stat(filepath.Join(harness.PoolDir, sb)); !os.IsNotExist(err) {
+	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
 		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
 	}
 }
@@ -371,4 +374,183 @@ func TestPoolOOM(t *testing.T) {
 	if _, err := task.Delete(ctx); err != nil {
 		t.Error(err)
 	}
+}
+
+// startImagePool runs an image pool of size on the test image.
+func startImagePool(t *testing.T, size int) *harness.Pool {
+	t.Helper()
+	extra := fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", busybox, e.Socket(), testNS)
+	p, err := harness.StartPoolWithConfig(context.Background(), e.gvxBin, t.TempDir(), size, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+// asProcess reports whether task id started as a process in its pool
+// sandbox's root container (sentry/exectask's record is in its root).
+func asProcess(t *testing.T, id string) bool {
+	t.Helper()
+	sb := adopted(id)
+	if sb == "" {
+		t.Fatalf("%s adopted no pool sandbox", id)
+	}
+	recs, _ := filepath.Glob(filepath.Join(harness.SandboxDir(sb), "root", "gvx-exectask-"+id+".json"))
+	return len(recs) == 1
+}
+
+// TestPoolImage: a pool booted on the task's image starts the task as a
+// process in an adopted sandbox's root container (no container, no rootfs
+// mount): output, exit codes, signal deaths, writes private to each task,
+// exec, ps, kill, credentials of the host processes, a kill before start,
+// a task of another image (a container in the sandbox), and nothing left
+// behind — the image's lease included once the pool stops.
+func TestPoolImage(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p := startImagePool(t, 2)
+	cfgArgs := []string{"--runtime", runtime, "--runtime-config-path", p.Config}
+	run := func(id string, args ...string) result {
+		t.Helper()
+		r, err := e.ctrResult(context.Background(), append(append([]string{"run", "--rm"}, cfgArgs...), append([]string{busybox, id}, args...)...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := run("img1", "sh", "-c", "echo out; echo err >&2; touch /mine; ls /mine; exit 3")
+	if r.code != 3 || strings.TrimSpace(r.stdout) != "out\n/mine" || strings.TrimSpace(r.stderr) != "err" {
+		t.Errorf("run: exit %d stdout %q stderr %q, want 3, \"out\\n/mine\", \"err\"", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{{"test ! -e /mine", 0}, {"kill -9 $$", 137}, {"kill -15 $$", 143}} {
+		if r := run("img2", "sh", "-c", tc.script); r.code != tc.want {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.script, r.code, tc.want, r.stderr)
+		}
+	}
+
+	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sb := runAdopted(t, p, "img3", nil, "sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)
+	if !asProcess(t, "img3") {
+		t.Fatalf("img3 runs as a container in pool sandbox %s, want a process in its root container; pool log:\n%s", sb, p.Log())
+	}
+	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "img3", "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
+		t.Errorf("exec output %q, want exec-42", out)
+	}
+	if out := mustCtr(t, "task", "ps", "img3"); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
+		t.Errorf("task ps lists no process:\n%s", out)
+	}
+	checkPoolCredentials(t, taskPid(t, "img3"), sb)
+	mustCtr(t, "task", "kill", "-s", "TERM", "img3")
+	waitStatus(t, "img3", "STOPPED")
+	mustCtr(t, "task", "rm", "img3")
+	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
+		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
+	}
+	mustCtr(t, "container", "rm", "img3")
+
+	// Through the client: the exit status of the TERM trap, and a kill
+	// before start.
+	c, ctx, img := clientEnv(t)
+	opts := &runtimeoptions.Options{ConfigPath: p.Config}
+	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cont := newContainerWith(t, c, ctx, img, "img4", opts, coci.WithProcessArgs("sh", "-c", "echo ran; sleep 1000"))
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !asProcess(t, "img4") {
+		t.Errorf("img4 runs as a container in its pool sandbox, want a process")
+	}
+	exit, err := task.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-exit:
+		if st.ExitCode() != 137 {
+			t.Errorf("img4 killed before start: exit %d, want 137", st.ExitCode())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("img4 killed before start did not exit")
+	}
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another image's task in an image pool runs as a container inside an
+	// adopted sandbox, all the same.
+	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cleanupTask(t, "img5")
+	mustCtr(t, append(append([]string{"run", "-d"}, cfgArgs...), "--rootfs", busyboxRootfs(t), "--env", "PATH=/bin", "img5", "/bin/sh", "-c", "echo other; sleep 1000")...)
+	if adopted("img5") == "" || asProcess(t, "img5") {
+		t.Errorf("task on a rootfs directory: adopted %q, as a process %v; want a container in a pool sandbox", adopted("img5"), asProcess(t, "img5"))
+	}
+	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "img5", "sh", "-c", "test -e /.gvx-pause || echo own-rootfs"); strings.TrimSpace(out) != "own-rootfs" {
+		t.Errorf("img5 sees the pool's root container's files: %q", out)
+	}
+	mustCtr(t, "task", "kill", "-s", "KILL", "img5")
+	waitStatus(t, "img5", "STOPPED")
+	mustCtr(t, "task", "rm", "img5")
+	mustCtr(t, "container", "rm", "img5")
+
+	if err := p.Stop(); err != nil {
+		t.Error(err)
+	}
+	if ls, err := c.LeasesService().List(ctx); err != nil || len(ls) != 0 {
+		t.Errorf("leases after the pool stopped: %+v (%v), want none", ls, err)
+	}
+}
+
+// busyboxRootfs unpacks the test image's layer into a directory the
+// sandbox's host uid can reach.
+func busyboxRootfs(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gvx-rootfs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "img")
+	if err := os.Mkdir(img, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("tar", "-xf", filepath.Join(e.images, "busybox.tar"), "-C", img).CombinedOutput(); err != nil {
+		t.Fatalf("unpack busybox.tar: %v: %s", err, out)
+	}
+	var manifest []struct{ Layers []string }
+	data, err := os.ReadFile(filepath.Join(img, "manifest.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &manifest)
+	}
+	if err != nil || len(manifest) != 1 || len(manifest[0].Layers) != 1 {
+		t.Fatalf("busybox.tar: want one image of one layer (%v)", err)
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("tar", "-xf", filepath.Join(img, manifest[0].Layers[0]), "-C", rootfs).CombinedOutput(); err != nil {
+		t.Fatalf("unpack the busybox layer: %v: %s", err, out)
+	}
+	return rootfs
 }

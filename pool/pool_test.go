@@ -6,8 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/containerd/containerd/v2/core/mount"
 
 	"github.com/gvxrun/gvx/config"
 )
@@ -124,7 +127,8 @@ func TestClaimSkipsDeadSandboxes(t *testing.T) {
 
 func TestSandboxRecord(t *testing.T) {
 	dir := t.TempDir()
-	sb := &Sandbox{ID: "gvxpool-x", Dir: dir, Pid: 42, Cgroup: "/gvx-pool/gvxpool-x", Flags: "--platform=systrap"}
+	sb := &Sandbox{ID: "gvxpool-x", Dir: dir, Pid: 42, Cgroup: "/gvx-pool/gvxpool-x", Flags: "--platform=systrap",
+		Image: "gvx.test/busybox:latest", Layers: []string{"/l/2/fs", "/l/1/fs"}}
 	p := filepath.Join(dir, stateFile)
 	if err := sb.Save(p); err != nil {
 		t.Fatal(err)
@@ -133,7 +137,7 @@ func TestSandboxRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *got != *sb {
+	if !reflect.DeepEqual(got, sb) {
 		t.Errorf("loaded %+v, want %+v", got, sb)
 	}
 	if err := os.WriteFile(p, []byte(`{"id":""}`), 0o600); err != nil {
@@ -165,5 +169,28 @@ func TestNewServerErrors(t *testing.T) {
 	}
 	if s, err := NewServer(cfg, sentry); err != nil || s.Class() != Class(cfg, sentry) {
 		t.Errorf("NewServer: %v", err)
+	}
+}
+
+func TestLayers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mounts []mount.Mount
+		want   []string
+	}{
+		{"container on three layers", []mount.Mount{{Type: "overlay", Source: "overlay", Options: []string{
+			"index=off", "workdir=/s/9/work", "upperdir=/s/9/fs", "lowerdir=/s/3/fs:/s/2/fs:/s/1/fs"}}}, []string{"/s/3/fs", "/s/2/fs", "/s/1/fs"}},
+		{"view of three layers", []mount.Mount{{Type: "overlay", Source: "overlay", Options: []string{
+			"lowerdir=/s/3/fs:/s/2/fs:/s/1/fs"}}}, []string{"/s/3/fs", "/s/2/fs", "/s/1/fs"}},
+		{"lowerdir+ options", []mount.Mount{{Type: "overlay", Source: "overlay", Options: []string{
+			"lowerdir+=/s/2/fs", "lowerdir+=/s/1/fs", "upperdir=/s/9/fs"}}}, []string{"/s/2/fs", "/s/1/fs"}},
+		{"view of one layer", []mount.Mount{{Type: "bind", Source: "/s/1/fs", Options: []string{"ro", "rbind"}}}, []string{"/s/1/fs"}},
+		{"writable bind", []mount.Mount{{Type: "bind", Source: "/s/1/fs", Options: []string{"rw", "rbind"}}}, nil},
+		{"ext4 image", []mount.Mount{{Type: "ext4", Source: "/s/1/rootfs.img"}}, nil},
+		{"two mounts", []mount.Mount{{Type: "bind", Source: "/a", Options: []string{"ro"}}, {Type: "bind", Source: "/b", Options: []string{"ro"}}}, nil},
+	} {
+		if got := Layers(tc.mounts); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: Layers = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

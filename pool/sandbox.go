@@ -72,6 +72,10 @@ type Sandbox struct {
 	// the pool's directory too.
 	Pool   string `json:"pool,omitempty"`
 	Socket string `json:"socket,omitempty"`
+	// Image is the image its root container runs on (an image pool's),
+	// Layers its layer directories (Layers), topmost first.
+	Image  string   `json:"image,omitempty"`
+	Layers []string `json:"layers,omitempty"`
 }
 
 // Root is the sandbox's gvx-sentry state root.
@@ -181,8 +185,10 @@ func removePoolDir(dir string) {
 			return
 		}
 	}
+	unmountImage(filepath.Join(dir, imageDir))
 	_ = os.RemoveAll(filepath.Join(dir, rootfsDir))
 	_ = os.Remove(dir)
+	_ = os.Remove(filepath.Dir(dir)) // the pools' directory, once empty
 }
 
 // removeEmptyCgroupParent removes the pool's parent cgroup once no sandbox
@@ -242,6 +248,36 @@ func rootSpec(cfg config.Config, rootfs, cgroup string) *specs.Spec {
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
 			},
 		},
+	}
+}
+
+// pauseInImage is where the pause binary is in an image pool's root
+// container.
+const pauseInImage = "/.gvx-pause"
+
+// imageRootSpec is the spec of an image pool sandbox's root container:
+// gvx-pause (added to the image's mount, see openImage) on the image, with
+// the mounts of containerd's default spec, so that a task of the image that
+// asks for nothing else can start as a process in it.
+func imageRootSpec(cfg config.Config, image, cgroup string) *specs.Spec {
+	s := rootSpec(cfg, image, cgroup)
+	s.Root.Readonly = false // writes go to the sandbox's memory
+	s.Process.Args = []string{pauseInImage}
+	s.Mounts = StandardMounts()
+	return s
+}
+
+// StandardMounts are the mounts of containerd's default spec (ctr and the
+// containerd client give every container these).
+func StandardMounts() []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 	}
 }
 

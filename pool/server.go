@@ -29,6 +29,10 @@ import (
 // sandbox's root container: gvx-pause alone.
 const rootfsDir = "rootfs"
 
+// imageDir (under the pool directory) is where an image pool mounts its
+// image.
+const imageDir = "image"
+
 // idPrefix starts the id of every pool sandbox.
 const idPrefix = "gvxpool-"
 
@@ -40,6 +44,7 @@ type Server struct {
 	pause  string // gvx-pause binary on the host
 	class  string
 	flags  string
+	image  *image // the image sandboxes boot on (nil: gvx-pause alone)
 
 	mu      sync.Mutex
 	ready   []*Sandbox
@@ -88,12 +93,20 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := s.installRootfs(); err != nil {
 		return err
 	}
+	if s.cfg.Pool.Image != "" {
+		im, err := openImage(ctx, s.cfg, filepath.Join(dir, imageDir), s.pause)
+		if err != nil {
+			return err
+		}
+		s.image = im
+	}
 	sock := s.cfg.PoolSocket()
 	if err := os.MkdirAll(filepath.Dir(sock), 0o711); err != nil {
 		return fmt.Errorf("create socket dir: %w", err)
 	}
 	if c, err := net.Dial("unix", sock); err == nil {
 		c.Close()
+		s.closeImage(ctx)
 		return fmt.Errorf("pool socket %s: another `gvx pool serve` is listening there", sock)
 	}
 	_ = os.Remove(sock)
@@ -101,6 +114,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	ln, err := net.Listen("unix", sock)
 	unix.Umask(old)
 	if err != nil {
+		s.closeImage(ctx)
 		return fmt.Errorf("listen on %s: %w", sock, err)
 	}
 	log.G(ctx).Infof("gvx pool: class %s, keeping %d sandboxes ready, claims on %s", s.class, s.cfg.Pool.Size, sock)
@@ -139,10 +153,44 @@ func (s *Server) drain(ctx context.Context) error {
 		}
 	}
 	log.G(ctx).Infof("gvx pool: stopped, destroyed %d ready sandboxes", len(ready))
+	s.closeImage(ctx)
 	// Sandboxes handed out keep the rootfs; the last one's destroy
 	// removes it (Sandbox.Destroy).
 	removePoolDir(s.cfg.PoolDir())
 	return errors.Join(errs...)
+}
+
+// closeImage unmounts the pool's image; its lease goes too unless claimed
+// sandboxes still run on its layers (the next server's start deletes it).
+func (s *Server) closeImage(ctx context.Context) {
+	if s.image == nil {
+		return
+	}
+	running := claimedRunning(s.cfg.PoolDir())
+	if running > 0 {
+		log.G(ctx).Infof("gvx pool: %d claimed sandboxes still run on %s: keeping lease %s (the next `gvx pool serve` deletes it)", running, s.image.ref, s.image.lease)
+	}
+	s.image.close(ctx, running > 0)
+	s.image = nil
+}
+
+// claimedRunning counts the claimed sandboxes in dir whose process runs.
+func claimedRunning(dir string) int {
+	entries, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range entries {
+		d := filepath.Join(dir, e.Name())
+		if !strings.HasPrefix(e.Name(), idPrefix) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, claimedFile)); err != nil {
+			continue
+		}
+		if sb, err := LoadSandbox(filepath.Join(d, stateFile)); err == nil && sb.Alive() {
+			n++
+		}
+	}
+	return n
 }
 
 // removeStale destroys sandboxes a previous server left ready (it was
@@ -327,6 +375,10 @@ func (s *Server) boot(ctx context.Context) (_ *Sandbox, retErr error) {
 		}
 	}
 	spec := rootSpec(s.cfg, filepath.Join(s.cfg.PoolDir(), rootfsDir), sb.Cgroup)
+	if s.image != nil {
+		spec = imageRootSpec(s.cfg, s.image.dir, sb.Cgroup)
+		sb.Image, sb.Layers = s.image.ref, s.image.layers
+	}
 	if _, err := oci.Prepare(spec, s.cfg); err != nil {
 		return nil, err
 	}
@@ -426,6 +478,7 @@ type response struct {
 // Status is what a pool server reports about itself.
 type Status struct {
 	Class   string `json:"class"`
+	Image   string `json:"image,omitempty"`
 	Size    int    `json:"size"`
 	Ready   int    `json:"ready"`
 	Booted  int    `json:"booted"`  // since the server started
@@ -435,7 +488,7 @@ type Status struct {
 func (s *Server) status() *Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &Status{Class: s.class, Size: s.cfg.Pool.Size, Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
+	return &Status{Class: s.class, Image: s.cfg.Pool.Image, Size: s.cfg.Pool.Size, Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
 }
 
 func (s *Server) serveConn(ctx context.Context, conn net.Conn) {

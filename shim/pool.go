@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -26,6 +28,9 @@ const (
 	containerTypeAnnotation = "io.kubernetes.cri.container-type"
 	sandboxIDAnnotation     = "io.kubernetes.cri.sandbox-id"
 	poolAnnotation          = "dev.gvx.pool-sandbox"
+	// poolExecAnnotation: the task starts as a process in the named
+	// sandbox's root container (sentry/exectask.Annotation).
+	poolExecAnnotation = "dev.gvx.pool-exec"
 )
 
 // poolBlocker says why a task cannot adopt a pool sandbox ("" if it can).
@@ -85,17 +90,65 @@ func adopt(ctx context.Context, cfg config.Config, sentry, bundle, id string, sp
 		_ = sb.Destroy(ctx, sentry)
 		return nil
 	}
+	return sb
+}
+
+// enterPoolSandbox points the spec at an adopted sandbox: the task becomes
+// a container inside it, or, when asProcess, a process started in its root
+// container (sentry/exectask).
+func enterPoolSandbox(spec *specs.Spec, sb *pool.Sandbox, asProcess bool) {
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}
-	spec.Annotations[containerTypeAnnotation] = "container"
-	spec.Annotations[sandboxIDAnnotation] = sb.ID
-	// gvx-sentry's delete of the container takes the whole sandbox with
-	// it (sentry/subcontainer.PoolAnnotation).
-	spec.Annotations[poolAnnotation] = sb.ID
-	// The sandbox's cgroup (with the same limits) holds the container.
+	if asProcess {
+		spec.Annotations[poolExecAnnotation] = sb.ID
+	} else {
+		spec.Annotations[containerTypeAnnotation] = "container"
+		spec.Annotations[sandboxIDAnnotation] = sb.ID
+		// gvx-sentry's delete of the container takes the whole sandbox
+		// with it (sentry/subcontainer.PoolAnnotation).
+		spec.Annotations[poolAnnotation] = sb.ID
+	}
+	// The sandbox's cgroup (with the same limits) holds the task.
 	spec.Linux.CgroupsPath = ""
-	return sb
+}
+
+// processBlocker says why a task that adopted sb must run as a container
+// inside it rather than as a process started in its root container ("" if
+// it need not): only a sandbox of an image pool, booted on the task's own
+// image, whose root container looks like the task's own would, can run it
+// as a process.
+func processBlocker(spec *specs.Spec, rootfs []*typesMount, sb *pool.Sandbox, volumes, docker bool) string {
+	if len(sb.Layers) == 0 {
+		return "the pool has no image"
+	}
+	mounts := make([]mount.Mount, 0, len(rootfs))
+	for _, m := range rootfs {
+		mounts = append(mounts, mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options})
+	}
+	if !slices.Equal(pool.Layers(mounts), sb.Layers) {
+		return fmt.Sprintf("its image is not the pool's %s", sb.Image)
+	}
+	switch {
+	case spec.Process == nil || spec.Process.Terminal:
+		return "it has a terminal"
+	case volumes:
+		return "it has ext4lite volumes"
+	case docker:
+		return "docker mode"
+	case spec.Hostname != "":
+		return "it sets a hostname"
+	}
+	standard := map[string]string{}
+	for _, m := range pool.StandardMounts() {
+		standard[m.Destination] = m.Type
+	}
+	for _, m := range spec.Mounts {
+		if t, ok := standard[m.Destination]; !ok || t != m.Type {
+			return fmt.Sprintf("it mounts %s (%s)", m.Destination, m.Type)
+		}
+	}
+	return ""
 }
 
 // linkPoolRoot makes dir/<ns> (the sentry root containerd's runc shim

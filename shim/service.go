@@ -65,6 +65,9 @@ type taskState struct {
 	pool     *pool.Sandbox
 	sentry   string
 	poolRoot string
+	// poolProcess: the task is a process started in the pool sandbox's
+	// root container, not a container inside it.
+	poolProcess bool
 	// binDir holds the task's link to gvx-sentry and its flags.
 	binDir string
 	// sandboxCgroup is the cgroup of the sandbox a container inside a
@@ -210,6 +213,12 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if why := poolBlocker(cfg, spec, role, rootVol != nil); why == "" {
 		ts.pool = adopt(ctx, cfg, sentry, r.Bundle, r.ID, spec, docker)
 		if ts.pool != nil {
+			why := processBlocker(spec, r.Rootfs, ts.pool, vols != nil, docker)
+			if why != "" && ts.pool.Image != "" {
+				log.G(ctx).Infof("gvx shim: %s runs as a container in pool sandbox %s: %s", r.ID, ts.pool.ID, why)
+			}
+			ts.poolProcess = why == ""
+			enterPoolSandbox(spec, ts.pool, ts.poolProcess)
 			ts.cgroup = ""
 			flagList = strings.Fields(ts.pool.Flags)
 			if vols != nil {
@@ -230,7 +239,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, err
 	}
 
-	if rootVol != nil {
+	if ts.poolProcess {
+		// The task's process starts in the pool sandbox's root container,
+		// which runs on the same image: nothing to mount.
+		r.Rootfs = nil
+	} else if rootVol != nil {
 		// gvx-sentry mounts it here in the sandbox's mount namespace; on
 		// the host this stays an empty, traverse-only directory.
 		if err := os.MkdirAll(rootfsDir, 0o711); err != nil {

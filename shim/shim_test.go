@@ -9,6 +9,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/pool"
 )
 
 func TestGroupOf(t *testing.T) {
@@ -156,5 +157,59 @@ func TestTaskSentry(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("task dir still there: %v", err)
+	}
+}
+
+func TestProcessBlocker(t *testing.T) {
+	layers := []string{"/s/2/fs", "/s/1/fs"}
+	sb := &pool.Sandbox{ID: "gvxpool-1", Image: "img:1", Layers: layers}
+	rootfs := []*typesMount{{Type: "overlay", Source: "overlay", Options: []string{"upperdir=/s/9/fs", "workdir=/s/9/work", "lowerdir=/s/2/fs:/s/1/fs"}}}
+	spec := func() *specs.Spec {
+		return &specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Mounts: pool.StandardMounts()}
+	}
+	if why := processBlocker(spec(), rootfs, sb, false, false); why != "" {
+		t.Errorf("task of the pool's image with the default mounts: %q, want none", why)
+	}
+	for _, tc := range []struct {
+		name    string
+		edit    func(*specs.Spec)
+		rootfs  []*typesMount
+		sb      *pool.Sandbox
+		volumes bool
+		docker  bool
+		want    string
+	}{
+		{name: "pool without image", sb: &pool.Sandbox{ID: "gvxpool-2"}, want: "no image"},
+		{name: "other image", rootfs: []*typesMount{{Type: "overlay", Options: []string{"lowerdir=/s/3/fs"}}}, want: "not the pool's img:1"},
+		{name: "rootfs directory", rootfs: []*typesMount{}, want: "not the pool's"},
+		{name: "terminal", edit: func(s *specs.Spec) { s.Process.Terminal = true }, want: "terminal"},
+		{name: "volumes", volumes: true, want: "volumes"},
+		{name: "docker", docker: true, want: "docker"},
+		{name: "hostname", edit: func(s *specs.Spec) { s.Hostname = "h" }, want: "hostname"},
+		{name: "bind mount", edit: func(s *specs.Spec) {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: "/x"})
+		}, want: "mounts /data"},
+		{name: "other /run", edit: func(s *specs.Spec) {
+			for i := range s.Mounts {
+				if s.Mounts[i].Destination == "/run" {
+					s.Mounts[i].Type = "bind"
+				}
+			}
+		}, want: "mounts /run"},
+	} {
+		s := spec()
+		if tc.edit != nil {
+			tc.edit(s)
+		}
+		r, b := rootfs, sb
+		if tc.rootfs != nil {
+			r = tc.rootfs
+		}
+		if tc.sb != nil {
+			b = tc.sb
+		}
+		if why := processBlocker(s, r, b, tc.volumes, tc.docker); !strings.Contains(why, tc.want) {
+			t.Errorf("%s: %q, want it to contain %q", tc.name, why, tc.want)
+		}
 	}
 }

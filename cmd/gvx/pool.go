@@ -93,8 +93,12 @@ func poolStatusCommand() *cli.Command {
 			if sentry, err := cfg.SentryPath(self); err != nil || pool.Class(cfg, sentry) != st.Class {
 				mine = "this config's tasks CANNOT adopt its sandboxes (another class: its gvx config differs)"
 			}
-			fmt.Printf("pool %s: class %s, %d/%d ready, %d booted and %d handed out since it started; %s\n",
-				cfg.PoolSocket(), st.Class, st.Ready, st.Size, st.Booted, st.Claimed, mine)
+			image := ""
+			if st.Image != "" {
+				image = ", image " + st.Image
+			}
+			fmt.Printf("pool %s: class %s%s, %d/%d ready, %d booted and %d handed out since it started; %s\n",
+				cfg.PoolSocket(), st.Class, image, st.Ready, st.Size, st.Booted, st.Claimed, mine)
 			return nil
 		},
 	}

@@ -12,20 +12,33 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gvxrun/gvx/config"
 )
 
-// PoolDir is where `gvx pool serve` keeps its sandboxes under the default
-// state_dir.
-const PoolDir = "/run/gvx/pool"
+// PoolsDir is where pool servers keep their sandboxes (one directory per
+// pool) under the default state_dir.
+const PoolsDir = "/run/gvx/pool"
+
+// SandboxDir is the directory of pool sandbox sb, whichever pool it is of.
+func SandboxDir(sb string) string {
+	dirs, _ := filepath.Glob(filepath.Join(PoolsDir, "*", sb))
+	if len(dirs) == 1 {
+		return dirs[0]
+	}
+	return filepath.Join(PoolsDir, "?", sb) // no such directory
+}
 
 // Pool is a running `gvx pool serve`.
 type Pool struct {
 	// Config is the gvx config file the pool and its tasks share.
 	Config string
-	size   int
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	log    bytes.Buffer
+	// Dir is the pool's directory (config.PoolDir).
+	Dir  string
+	size int
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
 }
 
 func (p *Pool) Write(b []byte) (int, error) {
@@ -62,7 +75,11 @@ func StartPoolWithConfig(ctx context.Context, gvxBin, dir string, size int, extr
 // ServePool runs `gvx pool serve` on an existing config and waits until
 // size sandboxes are ready.
 func ServePool(ctx context.Context, gvxBin, cfg string, size int) (*Pool, error) {
-	p := &Pool{Config: cfg, size: size}
+	c, err := config.Load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{Config: cfg, Dir: c.PoolDir(), size: size}
 	p.cmd = exec.Command(filepath.Join(gvxBin, "gvx"), "pool", "serve", "--config", p.Config)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
@@ -95,7 +112,7 @@ func (p *Pool) Size() int { return p.size }
 
 // Ready counts the booted, unclaimed pool sandboxes.
 func (p *Pool) Ready() int {
-	dirs, _ := filepath.Glob(filepath.Join(PoolDir, "gvxpool-*"))
+	dirs, _ := filepath.Glob(filepath.Join(p.Dir, "gvxpool-*"))
 	n := 0
 	for _, d := range dirs {
 		_, errState := os.Stat(filepath.Join(d, "sandbox.json"))
@@ -162,7 +179,7 @@ func Adopted(ns, id string) string {
 
 // SandboxPid is the host pid (the Sentry's) of pool sandbox sb.
 func SandboxPid(sb string) (int, error) {
-	data, err := os.ReadFile(filepath.Join(PoolDir, sb, "pid"))
+	data, err := os.ReadFile(filepath.Join(SandboxDir(sb), "pid"))
 	if err != nil {
 		return 0, fmt.Errorf("pool sandbox %s: %w", sb, err)
 	}
