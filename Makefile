@@ -37,7 +37,7 @@ cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
 
 sentry:
-	cd sentry && $(GO) build -o $(BIN)/gvx-sentry ./cmd/gvx-sentry && $(GO) build -o $(BIN)/gvx-hook ./cmd/gvx-hook && $(GO) build -o $(BIN)/gvx-pause ./cmd/gvx-pause
+	cd sentry && $(GO) build -o $(BIN)/gvx-sentry ./cmd/gvx-sentry && $(GO) build -o $(BIN)/gvx-hook ./cmd/gvx-hook && $(GO) build -o $(BIN)/gvx-pause ./cmd/gvx-pause && $(GO) build -o $(BIN)/gvx-runtime ./cmd/gvx-runtime
 
 deps:
 	@hack/deps.sh
@@ -92,7 +92,7 @@ demo: deps build tools images
 
 unit:
 	$(GO) test ./...
-	cd sentry && $(GO) test ./launcher/... ./hook/... ./volmount/... ./subcontainer/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./exectask/...
+	cd sentry && $(GO) test ./launcher/... ./hook/... ./volmount/... ./subcontainer/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./exectask/... ./monitor/... ./cmd/gvx-runtime/...
 
 integration: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) CRICTL_BIN=$(CRICTL_BIN) IMAGES=$(IMAGES) \
@@ -104,7 +104,7 @@ test: lint unit integration
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
-	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./volmount/... ./subcontainer/... ./bundle/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./exectask/... ./cmd/...
+	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./volmount/... ./subcontainer/... ./bundle/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./exectask/... ./monitor/... ./cmd/...
 
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
@@ -115,7 +115,7 @@ bench: deps build tools images
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-runtime $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf $(OUT)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/gvxrun/gvx/config"
 )
 
 // Each task runs gvx-sentry through its own link, with the task's global
@@ -16,15 +18,20 @@ const (
 	sentryFlagsName = "gvx-sentry-flags" // gvx-sentry's launcher.FlagsFile
 )
 
-// taskSentry creates dir (traverse-only) with a link to sentry and the
-// task's flags, and returns the link's path.
+// taskSentry creates dir (traverse-only) with a link to sentry — or to
+// gvx-runtime, its front, when that is installed beside it — and the task's
+// flags, and returns the link's path.
 func taskSentry(dir, sentry, flags string) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", fmt.Errorf("create task dir %s: %w", dir, err)
 	}
+	target := sentry
+	if front := filepath.Join(filepath.Dir(sentry), config.RuntimeName); isExecutable(front) {
+		target = front
+	}
 	link := filepath.Join(dir, sentryLinkName)
 	_ = os.Remove(link)
-	if err := os.Symlink(sentry, link); err != nil {
+	if err := os.Symlink(target, link); err != nil {
 		return "", fmt.Errorf("link gvx-sentry for the task: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, sentryFlagsName), []byte(flags), 0o600); err != nil {
@@ -45,4 +52,9 @@ func releaseTaskSentry(dir string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode().Perm()&0o111 != 0
 }

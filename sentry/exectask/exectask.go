@@ -23,13 +23,11 @@ package exectask
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -47,67 +45,25 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/fastexec"
-	"github.com/gvxrun/gvx/sentry/subcontainer"
+	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
 // Annotation on a task's spec names the running sandbox whose root
 // container the task's process is to be started in.
-const Annotation = "dev.gvx.pool-exec"
+const Annotation = record.Annotation
 
 // MonitorCommand is the internal subcommand the monitor runs as.
-const MonitorCommand = "gvx-exec-monitor"
+const MonitorCommand = record.MonitorCommand
 
 // exitKilled is the monitor's status when the task's process cannot have
 // run to an exit of its own (the sandbox went away, or the task was killed
 // before it started without a signal to report).
 const exitKilled = 128 + int(unix.SIGKILL)
 
-// Record is what the sentry root keeps of a task.
-type Record struct {
-	// ID is the task's id, Sandbox the running sandbox's (and its root
-	// container's) id.
-	ID      string `json:"id"`
-	Sandbox string `json:"sandbox"`
-	// Bundle is the task's bundle directory.
-	Bundle string `json:"bundle"`
-	// Pid is the guest pid of the task's process, once started.
-	Pid int32 `json:"pid,omitempty"`
-	// Killed is the signal a kill before start sent (the monitor exits
-	// with it instead of starting).
-	Killed int `json:"killed,omitempty"`
-}
-
-func recordPath(root, id string) string {
-	return filepath.Join(root, "gvx-exectask-"+id+".json")
-}
-
-// Load reads task id's record from root.
-func Load(root, id string) (*Record, error) {
-	data, err := os.ReadFile(recordPath(root, id))
-	if err != nil {
-		return nil, err
-	}
-	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("task record %s: %w", recordPath(root, id), err)
-	}
-	return &r, nil
-}
-
-func (r *Record) save(root string) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	path := recordPath(root, r.ID)
-	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
-		return fmt.Errorf("save task record: %w", err)
-	}
-	return os.Rename(path+".tmp", path)
-}
-
-func (r *Record) sandbox(root string) (*container.Container, error) {
+// sandbox loads the running sandbox (root container) of task r.
+func sandbox(root string, r *record.Record) (*container.Container, error) {
 	c, err := container.Load(root, container.FullID{SandboxID: r.Sandbox, ContainerID: r.Sandbox}, container.LoadOpts{SkipCheck: true})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s of task %s: %w", r.Sandbox, r.ID, err)
@@ -171,7 +127,7 @@ func Rewrite(c argv.Command) ([]string, bool) {
 	if f == nil || f.NArg() == 0 {
 		return nil, false
 	}
-	r, err := Load(c.Root, f.Arg(0))
+	r, err := record.Load(c.Root, f.Arg(0))
 	if err != nil {
 		return nil, false
 	}
@@ -196,7 +152,7 @@ func recorded(c argv.Command, sc interface{ SetFlags(*flag.FlagSet) }) bool {
 	if f == nil || f.NArg() == 0 {
 		return false
 	}
-	_, err := os.Stat(recordPath(c.Root, f.Arg(0)))
+	_, err := os.Stat(record.Path(c.Root, f.Arg(0)))
 	return err == nil
 }
 
@@ -223,30 +179,21 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
-	r := &Record{ID: id, Sandbox: spec.Annotations[Annotation], Bundle: dir}
-	sb, err := r.sandbox(conf.RootDir)
+	if !record.IsTask(spec) {
+		return util.Errorf("creating task %s: spec has no %s annotation", id, Annotation)
+	}
+	r := &record.Record{ID: id, Sandbox: spec.Annotations[Annotation]}
+	sb, err := sandbox(conf.RootDir, r)
 	if err != nil {
 		return util.Errorf("creating task: %v", err)
 	}
 	if st := sb.Status; st != container.Running {
 		return util.Errorf("creating task %s: sandbox %s is %s, not running", id, r.Sandbox, st)
 	}
-	if _, err := os.Stat(recordPath(conf.RootDir, id)); err == nil {
-		return util.Errorf("creating task %s: it exists already", id)
-	}
-	if err := r.save(conf.RootDir); err != nil {
-		return util.Errorf("creating task %s: %v", id, err)
-	}
-	pid, err := subcontainer.SpawnMonitor(conf.RootDir, id, MonitorCommand, false)
-	if err == nil {
-		err = bundle.WritePidFile(argv.Flag(f, "pid-file"), pid)
-	}
-	if err != nil {
-		if pid > 0 {
-			_ = unix.Kill(pid, unix.SIGKILL)
-		}
-		os.Remove(recordPath(conf.RootDir, id))
-		return util.Errorf("creating task %s: %v", id, err)
+	m := argv.Self(MonitorCommand, id)
+	m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := record.Create(conf.RootDir, id, dir, spec, m, argv.Flag(f, "pid-file")); err != nil {
+		return util.Errorf("creating task: %v", err)
 	}
 	return subcommands.ExitSuccess
 }
@@ -279,20 +226,20 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		return subcommands.ExitUsageError
 	}
 	id := f.Arg(0)
-	ln, err := subcontainer.MonitorListener()
+	ln, err := monitor.Listener()
 	if err != nil {
 		log.Warningf("exec monitor: %v", err)
-		os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+		os.Remove(monitor.SocketPath(conf.RootDir, id))
 		os.Exit(1)
 	}
-	defer os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+	defer os.Remove(monitor.SocketPath(conf.RootDir, id))
 	var pid int32
 	var sb *container.Container
 	for pid == 0 {
 		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
 		conn, err := ln.Accept()
 		if err != nil {
-			r, lerr := Load(conf.RootDir, id)
+			r, lerr := record.Load(conf.RootDir, id)
 			switch {
 			case lerr != nil:
 				// Deleted before it was started.
@@ -305,7 +252,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		pid, sb = serveStart(conf, id, conn)
 	}
 	ln.Close()
-	os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+	os.Remove(monitor.SocketPath(conf.RootDir, id))
 	fastexec.WaitAndExit(sb, pid)
 	return subcommands.ExitSuccess
 }
@@ -326,7 +273,7 @@ func serveStart(conf *config.Config, id string, conn net.Conn) (int32, *containe
 	pid, sb, err := start(conf, id)
 	if err != nil {
 		fmt.Fprintf(conn, "error: %v\n", err)
-		os.Remove(subcontainer.SocketPath(conf.RootDir, id))
+		os.Remove(monitor.SocketPath(conf.RootDir, id))
 		os.Exit(exitKilled)
 	}
 	fmt.Fprintln(conn, "ok")
@@ -336,7 +283,7 @@ func serveStart(conf *config.Config, id string, conn net.Conn) (int32, *containe
 // start executes the task's process in its sandbox with the monitor's
 // stdio and records its guest pid.
 func start(conf *config.Config, id string) (int32, *container.Container, error) {
-	r, err := Load(conf.RootDir, id)
+	r, err := record.Load(conf.RootDir, id)
 	if err != nil {
 		return 0, nil, fmt.Errorf("task %s: %w", id, err)
 	}
@@ -347,7 +294,7 @@ func start(conf *config.Config, id string) (int32, *container.Container, error) 
 	if err != nil {
 		return 0, nil, err
 	}
-	sb, err := r.sandbox(conf.RootDir)
+	sb, err := sandbox(conf.RootDir, r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -361,7 +308,7 @@ func start(conf *config.Config, id string) (int32, *container.Container, error) 
 		return 0, nil, fmt.Errorf("start task %s in sandbox %s: %w", id, r.Sandbox, err)
 	}
 	r.Pid = pid
-	if err := r.save(conf.RootDir); err != nil {
+	if err := r.Save(conf.RootDir); err != nil {
 		_ = sb.SignalProcess(unix.SIGKILL, pid)
 		return 0, nil, err
 	}
@@ -385,7 +332,7 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 		f.Usage()
 		return subcommands.ExitUsageError
 	}
-	r, err := Load(conf.RootDir, f.Arg(0))
+	r, err := record.Load(conf.RootDir, f.Arg(0))
 	if err != nil {
 		return util.Errorf("loading task: %v", err)
 	}
@@ -400,12 +347,12 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 	if r.Pid == 0 {
 		// Not started: the monitor exits as if the process had died of sig.
 		r.Killed = int(sig)
-		if err := r.save(conf.RootDir); err != nil {
+		if err := r.Save(conf.RootDir); err != nil {
 			return util.Errorf("kill task %s: %v", r.ID, err)
 		}
 		return subcommands.ExitSuccess
 	}
-	sb, err := r.sandbox(conf.RootDir)
+	sb, err := sandbox(conf.RootDir, r)
 	if err != nil {
 		return util.Errorf("kill: %v", err)
 	}
@@ -455,11 +402,11 @@ func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 		f.Usage()
 		return subcommands.ExitUsageError
 	}
-	r, err := Load(conf.RootDir, f.Arg(0))
+	r, err := record.Load(conf.RootDir, f.Arg(0))
 	if err != nil {
 		return util.Errorf("loading task: %v", err)
 	}
-	sb, err := r.sandbox(conf.RootDir)
+	sb, err := sandbox(conf.RootDir, r)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		// The sandbox is gone already.
@@ -473,8 +420,8 @@ func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 			return util.Errorf("destroying sandbox %s of task %s: %v", r.Sandbox, r.ID, err)
 		}
 	}
-	os.Remove(subcontainer.SocketPath(conf.RootDir, r.ID))
-	if err := os.Remove(recordPath(conf.RootDir, r.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	os.Remove(monitor.SocketPath(conf.RootDir, r.ID))
+	if err := os.Remove(record.Path(conf.RootDir, r.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return util.Errorf("delete task %s: %v", r.ID, err)
 	}
 	return subcommands.ExitSuccess

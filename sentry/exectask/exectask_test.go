@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
 
 func TestParseSignal(t *testing.T) {
@@ -36,8 +37,8 @@ func command(t *testing.T, root string, args ...string) argv.Command {
 
 func TestRewriteAndHandles(t *testing.T) {
 	root := t.TempDir()
-	data, _ := json.Marshal(Record{ID: "task1", Sandbox: "gvxpool-1", Bundle: "/b", Pid: 7})
-	if err := os.WriteFile(recordPath(root, "task1"), data, 0o600); err != nil {
+	data, _ := json.Marshal(record.Record{ID: "task1", Sandbox: "gvxpool-1", Bundle: "/b", Pid: 7})
+	if err := os.WriteFile(record.Path(root, "task1"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

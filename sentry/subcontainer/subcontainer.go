@@ -19,14 +19,11 @@ package subcontainer
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/subcommands"
@@ -43,23 +40,16 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/monitor"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // MonitorCommand is the internal subcommand the monitor runs as.
 const MonitorCommand = "gvx-monitor"
 
-// listenFD is the monitor's start socket, bound by `create`.
-const listenFD = 3
-
 // exitSandboxGone is the monitor's exit status when the sandbox disappears
 // under a container (as if the container were killed by SIGKILL).
 const exitSandboxGone = 128 + int(unix.SIGKILL)
-
-// SocketPath is where the monitor of container id listens for `start`.
-func SocketPath(root, id string) string {
-	return filepath.Join(root, "gvx-monitor-"+id+".sock")
-}
 
 // IsSubcontainer reports whether spec describes a container to run inside
 // an existing sandbox rather than a sandbox of its own.
@@ -206,22 +196,8 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 
 // SpawnMonitor starts gvx-sentry's internal command (a monitor) for
 // container id with this process's stdio and global flags and returns its
-// pid. The monitor outlives this process (the shim, a subreaper, inherits
-// it). Its start socket is bound here and handed over (MonitorListener),
-// so that `start` can connect at once, while the monitor is still
-// initialising.
+// pid (monitor.Spawn).
 func SpawnMonitor(root, id, command string, terminal bool) (int, error) {
-	ln, err := listen(SocketPath(root, id))
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	lf, err := ln.File()
-	if err != nil {
-		os.Remove(SocketPath(root, id))
-		return 0, fmt.Errorf("monitor socket: %w", err)
-	}
-	defer lf.Close()
 	m := argv.Self(command, id)
 	if !terminal {
 		// The container's stdio. With a terminal the container has the
@@ -229,15 +205,7 @@ func SpawnMonitor(root, id, command string, terminal bool) (int, error) {
 		// output through a pipe until EOF: the monitor must not hold it.
 		m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
 	}
-	m.ExtraFiles = []*os.File{lf}
-	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := m.Start(); err != nil {
-		os.Remove(SocketPath(root, id))
-		return 0, fmt.Errorf("start monitor: %w", err)
-	}
-	pid := m.Process.Pid
-	_ = m.Process.Release()
-	return pid, nil
+	return monitor.Spawn(m, root, id)
 }
 
 // Handles reports whether gvx-sentry's command line c runs one of this
@@ -249,7 +217,7 @@ func Handles(c argv.Command) bool {
 	case MonitorCommand:
 		return true
 	case "start":
-		return len(rest) == 1 && HasMonitor(c.Root, rest[0])
+		return len(rest) == 1 && monitor.Has(c.Root, rest[0])
 	case "delete":
 		df := flag.NewFlagSet(sub, flag.ContinueOnError)
 		df.SetOutput(io.Discard)
@@ -292,42 +260,10 @@ func (*Start) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomman
 		return subcommands.ExitUsageError
 	}
 	conf := args[0].(*config.Config)
-	if err := requestStart(SocketPath(conf.RootDir, f.Arg(0))); err != nil {
+	if err := monitor.RequestStart(conf.RootDir, f.Arg(0)); err != nil {
 		return util.Errorf("starting container: %v", err)
 	}
 	return subcommands.ExitSuccess
-}
-
-// HasMonitor reports whether container id in root has a monitor waiting
-// for start.
-func HasMonitor(root, id string) bool {
-	fi, err := os.Lstat(SocketPath(root, id))
-	return err == nil && fi.Mode()&os.ModeSocket != 0
-}
-
-func requestStart(sock string) error {
-	// The socket path may exceed sun_path; connect through an O_PATH fd.
-	fd, err := unix.Open(sock, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("monitor socket: %w", err)
-	}
-	defer unix.Close(fd)
-	conn, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return fmt.Errorf("connect to monitor: %w", err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("start\n")); err != nil {
-		return fmt.Errorf("ask monitor: %w", err)
-	}
-	reply, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("monitor exited without starting the container")
-	}
-	if reply = strings.TrimSpace(reply); reply != "ok" {
-		return errors.New(strings.TrimPrefix(reply, "error: "))
-	}
-	return nil
 }
 
 // Monitor is the internal command standing for a sub-container's init.
@@ -358,8 +294,8 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		return subcommands.ExitUsageError
 	}
 	id := f.Arg(0)
-	sock := SocketPath(conf.RootDir, id)
-	ln, err := MonitorListener()
+	sock := monitor.SocketPath(conf.RootDir, id)
+	ln, err := monitor.Listener()
 	if err != nil {
 		log.Warningf("monitor: %v", err)
 		os.Remove(sock)
@@ -412,22 +348,6 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	return subcommands.ExitSuccess
 }
 
-// MonitorListener returns, in a monitor SpawnMonitor started, the start
-// socket SpawnMonitor bound.
-func MonitorListener() (*net.UnixListener, error) {
-	l, err := net.FileListener(os.NewFile(listenFD, "start socket"))
-	if err != nil {
-		return nil, fmt.Errorf("start socket: %w", err)
-	}
-	ln, ok := l.(*net.UnixListener)
-	if !ok {
-		l.Close()
-		return nil, fmt.Errorf("start socket: not a unix socket")
-	}
-	ln.SetUnlinkOnClose(false)
-	return ln, nil
-}
-
 // joinSandboxCgroup moves the monitor into its sandbox's cgroups ahead of
 // start, so that the container's gofer, which start spawns, is born there
 // and start does not pay for joining (slow on cgroup v1).
@@ -467,7 +387,7 @@ func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool
 	if err != nil {
 		fmt.Fprintf(conn, "error: %v\n", err)
 		_ = c.Destroy()
-		os.Remove(SocketPath(conf.RootDir, c.ID))
+		os.Remove(monitor.SocketPath(conf.RootDir, c.ID))
 		os.Exit(1)
 	}
 	fmt.Fprintln(conn, "ok")
@@ -478,27 +398,4 @@ func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool
 func created(root, id string) bool {
 	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
 	return err == nil && c.Status == container.Created
-}
-
-// listen binds a unix socket at path (which may exceed sun_path: it binds
-// relative to its directory) readable by root only.
-func listen(path string) (*net.UnixListener, error) {
-	dir, name := filepath.Split(path)
-	wd, err := os.Getwd()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chdir(dir); err != nil {
-		return nil, fmt.Errorf("monitor socket dir: %w", err)
-	}
-	defer os.Chdir(wd)
-	os.Remove(name)
-	old := unix.Umask(0o077)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
-	unix.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("monitor socket: %w", err)
-	}
-	ln.SetUnlinkOnClose(false)
-	return ln, nil
 }

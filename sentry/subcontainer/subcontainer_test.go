@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
 func writeSpec(t *testing.T, dir string, annotations map[string]string) {
@@ -32,7 +33,7 @@ func TestHandles(t *testing.T) {
 	if err := os.Chdir(root); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("unix", filepath.Base(SocketPath(root, "c1")))
+	ln, err := net.Listen("unix", filepath.Base(monitor.SocketPath(root, "c1")))
 	os.Chdir(wd)
 	if err != nil {
 		t.Fatal(err)

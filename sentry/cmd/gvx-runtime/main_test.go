@@ -1,0 +1,45 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		ok   bool
+		want command
+	}{
+		{[]string{"/x/gvx-sentry", "--root", "/r", "--log", "/b/log.json", "--log-format", "json", "start", "t1"}, true,
+			command{globals: []string{"/x/gvx-sentry", "--root", "/r", "--log", "/b/log.json", "--log-format", "json"}, root: "/r", log: "/b/log.json", sub: "start", args: []string{"t1"}}},
+		{[]string{"gvx-sentry", "--root=/r", "--debug", "create", "--bundle", "/b", "t1"}, true,
+			command{globals: []string{"gvx-sentry", "--root=/r", "--debug"}, root: "/r", sub: "create", args: []string{"--bundle", "/b", "t1"}}},
+		{[]string{"gvx-sentry", "--unknown", "x", "start", "t1"}, false, command{}},
+		{[]string{"gvx-sentry", "start", "t1"}, false, command{}},  // no root
+		{[]string{"gvx-sentry", "--root", "/r"}, false, command{}}, // no subcommand
+		{[]string{"gvx-sentry", "--root"}, false, command{}},       // root without value
+		{[]string{"gvx-sentry", "--network=none", "--root", "/r", "ps", "t1"}, true,
+			command{globals: []string{"gvx-sentry", "--network=none", "--root", "/r"}, root: "/r", sub: "ps", args: []string{"t1"}}},
+	} {
+		got, ok := parse(tc.argv)
+		if ok != tc.ok || (ok && !reflect.DeepEqual(got, tc.want)) {
+			t.Errorf("parse(%q) = %+v, %v; want %+v, %v", tc.argv, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCreateDefersWhatItDoesNotHandle(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--bundle", dir, "--pid-file", dir + "/pid", "t1"},                                // no spec there: gvx-sentry reports it
+		{"--bundle", dir, "--console-socket", "/s.sock", "--pid-file", dir + "/pid", "t1"}, // a terminal
+		{"--bundle", dir, "t1"}, // no pid file
+		{"--bundle", dir, "--pid-file", dir + "/pid", "t1", "t2"},
+	} {
+		c := command{globals: []string{"gvx-sentry"}, root: t.TempDir(), sub: "create", args: args}
+		if handled, err := c.run("/nonexistent/gvx-sentry"); handled || err != nil {
+			t.Errorf("create %q: handled %v, err %v; want it left to gvx-sentry", args, handled, err)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+// Package record is what gvx-sentry keeps of a task started as a process in
+// a running sandbox's root container (see package exectask), and its
+// create: a record in the sentry root and a monitor process. It does not
+// depend on gVisor, so that gvx-runtime can create such a task without
+// loading gvx-sentry.
+package record
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/monitor"
+)
+
+// Annotation on a task's spec names the running sandbox whose root
+// container the task's process is to be started in.
+const Annotation = "dev.gvx.pool-exec"
+
+// MonitorCommand is gvx-sentry's internal subcommand the monitor runs as.
+const MonitorCommand = "gvx-exec-monitor"
+
+// Record is what the sentry root keeps of a task.
+type Record struct {
+	// ID is the task's id, Sandbox the running sandbox's (and its root
+	// container's) id.
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	// Bundle is the task's bundle directory.
+	Bundle string `json:"bundle"`
+	// Pid is the guest pid of the task's process, once started.
+	Pid int32 `json:"pid,omitempty"`
+	// Killed is the signal a kill before start sent (the monitor exits
+	// with it instead of starting).
+	Killed int `json:"killed,omitempty"`
+}
+
+// Path is where root keeps task id's record.
+func Path(root, id string) string {
+	return filepath.Join(root, "gvx-exectask-"+id+".json")
+}
+
+// Exists reports whether root has a record of task id.
+func Exists(root, id string) bool {
+	_, err := os.Stat(Path(root, id))
+	return err == nil
+}
+
+// Load reads task id's record from root.
+func Load(root, id string) (*Record, error) {
+	data, err := os.ReadFile(Path(root, id))
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("task record %s: %w", Path(root, id), err)
+	}
+	return &r, nil
+}
+
+// Save writes r to root (atomically).
+func (r *Record) Save(root string) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	path := Path(root, r.ID)
+	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+		return fmt.Errorf("save task record: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// IsTask reports whether spec is that of a task to start as a process in a
+// running sandbox.
+func IsTask(spec *specs.Spec) bool {
+	return spec != nil && spec.Annotations[Annotation] != ""
+}
+
+// Create records task id (bundle dir, spec) in root and starts its monitor
+// with m (gvx-sentry MonitorCommand id, with the caller's stdio), writing
+// the monitor's pid to pidFile. The sandbox must have a state in root.
+func Create(root, id, dir string, spec *specs.Spec, m *exec.Cmd, pidFile string) error {
+	if !IsTask(spec) {
+		return fmt.Errorf("task %s: spec has no %s annotation", id, Annotation)
+	}
+	if spec.Process == nil || spec.Process.Terminal {
+		return fmt.Errorf("task %s: a process started in a running sandbox needs a process spec without a terminal", id)
+	}
+	sb := spec.Annotations[Annotation]
+	if _, err := os.Stat(filepath.Join(root, sb+"_sandbox:"+sb+".state")); err != nil {
+		return fmt.Errorf("task %s: sandbox %s: %w", id, sb, err)
+	}
+	if Exists(root, id) {
+		return fmt.Errorf("task %s exists already", id)
+	}
+	r := &Record{ID: id, Sandbox: sb, Bundle: dir}
+	if err := r.Save(root); err != nil {
+		return fmt.Errorf("task %s: %w", id, err)
+	}
+	pid, err := monitor.Spawn(m, root, id)
+	if err == nil {
+		err = bundle.WritePidFile(pidFile, pid)
+	}
+	if err != nil {
+		if pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		os.Remove(Path(root, id))
+		os.Remove(monitor.SocketPath(root, id))
+		return fmt.Errorf("task %s: %w", id, err)
+	}
+	return nil
+}
