@@ -554,3 +554,15 @@ func busyboxRootfs(t *testing.T) string {
 	}
 	return rootfs
 }
+
+// TestPoolImageExec: execs in a task started as a process in an image pool
+// sandbox go through its monitor (gvx-runtime's fast exec, whose waiter
+// stands for the exec on the host): output, exit codes, a forwarded
+// SIGTERM, and a waiter without privileges.
+func TestPoolImageExec(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	p := startImagePool(t, 1)
+	cont := newContainerWith(t, c, ctx, img, "imgx1", &runtimeoptions.Options{ConfigPath: p.Config}, coci.WithProcessArgs("sleep", "600"))
+	checkExecs(t, ctx, cont, "gvx-runtime-wait")
+}

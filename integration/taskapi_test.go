@@ -334,6 +334,15 @@ func TestExecSignals(t *testing.T) {
 	c, ctx, img := clientEnv(t)
 	checkNoLeaks(t)
 	cont := newContainer(t, c, ctx, img, "xs1", coci.WithProcessArgs("sleep", "600"))
+	checkExecs(t, ctx, cont, "")
+}
+
+// checkExecs runs execs in cont's task (started here): one killed with
+// SIGTERM (its trap's output and exit code must come back; its host
+// process must hold no privilege and, if waiter is set, be that command)
+// and one exiting with a code of its own.
+func checkExecs(t *testing.T, ctx context.Context, cont client.Container, waiter string) {
+	t.Helper()
 	task, exit := startTask(t, ctx, cont, cio.NullIO)
 	defer func() {
 		_ = task.Kill(ctx, syscall.SIGKILL)
@@ -352,6 +361,11 @@ func TestExecSignals(t *testing.T) {
 		p.Args = args
 		var out bytes.Buffer
 		proc, pexit := startExec(t, ctx, task, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, io.Discard)))
+		if waiter != "" {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", proc.Pid())); !strings.Contains(string(cmd), waiter) {
+				t.Errorf("exec %s: its host process runs %q, want %s", id, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}), waiter)
+			}
+		}
 		if signal != 0 {
 			time.Sleep(300 * time.Millisecond) // let the trap be set
 			// The exec's host process (its waiter) holds no privilege.

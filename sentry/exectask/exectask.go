@@ -23,6 +23,7 @@ package exectask
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/sentry/control"
+	"gvisor.dev/gvisor/pkg/unet"
+	"gvisor.dev/gvisor/pkg/urpc"
+	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -48,6 +52,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // Annotation on a task's spec names the running sandbox whose root
@@ -251,10 +256,121 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		}
 		pid, sb = serveStart(conf, id, conn)
 	}
+	ln.SetDeadline(time.Time{})
+	// Connections opened while still root (the control socket is root's):
+	// the wait for the task's process (which blocks one), signals, and the
+	// task's execs. Then only the sandbox's own credentials.
+	var conns [3]*urpc.Client
+	for i := range conns {
+		if conns[i], err = sandboxctl.Connect(sb); err != nil {
+			log.Warningf("exec monitor: %v", err)
+			os.Remove(monitor.SocketPath(conf.RootDir, id))
+			os.Exit(exitKilled)
+		}
+	}
+	waitConn, sigConn, execConn := conns[0], conns[1], conns[2]
+	x := &execServer{cid: sb.ID, control: sb.Sandbox.ControlSocketPath, proc: sb.Spec.Process, enableRaw: conf.EnableRaw, exec: execConn, signal: sigConn}
+	if r, err := record.Load(conf.RootDir, id); err == nil {
+		if spec, err := bundle.ReadSpec(r.Bundle); err == nil {
+			x.proc = spec.Process // an exec's default capabilities
+		}
+	}
+	x.uid, x.gid = sandboxctl.HostRoot(sb.Spec)
+	sandboxctl.DropPrivileges(sb.Spec)
+	go x.serve(ln)
+	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
 	ln.Close()
 	os.Remove(monitor.SocketPath(conf.RootDir, id))
-	fastexec.WaitAndExit(sb, pid)
+	os.Exit(code)
 	return subcommands.ExitSuccess
+}
+
+// execServer serves the task's execs on the monitor's socket once the task
+// runs (monitor.OpExec, OpWait, OpSignal): gvx-runtime's exec then needs no
+// gvx-sentry start-up of its own.
+type execServer struct {
+	cid       string // the sandbox's root container
+	control   string // the sandbox's control socket
+	proc      *specs.Process
+	enableRaw bool
+	uid, gid  int
+	exec      *urpc.Client
+	signal    *urpc.Client
+}
+
+func (x *execServer) serve(ln *net.UnixListener) {
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		go x.handle(conn)
+	}
+}
+
+// handle answers the requests on one connection.
+func (x *execServer) handle(conn *net.UnixConn) {
+	defer conn.Close()
+	r := bufio.NewReader(strings.NewReader("")) // Receive fills it
+	for {
+		req, files, err := monitor.Receive(conn, r)
+		if err != nil {
+			return
+		}
+		reply := x.answer(req, files)
+		for _, f := range files {
+			f.Close()
+		}
+		data, _ := json.Marshal(reply)
+		if _, err := conn.Write(append(data, '\n')); err != nil {
+			return
+		}
+	}
+}
+
+func (x *execServer) answer(req monitor.Request, files []*os.File) monitor.Reply {
+	switch req.Op {
+	case monitor.OpExec:
+		if len(files) != 3 || req.Process == nil {
+			return monitor.Reply{Error: "exec: want a process and three stdio descriptors"}
+		}
+		e, err := fastexec.ExecArgs(req.Process, x.proc, x.enableRaw)
+		if err != nil {
+			return monitor.Reply{Error: fmt.Sprintf("exec: %v", err)}
+		}
+		if e.StdioIsPty {
+			return monitor.Reply{Error: "exec: a terminal needs gvx-sentry's exec"}
+		}
+		e.ContainerID = x.cid
+		e.FilePayload = control.NewFilePayload(map[int]*os.File{0: files[0], 1: files[1], 2: files[2]}, nil)
+		var pid int32
+		if err := x.exec.Call(boot.ContMgrExecuteAsync, e, &pid); err != nil {
+			return monitor.Reply{Error: fmt.Sprintf("executing %q in sandbox %s: %v", req.Process.Args, x.cid, err)}
+		}
+		return monitor.Reply{Pid: pid, Control: x.control, UID: x.uid, GID: x.gid}
+	case monitor.OpWait:
+		if len(files) != 1 {
+			return monitor.Reply{Error: "wait: want the sandbox connection"}
+		}
+		sock, err := unet.NewSocket(int(files[0].Fd()))
+		if err != nil {
+			return monitor.Reply{Error: fmt.Sprintf("wait: %v", err)}
+		}
+		c := urpc.NewClient(sock)
+		defer c.Close()
+		var status uint32
+		if err := c.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: req.Pid, CID: x.cid}, &status); err != nil {
+			return monitor.Reply{Error: fmt.Sprintf("wait for %d: %v", req.Pid, err)}
+		}
+		return monitor.Reply{Status: status}
+	case monitor.OpSignal:
+		args := boot.SignalArgs{CID: x.cid, Signo: int32(req.Signal), PID: req.Pid, Mode: boot.DeliverToProcess}
+		if err := x.signal.Call(boot.ContMgrSignal, &args, nil); err != nil {
+			return monitor.Reply{Error: fmt.Sprintf("signal %d to %d: %v", req.Signal, req.Pid, err)}
+		}
+		return monitor.Reply{}
+	}
+	return monitor.Reply{Error: fmt.Sprintf("unknown request %q", req.Op)}
 }
 
 // serveStart answers one request on conn, starting the task's process when

@@ -30,6 +30,7 @@ import (
 	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
 	"gvisor.dev/gvisor/pkg/sighandling"
+	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/monitor"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
@@ -225,9 +227,7 @@ func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommand
 
 // WaitAndExit stands for guest process pid of container c on the host: it
 // connects to the sandbox, keeps only the sandbox's own host credentials,
-// forwards the signals it receives to the process, waits for it and exits
-// with its status (128+n for a death by signal n, 128+SIGKILL when the
-// sandbox goes away).
+// then waits (WaitFor).
 func WaitAndExit(c *container.Container, pid int32) {
 	// Two connections (a wait blocks one), opened while still root: the
 	// control socket is root's. Then only the sandbox's own credentials.
@@ -242,23 +242,27 @@ func WaitAndExit(c *container.Container, pid int32) {
 		os.Exit(128 + int(unix.SIGKILL))
 	}
 	sandboxctl.DropPrivileges(c.Spec)
+	os.Exit(WaitFor(waitConn, sigConn, c.ID, pid))
+}
+
+// WaitFor forwards the signals this process receives to guest process pid of
+// container cid (over sigConn), waits for it (over waitConn) and returns the
+// exit code that stands for its status (128+n for a death by signal n,
+// 128+SIGKILL when the sandbox goes away).
+func WaitFor(waitConn, sigConn *urpc.Client, cid string, pid int32) int {
 	stop := sighandling.StartSignalForwarding(func(sig linux.Signal) {
-		args := boot.SignalArgs{CID: c.ID, Signo: int32(sig), PID: pid, Mode: boot.DeliverToProcess}
+		args := boot.SignalArgs{CID: cid, Signo: int32(sig), PID: pid, Mode: boot.DeliverToProcess}
 		if err := sigConn.Call(boot.ContMgrSignal, &args, nil); err != nil {
 			log.Warningf("exec waiter: forward signal %d: %v", sig, err)
 		}
 	})
 	var status uint32
-	err = waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: pid, CID: c.ID}, &status)
+	err := waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: pid, CID: cid}, &status)
 	stop()
 	if err != nil {
-		os.Exit(128 + int(unix.SIGKILL))
+		return 128 + int(unix.SIGKILL)
 	}
-	ws := unix.WaitStatus(status)
-	if ws.Signaled() {
-		os.Exit(128 + int(ws.Signal()))
-	}
-	os.Exit(ws.ExitStatus())
+	return monitor.ExitCode(unix.WaitStatus(status))
 }
 
 // Handles reports whether gvx-sentry's command line c runs one of this

@@ -11,8 +11,11 @@ package monitor
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,15 +85,9 @@ func Listener() (*net.UnixListener, error) {
 
 // RequestStart asks the monitor of container id in root to start it.
 func RequestStart(root, id string) error {
-	// The socket path may exceed sun_path; connect through an O_PATH fd.
-	fd, err := unix.Open(SocketPath(root, id), unix.O_PATH|unix.O_CLOEXEC, 0)
+	conn, err := Dial(root, id)
 	if err != nil {
-		return fmt.Errorf("monitor socket: %w", err)
-	}
-	defer unix.Close(fd)
-	conn, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return fmt.Errorf("connect to monitor: %w", err)
+		return err
 	}
 	defer conn.Close()
 	if _, err := conn.Write([]byte("start\n")); err != nil {
@@ -126,4 +124,147 @@ func listen(path string) (*net.UnixListener, error) {
 	}
 	ln.SetUnlinkOnClose(false)
 	return ln, nil
+}
+
+// Dial connects to the start socket of container id's monitor in root.
+func Dial(root, id string) (*net.UnixConn, error) {
+	// The socket path may exceed sun_path; connect through an O_PATH fd.
+	fd, err := unix.Open(SocketPath(root, id), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("monitor socket: %w", err)
+	}
+	defer unix.Close(fd)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("connect to monitor: %w", err)
+	}
+	return conn, nil
+}
+
+// A monitor of a task started as a process in a running sandbox keeps
+// serving its socket after start, for the task's execs: JSON requests, one
+// per line, each answered by one Reply line.
+const (
+	// OpExec executes Process in the task's container with the three
+	// stdio descriptors sent along; the reply has its guest pid.
+	OpExec = "exec"
+	// OpWait waits for guest process Pid over the sandbox control
+	// connection sent along (the caller's: the monitor holds no
+	// privilege to open more); the reply has its wait status.
+	OpWait = "wait"
+	// OpSignal sends Signal to guest process Pid.
+	OpSignal = "signal"
+)
+
+// Request is one request to a monitor.
+type Request struct {
+	Op      string         `json:"op"`
+	Process *specs.Process `json:"process,omitempty"`
+	Pid     int32          `json:"pid,omitempty"`
+	Signal  int            `json:"signal,omitempty"`
+}
+
+// Reply answers a Request.
+type Reply struct {
+	Error string `json:"error,omitempty"`
+	// Pid is an exec's guest pid; Control the sandbox's control socket and
+	// UID/GID its host credentials, for the exec's waiter.
+	Pid     int32  `json:"pid,omitempty"`
+	Control string `json:"control,omitempty"`
+	UID     int    `json:"uid,omitempty"`
+	GID     int    `json:"gid,omitempty"`
+	// Status is a wait's status (unix.WaitStatus).
+	Status uint32 `json:"status,omitempty"`
+}
+
+// Send writes req to conn with files passed along, and reads the reply.
+func Send(conn *net.UnixConn, req Request, files ...*os.File) (*Reply, error) {
+	if err := Write(conn, req, files...); err != nil {
+		return nil, err
+	}
+	return Read(conn)
+}
+
+// Write writes req to conn with files passed along.
+func Write(conn *net.UnixConn, req Request, files ...*os.File) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	fds := make([]int, 0, len(files))
+	for _, f := range files {
+		fds = append(fds, int(f.Fd()))
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := conn.WriteMsgUnix(append(data, '\n'), oob, nil); err != nil {
+		return fmt.Errorf("monitor request: %w", err)
+	}
+	return nil
+}
+
+// Read reads the reply to one request from conn.
+func Read(conn *net.UnixConn) (*Reply, error) {
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("monitor went away: %w", err)
+	}
+	var reply Reply
+	if err := json.Unmarshal(line, &reply); err != nil {
+		return nil, fmt.Errorf("monitor reply %q: %w", line, err)
+	}
+	if reply.Error != "" {
+		return nil, errors.New(reply.Error)
+	}
+	return &reply, nil
+}
+
+// ExitCode is the exit code a host process standing for a guest process
+// with wait status ws exits with (128+n for a death by signal n).
+func ExitCode(ws unix.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// Receive reads one request from conn and the files sent along with it.
+// r must be the reader of every request on conn after the first.
+func Receive(conn *net.UnixConn, r *bufio.Reader) (Request, []*os.File, error) {
+	var files []*os.File
+	if r.Buffered() == 0 {
+		buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(4*8))
+		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return Request{}, nil, err
+		}
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				fds, _ := unix.ParseUnixRights(&m)
+				for _, fd := range fds {
+					files = append(files, os.NewFile(uintptr(fd), "passed"))
+				}
+			}
+		}
+		*r = *bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), conn))
+	}
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		closeAll(files)
+		return Request{}, nil, err
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		closeAll(files)
+		return Request{}, nil, fmt.Errorf("monitor request %q: %w", line, err)
+	}
+	return req, files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }

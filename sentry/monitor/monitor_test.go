@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // serve answers one start request on root/id's socket with reply.
@@ -67,3 +69,67 @@ func TestLongSocketPath(t *testing.T) {
 }
 
 func mkdir(p string) error { return os.MkdirAll(p, 0o700) }
+
+func TestRequestsWithFiles(t *testing.T) {
+	root := t.TempDir()
+	ln, err := listen(SocketPath(root, "t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 4)
+	go func() {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		r := bufio.NewReader(strings.NewReader(""))
+		for {
+			req, files, err := Receive(conn, r)
+			if err != nil {
+				return
+			}
+			got <- fmt.Sprintf("%s %d %d files", req.Op, req.Pid, len(files))
+			for _, f := range files {
+				f.Close()
+			}
+			reply := `{"pid":42}`
+			if req.Op == OpSignal {
+				reply = `{"error":"no such process"}`
+			}
+			conn.Write([]byte(reply + "\n"))
+		}
+	}()
+	conn, err := Dial(root, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reply, err := Send(conn, Request{Op: OpExec, Pid: 0}, f, f, f)
+	if err != nil || reply.Pid != 42 {
+		t.Fatalf("exec: %+v, %v", reply, err)
+	}
+	if g := <-got; g != "exec 0 3 files" {
+		t.Errorf("monitor got %q", g)
+	}
+	if _, err := Send(conn, Request{Op: OpSignal, Pid: 7, Signal: 15}); err == nil || err.Error() != "no such process" {
+		t.Errorf("signal: err = %v", err)
+	}
+	if g := <-got; g != "signal 7 0 files" {
+		t.Errorf("monitor got %q", g)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for ws, want := range map[unix.WaitStatus]int{0: 0, 4 << 8: 4, unix.WaitStatus(unix.SIGKILL): 137, unix.WaitStatus(unix.SIGTERM): 143} {
+		if got := ExitCode(ws); got != want {
+			t.Errorf("ExitCode(%#x) = %d, want %d", uint32(ws), got, want)
+		}
+	}
+}

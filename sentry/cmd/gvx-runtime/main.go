@@ -2,8 +2,9 @@
 // a task: a small front for gvx-sentry. gvx-sentry carries gVisor and takes
 // ≈ 5 ms to start; gvx-runtime ≈ 1 ms. It answers the calls that need no
 // gVisor code itself — `create` of a task started as a process in a running
-// sandbox (sentry/exectask/record) and `start` of a task whose monitor
-// waits on its start socket (sentry/monitor) — and replaces itself with
+// sandbox (sentry/exectask/record), `start` of a task whose monitor waits
+// on its start socket (sentry/monitor), and a detached `exec` in a task
+// whose monitor serves execs — and replaces itself with
 // gvx-sentry, next to its own executable, for everything else, keeping its
 // argument vector (argv[0] included: gvx-sentry reads the task's flags file
 // beside it).
@@ -11,20 +12,31 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/hostcreds"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == waitCommand {
+		os.Exit(waitMain(os.Args[2:]))
+	}
 	sentry, err := sentryPath()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-runtime: %v\n", err)
@@ -119,8 +131,193 @@ func (c command) run(sentry string) (handled bool, err error) {
 		return true, monitor.RequestStart(c.root, c.args[0])
 	case "create":
 		return c.create(sentry)
+	case "exec":
+		return c.exec()
 	}
 	return false, nil
+}
+
+// exec handles `exec --detach --pid-file P --process F <id>` of a task
+// started as a process in a running sandbox: its monitor executes the
+// process (it holds a control connection to the sandbox), and a waiter —
+// this program again, ≈ 1 ms to start — stands for it on the host.
+func (c command) exec() (bool, error) {
+	var pidFile, process, id string
+	detach := false
+	for i := 0; i < len(c.args); i++ {
+		a := c.args[i]
+		name, value, hasValue := strings.Cut(a, "=")
+		switch name = "--" + strings.TrimLeft(name, "-"); {
+		case !strings.HasPrefix(a, "-"):
+			if id != "" {
+				return false, nil // a command line instead of a process file
+			}
+			id = a
+			continue
+		case name == "--detach" || name == "--d":
+			detach = !hasValue || value == "true"
+			continue
+		case name != "--pid-file" && name != "--process" && name != "--p":
+			return false, nil // a console socket, preserved fds, …
+		case !hasValue:
+			if i+1 >= len(c.args) {
+				return false, nil
+			}
+			i++
+			value = c.args[i]
+		}
+		if name == "--pid-file" {
+			pidFile = value
+		} else {
+			process = value
+		}
+	}
+	if !detach || id == "" || pidFile == "" || process == "" || !record.Exists(c.root, id) || !monitor.Has(c.root, id) {
+		return false, nil
+	}
+	data, err := os.ReadFile(process)
+	if err != nil {
+		return false, nil
+	}
+	var p specs.Process
+	if err := json.Unmarshal(data, &p); err != nil || p.Terminal {
+		return false, nil
+	}
+	r, err := record.Load(c.root, id)
+	if err != nil {
+		return false, nil
+	}
+	spec, err := bundle.ReadSpec(r.Bundle)
+	if err != nil {
+		return false, nil
+	}
+	conn, err := monitor.Dial(c.root, id)
+	if err != nil {
+		return false, nil // the task's process has exited: gvx-sentry's exec
+	}
+	defer conn.Close()
+	// Like runsc, hand the sandbox stdio it owns.
+	uid, gid := hostcreds.HostRoot(spec)
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	for _, f := range stdio {
+		if err := f.Chown(uid, gid); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
+			return true, fmt.Errorf("exec: stdio: %w", err)
+		}
+	}
+	reply, err := monitor.Send(conn, monitor.Request{Op: monitor.OpExec, Process: &p}, stdio...)
+	if err != nil {
+		return true, fmt.Errorf("exec in task %s: %w", id, err)
+	}
+	waiter, err := spawnWaiter(c.root, id, reply)
+	if err == nil {
+		err = bundle.WritePidFile(pidFile, waiter.Pid)
+	}
+	if err != nil {
+		if waiter != nil {
+			_ = waiter.Kill()
+		}
+		_, _ = monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: reply.Pid, Signal: int(unix.SIGKILL)})
+		return true, fmt.Errorf("exec in task %s: %w", id, err)
+	}
+	_ = waiter.Release()
+	return true, nil
+}
+
+// waitCommand is the waiter's internal subcommand.
+const waitCommand = "gvx-runtime-wait"
+
+// spawnWaiter starts the waiter of exec'd guest process reply.Pid, with a
+// connection to the sandbox's control socket opened here (as root) for it.
+func spawnWaiter(root, id string, reply *monitor.Reply) (*os.Process, error) {
+	ctl, err := dialControl(reply.Control)
+	if err != nil {
+		return nil, err
+	}
+	defer ctl.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	w := exec.Command(self, waitCommand, root, id, strconv.Itoa(int(reply.Pid)), strconv.Itoa(reply.UID), strconv.Itoa(reply.GID))
+	w.ExtraFiles = []*os.File{ctl}
+	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("start waiter: %w", err)
+	}
+	return w.Process, nil
+}
+
+// dialControl connects to a sandbox's control socket (whose path may exceed
+// sun_path) and returns the connection as a file.
+func dialControl(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox control socket: %w", err)
+	}
+	defer unix.Close(fd)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("connect to sandbox: %w", err)
+	}
+	defer conn.Close()
+	return conn.File()
+}
+
+// waitMain is the waiter (gvx-runtime-wait root id pid uid gid, the
+// sandbox connection as fd 3): it asks the task's monitor to wait for the
+// exec'd process over that connection, drops to the sandbox's host uid,
+// forwards the signals it receives to the process and exits with its
+// status (128+SIGKILL if the monitor goes away first: the task's process
+// exited and the sandbox is being torn down).
+func waitMain(args []string) int {
+	const lost = 128 + int(unix.SIGKILL)
+	if len(args) != 5 {
+		fmt.Fprintf(os.Stderr, "usage: %s root id pid uid gid\n", waitCommand)
+		return 2
+	}
+	root, id := args[0], args[1]
+	pid, err1 := strconv.Atoi(args[2])
+	uid, err2 := strconv.Atoi(args[3])
+	gid, err3 := strconv.Atoi(args[4])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", waitCommand, err)
+		return 2
+	}
+	ctl := os.NewFile(3, "sandbox")
+	waitConn, err := monitor.Dial(root, id)
+	if err != nil {
+		return lost
+	}
+	err = monitor.Write(waitConn, monitor.Request{Op: monitor.OpWait, Pid: int32(pid)}, ctl)
+	ctl.Close()
+	if err != nil {
+		return lost
+	}
+	sigConn, err := monitor.Dial(root, id)
+	if err != nil {
+		return lost
+	}
+	if err := hostcreds.Drop(uid, gid); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: keeps its privileges: %v\n", waitCommand, err)
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs)
+	go func() {
+		for s := range sigs {
+			sig, ok := s.(syscall.Signal)
+			if !ok || sig == syscall.SIGURG || sig == syscall.SIGCHLD || sig == syscall.SIGPIPE {
+				continue // the Go runtime's own, or not for the process
+			}
+			if _, err := monitor.Send(sigConn, monitor.Request{Op: monitor.OpSignal, Pid: int32(pid), Signal: int(sig)}); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: forward signal %d: %v\n", waitCommand, sig, err)
+			}
+		}
+	}()
+	reply, err := monitor.Read(waitConn)
+	if err != nil {
+		return lost
+	}
+	return monitor.ExitCode(unix.WaitStatus(reply.Status))
 }
 
 // create handles `create --bundle B --pid-file P <id>` of a task started
