@@ -117,8 +117,8 @@ func LoadSandbox(path string) (*Sandbox, error) {
 }
 
 // Destroy stops the sandbox and removes everything it had on the host:
-// processes (gvx-sentry delete --force), the null-netns pin, its
-// directory and its cgroup.
+// processes (killed through its cgroup, else gvx-sentry delete --force),
+// the null-netns pin, its directory and its cgroup.
 func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 	var errs []error
 	t0 := time.Now()
@@ -132,7 +132,15 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 		}
 	}
 	// A task's delete may have destroyed the sandbox already (gvx-sentry
-	// deletes a pool sandbox with its container).
+	// deletes a pool sandbox with its container). Otherwise its cgroup
+	// holds exactly its processes (Sentry, stubs, gofers, a container's
+	// monitor): killing them is all gVisor's forced delete would do that
+	// the rest of Destroy does not, without a gvx-sentry start-up.
+	if s.Alive() {
+		if n, err := cgroups.Kill(s.Cgroup, 5*time.Second); n == 0 || err != nil {
+			log.G(ctx).WithError(err).Debugf("gvx pool: destroy %s: %d processes in its cgroup; deleting it through gvx-sentry", s.ID, n)
+		}
+	}
 	if _, err := os.Stat(s.Root()); err == nil && s.Alive() {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cmd := exec.CommandContext(cctx, sentry, "--root", s.Root(), "delete", "--force", s.ID)

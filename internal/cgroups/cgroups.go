@@ -1,15 +1,24 @@
-// Package cgroups removes the cgroups gvx's sandboxes leave behind.
+// Package cgroups removes the cgroups gvx's sandboxes leave behind and
+// kills what runs in them.
 package cgroups
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/procfs"
 )
 
 // Remove deletes the cgroup at path (every v1 hierarchy, or the v2
@@ -35,5 +44,46 @@ func Remove(ctx context.Context, path string) {
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
 		log.G(ctx).WithError(err).Debugf("gvx: remove cgroup %s", path)
+	}
+}
+
+// Kill sends SIGKILL to every process in the cgroup at path (any v1
+// hierarchy, or the v2 directory) and waits, up to timeout, until the
+// cgroup is empty, so that it can be removed. It returns how many processes
+// it found; none means the cgroup is empty or absent.
+func Kill(path string, timeout time.Duration) (int, error) {
+	if path == "" {
+		return 0, nil
+	}
+	files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", path, "cgroup.procs"))
+	files = append(files, filepath.Join("/sys/fs/cgroup", path, "cgroup.procs"))
+	seen := map[int]bool{}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := 0
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, field := range strings.Fields(string(data)) {
+				pid, err := strconv.Atoi(field)
+				if err != nil {
+					continue
+				}
+				left++
+				if !seen[pid] || procfs.Alive(pid) {
+					seen[pid] = true
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+		}
+		if left == 0 {
+			return len(seen), nil
+		}
+		if time.Now().After(deadline) {
+			return len(seen), fmt.Errorf("cgroup %s: %d processes still in it after SIGKILL", path, left)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

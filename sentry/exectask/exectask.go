@@ -29,7 +29,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -456,7 +455,7 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 	if f.NArg() == 2 {
 		name = f.Arg(1)
 	}
-	sig, err := parseSignal(name)
+	sig, err := monitor.ParseSignal(name)
 	if err != nil {
 		return util.Errorf("%v", err)
 	}
@@ -481,24 +480,6 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 		return util.Errorf("kill task %s: %v", r.ID, err)
 	}
 	return subcommands.ExitSuccess
-}
-
-// parseSignal accepts a signal's number or its name, with or without SIG.
-func parseSignal(s string) (unix.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("signal %d out of range", n)
-		}
-		return unix.Signal(n), nil
-	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if sig := unix.SignalNum(name); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q", s)
 }
 
 // Delete destroys a task's sandbox (the task's alone) and its record.

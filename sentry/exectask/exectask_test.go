@@ -7,24 +7,9 @@ import (
 	"reflect"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
-
-func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]unix.Signal{"9": unix.SIGKILL, "15": unix.SIGTERM, "TERM": unix.SIGTERM, "sigusr1": unix.SIGUSR1, "SIGHUP": unix.SIGHUP} {
-		if got, err := parseSignal(in); err != nil || got != want {
-			t.Errorf("parseSignal(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"0", "65", "-1", "NOPE", ""} {
-		if _, err := parseSignal(in); err == nil {
-			t.Errorf("parseSignal(%q) accepted", in)
-		}
-	}
-}
 
 func command(t *testing.T, root string, args ...string) argv.Command {
 	t.Helper()

@@ -133,3 +133,16 @@ func TestExitCode(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSignal(t *testing.T) {
+	for in, want := range map[string]unix.Signal{"9": unix.SIGKILL, "15": unix.SIGTERM, "TERM": unix.SIGTERM, "sigusr1": unix.SIGUSR1, "SIGHUP": unix.SIGHUP} {
+		if got, err := ParseSignal(in); err != nil || got != want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"0", "65", "-1", "NOPE", ""} {
+		if _, err := ParseSignal(in); err == nil {
+			t.Errorf("ParseSignal(%q) accepted", in)
+		}
+	}
+}

@@ -3,9 +3,9 @@
 // ≈ 5 ms to start; gvx-runtime ≈ 1 ms. It answers the calls that need no
 // gVisor code itself — `create` of a task started as a process in a running
 // sandbox (sentry/exectask/record), `start` of a task whose monitor waits
-// on its start socket (sentry/monitor), and a detached `exec` in a task
-// whose monitor serves execs — and replaces itself with
-// gvx-sentry, next to its own executable, for everything else, keeping its
+// on its start socket (sentry/monitor), and a detached `exec` in, a `kill`
+// or a `delete` of a task whose monitor serves execs — and replaces itself
+// with gvx-sentry, next to its own executable, for everything else, keeping its
 // argument vector (argv[0] included: gvx-sentry reads the task's flags file
 // beside it).
 package main
@@ -133,8 +133,76 @@ func (c command) run(sentry string) (handled bool, err error) {
 		return c.create(sentry)
 	case "exec":
 		return c.exec()
+	case "kill":
+		return c.kill()
+	case "delete":
+		return c.delete()
 	}
 	return false, nil
+}
+
+// delete handles `delete [--force] <id>` of a task started as a process in
+// a running sandbox whose process has exited (its monitor is gone) or with
+// --force: it removes the task's record and socket. The sandbox was the
+// task's alone and goes with the shim's release of it (pool.Sandbox.Destroy
+// kills it through its cgroup), so no gvx-sentry start-up is needed here.
+func (c command) delete() (bool, error) {
+	var id string
+	force := false
+	for _, a := range c.args {
+		name, value, hasValue := strings.Cut(a, "=")
+		switch name = "--" + strings.TrimLeft(name, "-"); {
+		case !strings.HasPrefix(a, "-") && id == "":
+			id = a
+		case name == "--force" || name == "--f":
+			force = !hasValue || value == "true"
+		default:
+			return false, nil
+		}
+	}
+	if id == "" || !record.Exists(c.root, id) {
+		return false, nil
+	}
+	if !force {
+		if conn, err := monitor.Dial(c.root, id); err == nil {
+			conn.Close()
+			return false, nil // still running: gvx-sentry refuses it
+		}
+	}
+	os.Remove(monitor.SocketPath(c.root, id))
+	if err := os.Remove(record.Path(c.root, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return true, fmt.Errorf("delete task %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// kill handles `kill <id> [signal]` of a running task started as a process
+// in a running sandbox: its monitor signals the process.
+func (c command) kill() (bool, error) {
+	if len(c.args) == 0 || len(c.args) > 2 || strings.HasPrefix(c.args[0], "-") {
+		return false, nil // --all, --pid: gvx-sentry's
+	}
+	id, name := c.args[0], "TERM"
+	if len(c.args) == 2 {
+		name = c.args[1]
+	}
+	sig, err := monitor.ParseSignal(name)
+	if err != nil || !record.Exists(c.root, id) || !monitor.Has(c.root, id) {
+		return false, nil
+	}
+	r, err := record.Load(c.root, id)
+	if err != nil || r.Pid == 0 {
+		return false, nil // not started: gvx-sentry records the kill
+	}
+	conn, err := monitor.Dial(c.root, id)
+	if err != nil {
+		return false, nil
+	}
+	defer conn.Close()
+	if _, err := monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: r.Pid, Signal: int(sig)}); err != nil {
+		return true, fmt.Errorf("kill task %s: %w", id, err)
+	}
+	return true, nil
 }
 
 // exec handles `exec --detach --pid-file P --process F <id>` of a task
