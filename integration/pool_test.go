@@ -170,9 +170,27 @@ func TestPoolFallback(t *testing.T) {
 func TestPoolKillShim(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
-	p := startPool(t, 1)
-	sb := runAdopted(t, p, "poolk1", nil, "sleep", "600")
-	shim := shimPid(t, "poolk1")
+	killShimOfAdopted(t, startPool(t, 1), "poolk1")
+}
+
+// TestPoolImageKillShim: the same for a task started as a process in an
+// image pool's sandbox (and with an exec running in it).
+func TestPoolImageKillShim(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	killShimOfAdopted(t, startImagePool(t, 1), "imgk1")
+}
+
+// killShimOfAdopted runs task id in one of p's sandboxes, kills its shim
+// with SIGKILL and waits until the sandbox is gone (containerd's cleanup of
+// the dead shim destroys it); the leak checker checks the rest.
+func killShimOfAdopted(t *testing.T, p *harness.Pool, id string) {
+	t.Helper()
+	sb := runAdopted(t, p, id, nil, "sleep", "600")
+	if asProcess(t, id) {
+		startExecDetached(t, id)
+	}
+	shim := shimPid(t, id)
 	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +204,12 @@ func TestPoolKillShim(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// startExecDetached starts a long exec in task id through ctr, detached.
+func startExecDetached(t *testing.T, id string) {
+	t.Helper()
+	mustCtr(t, "task", "exec", "-d", "--exec-id", "long", id, "sleep", "600")
 }
 
 // TestPoolServerRestart: a pool server killed with SIGKILL leaves its ready

@@ -188,13 +188,16 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		return shim.StopStatus{}, fmt.Errorf("read runtime options of %s: %w", id, err)
 	}
 	if opts != nil && opts.BinaryName != "" {
-		// The task's own link to gvx-sentry, its flags beside it.
-		r := process.NewRunc(opts.Root, bundle, ns, opts.BinaryName, false)
-		if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
-			log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
+		// The task's own link to gvx-sentry, its flags beside it; the
+		// shim removed it when it deleted the task itself.
+		if _, err := os.Lstat(opts.BinaryName); err == nil {
+			r := process.NewRunc(opts.Root, bundle, ns, opts.BinaryName, false)
+			if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
+				log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
+			}
 		}
 		if sb, err := pool.LoadSandbox(filepath.Join(bundle, adoptFile)); err == nil {
-			releasePool(ctx, opts.BinaryName, sb, opts.Root)
+			releasePool(ctx, opts.BinaryName, sb, opts.Root, bundle)
 		}
 		if err := releaseSentryRoot(filepath.Join(opts.Root, ns)); err != nil {
 			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
@@ -211,7 +214,7 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	// A shim that was killed could not remove its socket; remove it unless
 	// a live shim (another container of the group) still serves it.
 	if addr, err := bootstrapAddress(bundle); err == nil && !shim.CanConnect(addr) {
-		if err := shim.RemoveSocket(addr); err != nil {
+		if err := shim.RemoveSocket(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.G(ctx).WithError(err).Warn("gvx shim: remove dead shim's socket")
 		}
 	}

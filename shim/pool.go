@@ -163,14 +163,18 @@ func linkPoolRoot(dir, ns string, sb *pool.Sandbox) error {
 	return nil
 }
 
-// releasePool destroys the adopted sandbox and the task's link to it.
-func releasePool(ctx context.Context, sentry string, sb *pool.Sandbox, rootDir string) {
+// releasePool destroys the adopted sandbox and the task's link to it; the
+// record in the bundle goes too once the sandbox is gone, so that the
+// cleanup containerd runs after the shim exits has nothing left to do.
+func releasePool(ctx context.Context, sentry string, sb *pool.Sandbox, rootDir, bundle string) {
 	if sb == nil {
 		return
 	}
 	t0 := time.Now()
 	if err := sb.Destroy(ctx, sentry); err != nil {
 		log.G(ctx).WithError(err).Warnf("gvx shim: destroy pool sandbox %s", sb.ID)
+	} else {
+		_ = os.Remove(filepath.Join(bundle, adoptFile))
 	}
 	log.G(ctx).Debugf("gvx shim: destroyed pool sandbox %s in %s", sb.ID, time.Since(t0))
 	if rootDir != "" {

@@ -77,7 +77,7 @@ type taskState struct {
 
 // release undoes everything recorded in t (after the sandbox is gone).
 func (t *taskState) release(ctx context.Context) {
-	releasePool(ctx, t.sentry, t.pool, t.poolRoot)
+	releasePool(ctx, t.sentry, t.pool, t.poolRoot, t.bundle)
 	cgroups.Remove(ctx, t.cgroup)
 	t.vols.release(ctx)
 	removeTaskDirs(ctx, t.bundle)

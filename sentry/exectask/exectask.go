@@ -280,6 +280,14 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
 	ln.Close()
 	os.Remove(monitor.SocketPath(conf.RootDir, id))
+	// The sandbox was the task's alone: with its process gone, end it
+	// (gvx-pause and any exec still running, as a container's pid
+	// namespace ends with its init) so that it is torn down while
+	// containerd reports the exit, not when the task is deleted.
+	all := boot.SignalArgs{CID: sb.ID, Signo: int32(unix.SIGKILL), Mode: boot.DeliverToAllProcesses}
+	if err := sigConn.Call(boot.ContMgrSignal, &all, nil); err != nil {
+		log.Debugf("exec monitor: end sandbox %s: %v", sb.ID, err)
+	}
 	os.Exit(code)
 	return subcommands.ExitSuccess
 }
