@@ -118,7 +118,7 @@ func checkNoLeaks(t *testing.T) {
 }
 
 // gvxProcs lists processes running gvx's binaries (shim, sentry, gofer,
-// stubs): every one of them belongs to some sandbox.
+// stubs, exec waiters): every one of them belongs to some sandbox.
 func gvxProcs() []string {
 	var out []string
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
@@ -128,7 +128,8 @@ func gvxProcs() []string {
 			continue
 		}
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
-		if base == "gvx-sentry" || base == "containerd-shim-gvx-v2" || base == "gvx" {
+		switch base {
+		case "gvx-sentry", "gvx-runtime", "gvx-pause", "containerd-shim-gvx-v2", "gvx":
 			out = append(out, fmt.Sprintf("%s %s", filepath.Base(d), exe))
 		}
 	}
