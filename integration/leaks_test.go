@@ -44,8 +44,10 @@ func snapshot(x *env) hostState {
 				}
 			}
 		}
+		// The pools' parent and each pool sandbox's own.
 		pool, _ := filepath.Glob(filepath.Join(base, "*", "gvx-pool*"))
-		s.cgroups = append(s.cgroups, pool...)
+		sandboxes, _ := filepath.Glob(filepath.Join(base, "*", "gvx-pool", "gvxpool-*"))
+		s.cgroups = append(append(s.cgroups, pool...), sandboxes...)
 		sub, _ := os.ReadDir(filepath.Join(base, testNS))
 		for _, d := range sub {
 			if d.IsDir() {

@@ -136,10 +136,11 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 	// holds exactly its processes (Sentry, stubs, gofers, a container's
 	// monitor): killing them is all gVisor's forced delete would do that
 	// the rest of Destroy does not, without a gvx-sentry start-up.
-	if s.Alive() {
-		if n, err := cgroups.Kill(s.Cgroup, 5*time.Second); n == 0 || err != nil {
-			log.G(ctx).WithError(err).Debugf("gvx pool: destroy %s: %d processes in its cgroup; deleting it through gvx-sentry", s.ID, n)
-		}
+	// Even a sandbox whose Sentry is gone (it ended when its task's
+	// process exited) may still have processes going away in its cgroup,
+	// which must be empty to be removed.
+	if n, err := cgroups.Kill(s.Cgroup, 5*time.Second); err != nil || (n == 0 && s.Alive()) {
+		log.G(ctx).WithError(err).Debugf("gvx pool: destroy %s: %d processes in its cgroup; deleting it through gvx-sentry", s.ID, n)
 	}
 	if _, err := os.Stat(s.Root()); err == nil && s.Alive() {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
