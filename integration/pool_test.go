@@ -89,23 +89,31 @@ func TestPoolRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := runAdopted(t, p, "pool3", nil, "sh", "-c", `trap "echo got-term; exit 7" TERM; while true; do sleep 0.1; done`)
-	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "pool3", "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
+	checkAdoptedTask(t, "pool3", sb)
+}
+
+// checkAdoptedTask: exec, ps, metrics and the credentials of the host
+// processes of running task id, which adopted pool sandbox sb; then kill
+// (TERM), delete, and the sandbox is gone from the host.
+func checkAdoptedTask(t *testing.T, id, sb string) {
+	t.Helper()
+	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", id, "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
 		t.Errorf("exec output %q, want exec-42", out)
 	}
-	if out := mustCtr(t, "task", "ps", "pool3"); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
+	if out := mustCtr(t, "task", "ps", id); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
 		t.Errorf("task ps lists no process:\n%s", out)
 	}
-	if out := mustCtr(t, "task", "metrics", "pool3"); !strings.Contains(out, "memory.usage_in_bytes") && !strings.Contains(out, "memory.usage") {
+	if out := mustCtr(t, "task", "metrics", id); !strings.Contains(out, "memory.usage_in_bytes") && !strings.Contains(out, "memory.usage") {
 		t.Errorf("task metrics without memory usage:\n%s", out)
 	}
-	checkPoolCredentials(t, taskPid(t, "pool3"), sb)
-	mustCtr(t, "task", "kill", "-s", "TERM", "pool3")
-	waitStatus(t, "pool3", "STOPPED")
-	mustCtr(t, "task", "rm", "pool3")
+	checkPoolCredentials(t, taskPid(t, id), sb)
+	mustCtr(t, "task", "kill", "-s", "TERM", id)
+	waitStatus(t, id, "STOPPED")
+	mustCtr(t, "task", "rm", id)
 	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
 		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
 	}
-	mustCtr(t, "container", "rm", "pool3")
+	mustCtr(t, "container", "rm", id)
 }
 
 // checkPoolCredentials: the task's init on the host is the monitor, left
@@ -467,20 +475,7 @@ func TestPoolImage(t *testing.T) {
 	if !asProcess(t, "img3") {
 		t.Fatalf("img3 runs as a container in pool sandbox %s, want a process in its root container; pool log:\n%s", sb, p.Log())
 	}
-	if out := mustCtr(t, "task", "exec", "--exec-id", "e1", "img3", "sh", "-c", "echo exec-$((6*7))"); strings.TrimSpace(out) != "exec-42" {
-		t.Errorf("exec output %q, want exec-42", out)
-	}
-	if out := mustCtr(t, "task", "ps", "img3"); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
-		t.Errorf("task ps lists no process:\n%s", out)
-	}
-	checkPoolCredentials(t, taskPid(t, "img3"), sb)
-	mustCtr(t, "task", "kill", "-s", "TERM", "img3")
-	waitStatus(t, "img3", "STOPPED")
-	mustCtr(t, "task", "rm", "img3")
-	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
-		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
-	}
-	mustCtr(t, "container", "rm", "img3")
+	checkAdoptedTask(t, "img3", sb)
 
 	// Through the client: the exit status of the TERM trap, and a kill
 	// before start.

@@ -147,20 +147,12 @@ func (c command) run(sentry string) (handled bool, err error) {
 // task's alone and goes with the shim's release of it (pool.Sandbox.Destroy
 // kills it through its cgroup), so no gvx-sentry start-up is needed here.
 func (c command) delete() (bool, error) {
-	var id string
-	force := false
-	for _, a := range c.args {
-		name, value, hasValue := strings.Cut(a, "=")
-		switch name = "--" + strings.TrimLeft(name, "-"); {
-		case !strings.HasPrefix(a, "-") && id == "":
-			id = a
-		case name == "--force" || name == "--f":
-			force = !hasValue || value == "true"
-		default:
-			return false, nil
-		}
+	flags, ids, ok := subArgs(c.args, nil, map[string]string{"--force": "force", "--f": "force"})
+	if !ok || len(ids) != 1 {
+		return false, nil
 	}
-	if id == "" || !record.Exists(c.root, id) {
+	id, force := ids[0], flags["force"] == "true"
+	if !record.Exists(c.root, id) {
 		return false, nil
 	}
 	if !force {
@@ -210,37 +202,13 @@ func (c command) kill() (bool, error) {
 // process (it holds a control connection to the sandbox), and a waiter —
 // this program again, ≈ 1 ms to start — stands for it on the host.
 func (c command) exec() (bool, error) {
-	var pidFile, process, id string
-	detach := false
-	for i := 0; i < len(c.args); i++ {
-		a := c.args[i]
-		name, value, hasValue := strings.Cut(a, "=")
-		switch name = "--" + strings.TrimLeft(name, "-"); {
-		case !strings.HasPrefix(a, "-"):
-			if id != "" {
-				return false, nil // a command line instead of a process file
-			}
-			id = a
-			continue
-		case name == "--detach" || name == "--d":
-			detach = !hasValue || value == "true"
-			continue
-		case name != "--pid-file" && name != "--process" && name != "--p":
-			return false, nil // a console socket, preserved fds, …
-		case !hasValue:
-			if i+1 >= len(c.args) {
-				return false, nil
-			}
-			i++
-			value = c.args[i]
-		}
-		if name == "--pid-file" {
-			pidFile = value
-		} else {
-			process = value
-		}
+	flags, ids, ok := subArgs(c.args, map[string]string{"--pid-file": "pid-file", "--process": "process", "--p": "process"},
+		map[string]string{"--detach": "detach", "--d": "detach"})
+	if !ok || len(ids) != 1 {
+		return false, nil // a command line, a console socket, preserved fds, …
 	}
-	if !detach || id == "" || pidFile == "" || process == "" || !record.Exists(c.root, id) || !monitor.Has(c.root, id) {
+	id, pidFile, process, detach := ids[0], flags["pid-file"], flags["process"], flags["detach"] == "true"
+	if !detach || pidFile == "" || process == "" || !record.Exists(c.root, id) || !monitor.Has(c.root, id) {
 		return false, nil
 	}
 	data, err := os.ReadFile(process)
@@ -391,37 +359,12 @@ func waitMain(args []string) int {
 // create handles `create --bundle B --pid-file P <id>` of a task started
 // as a process in a running sandbox.
 func (c command) create(sentry string) (bool, error) {
-	var dir, pidFile, id string
-	for i := 0; i < len(c.args); i++ {
-		a := c.args[i]
-		name, value, hasValue := strings.Cut(a, "=")
-		switch name = "--" + strings.TrimLeft(name, "-"); {
-		case !strings.HasPrefix(a, "-"):
-			if id != "" {
-				return false, nil
-			}
-			id = a
-			continue
-		case name == "--no-pivot" || name == "--no-new-keyring":
-			continue
-		case name != "--bundle" && name != "--pid-file" && name != "--b":
-			return false, nil // a console socket, preserved fds, …
-		case !hasValue:
-			if i+1 >= len(c.args) {
-				return false, nil
-			}
-			i++
-			value = c.args[i]
-		}
-		if name == "--pid-file" {
-			pidFile = value
-		} else {
-			dir = value
-		}
+	flags, ids, ok := subArgs(c.args, map[string]string{"--bundle": "bundle", "--b": "bundle", "--pid-file": "pid-file"},
+		map[string]string{"--no-pivot": "", "--no-new-keyring": ""})
+	if !ok || len(ids) != 1 || flags["pid-file"] == "" {
+		return false, nil // a console socket, preserved fds, …
 	}
-	if id == "" || pidFile == "" {
-		return false, nil
-	}
+	id, dir, pidFile := ids[0], flags["bundle"], flags["pid-file"]
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
@@ -433,6 +376,46 @@ func (c command) create(sentry string) (bool, error) {
 	m.Args[0] = c.globals[0]
 	m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
 	return true, record.Create(c.root, id, dir, spec, m, pidFile)
+}
+
+// subArgs parses a subcommand's arguments the way runsc's flag package
+// does (-name or --name, a value after = or as the next argument): flags
+// in valued take a value, flags in bools none (or =true/=false); both map
+// a flag to the key it is returned under ("" to ignore it). Any other flag
+// makes ok false: gvx-runtime then leaves the call to gvx-sentry.
+func subArgs(args []string, valued, bools map[string]string) (flags map[string]string, positional []string, ok bool) {
+	flags = map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			positional = append(positional, a)
+			continue
+		}
+		name, value, hasValue := strings.Cut(a, "=")
+		name = "--" + strings.TrimLeft(name, "-")
+		if key, isBool := bools[name]; isBool {
+			if !hasValue {
+				value = "true"
+			}
+			if key != "" {
+				flags[key] = value
+			}
+			continue
+		}
+		key, isValued := valued[name]
+		if !isValued {
+			return nil, nil, false
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return nil, nil, false
+			}
+			i++
+			value = args[i]
+		}
+		flags[key] = value
+	}
+	return flags, positional, true
 }
 
 // fail reports err the way runsc does — a JSON line in the --log file,

@@ -43,3 +43,27 @@ func TestCreateDefersWhatItDoesNotHandle(t *testing.T) {
 		}
 	}
 }
+
+func TestSubArgs(t *testing.T) {
+	valued := map[string]string{"--pid-file": "pid-file", "--process": "process", "--p": "process"}
+	bools := map[string]string{"--detach": "detach", "--no-pivot": ""}
+	for _, tc := range []struct {
+		args  []string
+		ok    bool
+		flags map[string]string
+		pos   []string
+	}{
+		{[]string{"--detach", "--pid-file", "/p", "--process=/x.json", "t1"}, true,
+			map[string]string{"detach": "true", "pid-file": "/p", "process": "/x.json"}, []string{"t1"}},
+		{[]string{"-p", "/x.json", "-detach=false", "--no-pivot", "t1"}, true,
+			map[string]string{"detach": "false", "process": "/x.json"}, []string{"t1"}},
+		{[]string{"--console-socket", "/s", "t1"}, false, nil, nil},
+		{[]string{"t1", "--pid-file"}, false, nil, nil},
+		{[]string{"t1", "sh", "-c"}, false, nil, nil},
+	} {
+		flags, pos, ok := subArgs(tc.args, valued, bools)
+		if ok != tc.ok || (ok && (!reflect.DeepEqual(flags, tc.flags) || !reflect.DeepEqual(pos, tc.pos))) {
+			t.Errorf("subArgs(%q) = %v, %q, %v; want %v, %q, %v", tc.args, flags, pos, ok, tc.flags, tc.pos, tc.ok)
+		}
+	}
+}
