@@ -24,7 +24,13 @@ import (
 // startPool runs `gvx pool serve` with a pool of size until the test ends.
 func startPool(t *testing.T, size int) *harness.Pool {
 	t.Helper()
-	p, err := harness.StartPool(context.Background(), e.gvxBin, t.TempDir(), size)
+	return startPoolWith(t, size, "")
+}
+
+// startPoolWith is startPool with more of the [pool] section's TOML.
+func startPoolWith(t *testing.T, size int, extra string) *harness.Pool {
+	t.Helper()
+	p, err := harness.StartPoolWithConfig(context.Background(), e.gvxBin, t.TempDir(), size, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,17 +417,7 @@ func TestPoolOOM(t *testing.T) {
 // startImagePool runs an image pool of size on the test image.
 func startImagePool(t *testing.T, size int) *harness.Pool {
 	t.Helper()
-	extra := fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", busybox, e.Socket(), testNS)
-	p, err := harness.StartPoolWithConfig(context.Background(), e.gvxBin, t.TempDir(), size, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return p
+	return startPoolWith(t, size, fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", busybox, e.Socket(), testNS))
 }
 
 // asProcess reports whether task id started as a process in its pool
