@@ -463,6 +463,12 @@ func TestPoolImage(t *testing.T) {
 			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.script, r.code, tc.want, r.stderr)
 		}
 	}
+	// The spec's user, working directory and environment are the process's.
+	r, err := e.ctrResult(context.Background(), append(append([]string{"run", "--rm"}, cfgArgs...),
+		"--user", "1000:1001", "--cwd", "/tmp", "--env", "EPISODE=7", busybox, "img2", "sh", "-c", `echo $(id -u) $(id -g) $(pwd) $EPISODE`)...)
+	if err != nil || r.code != 0 || strings.TrimSpace(r.stdout) != "1000 1001 /tmp 7" {
+		t.Errorf("user/cwd/env: exit %d stdout %q stderr %q (%v), want \"1000 1001 /tmp 7\"", r.code, r.stdout, r.stderr, err)
+	}
 
 	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
 		t.Fatal(err)
