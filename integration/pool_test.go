@@ -587,3 +587,31 @@ func TestPoolImageExec(t *testing.T) {
 	cont := newContainerWith(t, c, ctx, img, "imgx1", &runtimeoptions.Options{ConfigPath: p.Config}, coci.WithProcessArgs("sleep", "600"))
 	checkExecs(t, ctx, cont, "gvx-runtime-wait")
 }
+
+// TestPoolImageServerRestart: an image pool server killed with SIGKILL
+// leaves its image mounted and its lease; the next server of that socket
+// takes them over (its own lease first, then the old one's deletion), and
+// stopping it leaves no lease and no mount.
+func TestPoolImageServerRestart(t *testing.T) {
+	c, ctx, _ := clientEnv(t)
+	checkNoLeaks(t)
+	p := startImagePool(t, 1)
+	p.Kill()
+	if ls, err := c.LeasesService().List(ctx); err != nil || len(ls) != 1 {
+		t.Fatalf("leases of the killed server: %+v (%v), want one", ls, err)
+	}
+	q, err := harness.ServePool(context.Background(), e.gvxBin, p.Config, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := c.LeasesService().List(ctx)
+	if err != nil || len(ls) != 1 {
+		t.Errorf("leases with the new server: %+v (%v), want only its own", ls, err)
+	}
+	if err := q.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := c.LeasesService().List(ctx); err != nil || len(ls) != 0 {
+		t.Errorf("leases after the pool stopped: %+v (%v), want none", ls, err)
+	}
+}
