@@ -18,15 +18,17 @@ const (
 	sentryFlagsName = "gvx-sentry-flags" // gvx-sentry's launcher.FlagsFile
 )
 
-// taskSentry creates dir (traverse-only) with a link to sentry — or to
-// gvx-runtime, its front, when that is installed beside it — and the task's
-// flags, and returns the link's path.
-func taskSentry(dir, sentry, flags string) (string, error) {
+// taskSentry creates dir (traverse-only) with a link to sentry — or, if
+// useFront, to gvx-runtime, its front, when that is installed beside it —
+// and the task's flags, and returns the link's path. The front answers some
+// calls of tasks in a running sandbox without starting gvx-sentry, and
+// costs every other call ≈ 1 ms: only such tasks use it.
+func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", fmt.Errorf("create task dir %s: %w", dir, err)
 	}
 	target := sentry
-	if front := filepath.Join(filepath.Dir(sentry), config.RuntimeName); isExecutable(front) {
+	if front := filepath.Join(filepath.Dir(sentry), config.RuntimeName); useFront && isExecutable(front) {
 		target = front
 	}
 	link := filepath.Join(dir, sentryLinkName)

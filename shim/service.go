@@ -234,7 +234,9 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	}
 	flags := strings.Join(flagList, " ")
 	ts.binDir = sentryRoot(cfg.SentryRoot(), r.ID)
-	binary, err := taskSentry(ts.binDir, sentry, flags)
+	// Tasks in a running sandbox (an adopted pool sandbox, a pod's
+	// application containers) have monitors gvx-runtime talks to.
+	binary, err := taskSentry(ts.binDir, sentry, flags, ts.pool != nil || role == oci.RoleContainer)
 	if err != nil {
 		return nil, err
 	}

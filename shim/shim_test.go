@@ -129,12 +129,23 @@ func TestPoolBlocker(t *testing.T) {
 
 func TestTaskSentry(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "task1")
-	link, err := taskSentry(dir, "/usr/local/bin/gvx-sentry", "--network=none")
+	bin := t.TempDir()
+	sentry, front := filepath.Join(bin, "gvx-sentry"), filepath.Join(bin, "gvx-runtime")
+	for _, f := range []string{sentry, front} {
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link, err := taskSentry(filepath.Join(t.TempDir(), "other"), sentry, "", true)
+	if target, _ := os.Readlink(link); err != nil || target != front {
+		t.Errorf("task in a running sandbox: link -> %q (%v), want gvx-runtime", target, err)
+	}
+	link, err = taskSentry(dir, sentry, "--network=none", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if target, err := os.Readlink(link); err != nil || target != "/usr/local/bin/gvx-sentry" {
-		t.Errorf("link %s -> %q (%v)", link, target, err)
+	if target, err := os.Readlink(link); err != nil || target != sentry {
+		t.Errorf("link %s -> %q (%v), want gvx-sentry", link, target, err)
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, sentryFlagsName)); err != nil || string(data) != "--network=none" {
 		t.Errorf("flags %q (%v)", data, err)
