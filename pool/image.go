@@ -2,31 +2,37 @@ package pool
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
-	"github.com/opencontainers/image-spec/identity"
 	"golang.org/x/sys/unix"
-
-	"github.com/gvxrun/gvx/config"
-	"github.com/gvxrun/gvx/oci"
 )
 
-// leaseLabel on a containerd lease names the pool directory whose server
-// holds it.
-const leaseLabel = "dev.gvx.pool"
+// Image is an image pool's image (package poolimage opens one): the root
+// filesystem, at Dir, of every pool sandbox's root container, with
+// gvx-pause at PauseInImage.
+type Image interface {
+	// Ref is the image's reference, Dir where it is mounted and Layers its
+	// layer directories (Layers), topmost first.
+	Ref() string
+	Dir() string
+	Layers() []string
+	// Close unmounts it; keepLayers keeps what protects its layers from
+	// garbage collection (sandboxes handed out still run on them).
+	Close(ctx context.Context, keepLayers bool)
+}
+
+// ImageOpener opens cfg-style image pools: the image named by the pool's
+// config, mounted at dir with the gvx-pause binary at pause added as
+// PauseInImage. The server gets one from its caller (`gvx pool serve`), so
+// that this package — which the shim imports — does not depend on the
+// containerd client.
+type ImageOpener func(ctx context.Context, dir, pause string) (Image, error)
+
+// ImageUpperSuffix names the directory beside an image mount that holds
+// the overlay's upper and work directories.
+const ImageUpperSuffix = "-rw"
 
 // Layers returns the read-only layer directories of a root filesystem given
 // as containerd mounts, topmost first: an overlay's lowerdirs (its upper
@@ -64,175 +70,11 @@ func hasOption(opts []string, o string) bool {
 	return false
 }
 
-// image is the pool's image, mounted read-only (idmapped to the sandboxes'
-// host ids) as the root filesystem of every pool sandbox's root container.
-// A containerd lease on its top layer snapshot keeps the layers from
-// garbage collection while sandboxes use them.
-type image struct {
-	ref    string
-	dir    string
-	layers []string
-	client *client.Client
-	ns     string
-	lease  string
-}
-
-// openImage looks cfg's pool image up in containerd (unpacking it when it
-// is not), leases its layers and mounts them at dir, with the gvx-pause
-// binary at pause added as pauseInImage.
-func openImage(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, retErr error) {
-	p := cfg.Pool
-	c, err := client.New(p.Containerd, client.WithDefaultNamespace(p.Namespace), client.WithTimeout(10*time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("pool.image %q: connect to containerd at %s (pool.containerd): %w", p.Image, p.Containerd, err)
-	}
-	im := &image{ref: p.Image, dir: dir, client: c, ns: p.Namespace}
-	defer func() {
-		if retErr != nil {
-			im.close(context.WithoutCancel(ctx), false)
-		}
-	}()
-	ctx = namespaces.WithNamespace(ctx, p.Namespace)
-	img, err := c.GetImage(ctx, p.Image)
-	if err != nil {
-		return nil, fmt.Errorf("pool.image %q in containerd namespace %q: %w (pull or import it first, e.g. `ctr -n %s images import`)", p.Image, p.Namespace, err, p.Namespace)
-	}
-	unpacked, err := img.IsUnpacked(ctx, p.Snapshotter)
-	if err != nil {
-		return nil, fmt.Errorf("pool.image %q: %w", p.Image, err)
-	}
-	if !unpacked {
-		log.G(ctx).Infof("gvx pool: unpacking %s for snapshotter %s", p.Image, p.Snapshotter)
-		if err := img.Unpack(ctx, p.Snapshotter); err != nil {
-			return nil, fmt.Errorf("pool.image %q: unpack for %s: %w", p.Image, p.Snapshotter, err)
-		}
-	}
-	diffIDs, err := img.RootFS(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pool.image %q: layers: %w", p.Image, err)
-	}
-	chain := identity.ChainID(diffIDs).String()
-
-	// A new lease first, then the previous server's go (it may have been
-	// killed): the layers are never unprotected.
-	var rnd [6]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, err
-	}
-	ls := c.LeasesService()
-	lease, err := ls.Create(ctx, leases.WithID("gvx-pool-"+hex.EncodeToString(rnd[:])), leases.WithLabel(leaseLabel, cfg.PoolDir()))
-	if err != nil {
-		return nil, fmt.Errorf("pool.image %q: lease: %w", p.Image, err)
-	}
-	im.lease = lease.ID
-	if err := ls.AddResource(ctx, lease, leases.Resource{ID: chain, Type: "snapshots/" + p.Snapshotter}); err != nil {
-		return nil, fmt.Errorf("pool.image %q: lease its layers: %w", p.Image, err)
-	}
-	im.deleteLeases(ctx, cfg.PoolDir(), lease.ID)
-
-	// The layers' mounts, as a view would have them: the view itself is
-	// removed at once, its mounts name only the image's committed layers.
-	sn := c.SnapshotService(p.Snapshotter)
-	lctx := leases.WithLease(ctx, lease.ID)
-	key := lease.ID + "-view"
-	mounts, err := sn.View(lctx, key, chain)
-	if err != nil {
-		return nil, fmt.Errorf("pool.image %q: view of its layers: %w", p.Image, err)
-	}
-	if err := sn.Remove(lctx, key); err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx pool: remove view %s", key)
-	}
-	im.layers = Layers(mounts)
-	if im.layers == nil {
-		return nil, fmt.Errorf("pool.image %q: snapshotter %s gives its layers as %+v, not as an overlay or a read-only bind mount: use the overlayfs snapshotter (pool.snapshotter)", p.Image, p.Snapshotter, mounts)
-	}
-	// The layers under an upper directory of the pool's own that holds
-	// gvx-pause: the root container's init needs a file on the image, and
-	// the sandbox's gofer cannot make a mount point in read-only layers.
-	// The sandboxes never write to it (their writes go to their memory).
-	unmountImage(dir)
-	upper, work := dir+upperSuffix+"/upper", dir+upperSuffix+"/work"
-	_ = os.RemoveAll(dir + upperSuffix)
-	for _, d := range []string{dir, upper, work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("pool.image: create %s: %w", d, err)
-		}
-	}
-	if err := copyFile(pause, filepath.Join(upper, strings.TrimPrefix(pauseInImage, "/")), 0o755); err != nil {
-		return nil, fmt.Errorf("pool.image: install %s: %w", config.PauseName, err)
-	}
-	m := oci.Mapping{HostUID: cfg.UserNS.HostUID, HostGID: cfg.UserNS.HostGID, Size: cfg.UserNS.Size}
-	opts := []string{"index=off", "lowerdir=" + strings.Join(im.layers, ":"), "upperdir=" + upper, "workdir=" + work}
-	root := mount.Mount{Type: "overlay", Source: "overlay", Options: append(opts, m.IDMapOptions()...)}
-	if err := mount.All([]mount.Mount{root}, dir); err != nil {
-		return nil, fmt.Errorf("pool.image %q: mount its layers at %s (idmapped to host uid %d): %w", p.Image, dir, m.HostUID, err)
-	}
-	log.G(ctx).Infof("gvx pool: image %s (%d layers) mounted at %s", p.Image, len(im.layers), dir)
-	return im, nil
-}
-
-// deleteLeases deletes this pool's leases other than keep: those of a
-// server that was killed or stopped while its sandboxes still ran.
-func (im *image) deleteLeases(ctx context.Context, owner, keep string) {
-	ls := im.client.LeasesService()
-	all, err := ls.List(ctx, fmt.Sprintf("labels.%q==%q", leaseLabel, owner))
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("gvx pool: list leases")
-		return
-	}
-	for _, l := range all {
-		if l.ID == keep {
-			continue
-		}
-		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
-			log.G(ctx).WithError(err).Warnf("gvx pool: delete lease %s", l.ID)
-		} else {
-			log.G(ctx).Infof("gvx pool: deleted lease %s of an earlier server", l.ID)
-		}
-	}
-}
-
-// upperSuffix names the directory beside the image mount that holds the
-// overlay's upper and work directories.
-const upperSuffix = "-rw"
-
-// copyFile copies src to dst (created with mode).
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
-// close unmounts the image (sandboxes booted on it keep their own mount of
-// it) and, unless keepLease (claimed sandboxes still run on its layers),
-// deletes the lease: the next server's start deletes a kept one.
-func (im *image) close(ctx context.Context, keepLease bool) {
-	unmountImage(im.dir)
-	if im.lease != "" && !keepLease {
-		ctx = namespaces.WithNamespace(ctx, im.ns)
-		if err := im.client.LeasesService().Delete(ctx, leases.Lease{ID: im.lease}); err != nil && !errdefs.IsNotFound(err) {
-			log.G(ctx).WithError(err).Warnf("gvx pool: delete lease %s", im.lease)
-		}
-	}
-	_ = im.client.Close()
-}
-
-// unmountImage detaches every mount at dir and removes dir and its upper
+// UnmountImage detaches every mount at dir and removes dir and its upper
 // directory.
-func unmountImage(dir string) {
+func UnmountImage(dir string) {
 	for unix.Unmount(dir, unix.MNT_DETACH) == nil {
 	}
 	_ = os.Remove(dir)
-	_ = os.RemoveAll(dir + upperSuffix)
+	_ = os.RemoveAll(dir + ImageUpperSuffix)
 }

@@ -170,6 +170,20 @@ func TestNewServerErrors(t *testing.T) {
 	if s, err := NewServer(cfg, sentry); err != nil || s.Class() != Class(cfg, sentry) {
 		t.Errorf("NewServer: %v", err)
 	}
+	// An image pool needs an image opener (gvx pool serve sets one).
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Pool.Image = "gvx.test/busybox:latest"
+	s, err := NewServer(cfg, sentry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Serve(context.Background()); err == nil || !strings.Contains(err.Error(), "pool.image") {
+		t.Errorf("image pool without an opener: %v, want an error naming pool.image", err)
+	}
+	s.OpenImage = func(context.Context, string, string) (Image, error) { return nil, errors.New("no such image") }
+	if err := s.Serve(context.Background()); err == nil || !strings.Contains(err.Error(), "no such image") {
+		t.Errorf("image pool whose image does not open: %v", err)
+	}
 }
 
 func TestLayers(t *testing.T) {

@@ -194,7 +194,7 @@ func removePoolDir(dir string) {
 			return
 		}
 	}
-	unmountImage(filepath.Join(dir, imageDir))
+	UnmountImage(filepath.Join(dir, imageDir))
 	_ = os.RemoveAll(filepath.Join(dir, rootfsDir))
 	_ = os.Remove(dir)
 	_ = os.Remove(filepath.Dir(dir)) // the pools' directory, once empty
@@ -260,9 +260,9 @@ func rootSpec(cfg config.Config, rootfs, cgroup string) *specs.Spec {
 	}
 }
 
-// pauseInImage is where the pause binary is in an image pool's root
+// PauseInImage is where the pause binary is in an image pool's root
 // container.
-const pauseInImage = "/.gvx-pause"
+const PauseInImage = "/.gvx-pause"
 
 // imageRootSpec is the spec of an image pool sandbox's root container:
 // gvx-pause (added to the image's mount, see openImage) on the image, with
@@ -271,7 +271,7 @@ const pauseInImage = "/.gvx-pause"
 func imageRootSpec(cfg config.Config, image, cgroup string) *specs.Spec {
 	s := rootSpec(cfg, image, cgroup)
 	s.Root.Readonly = false // writes go to the sandbox's memory
-	s.Process.Args = []string{pauseInImage}
+	s.Process.Args = []string{PauseInImage}
 	s.Mounts = StandardMounts()
 	return s
 }

@@ -44,7 +44,10 @@ type Server struct {
 	pause  string // gvx-pause binary on the host
 	class  string
 	flags  string
-	image  *image // the image sandboxes boot on (nil: gvx-pause alone)
+	image  Image // the image sandboxes boot on (nil: gvx-pause alone)
+	// OpenImage opens the image of an image pool ([pool] image); the
+	// caller sets it (poolimage.Opener).
+	OpenImage ImageOpener
 
 	mu      sync.Mutex
 	ready   []*Sandbox
@@ -94,7 +97,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		return err
 	}
 	if s.cfg.Pool.Image != "" {
-		im, err := openImage(ctx, s.cfg, filepath.Join(dir, imageDir), s.pause)
+		if s.OpenImage == nil {
+			return fmt.Errorf("pool.image %q: this pool server cannot open images (no image opener)", s.cfg.Pool.Image)
+		}
+		im, err := s.OpenImage(ctx, filepath.Join(dir, imageDir), s.pause)
 		if err != nil {
 			return err
 		}
@@ -168,9 +174,9 @@ func (s *Server) closeImage(ctx context.Context) {
 	}
 	running := claimedRunning(s.cfg.PoolDir())
 	if running > 0 {
-		log.G(ctx).Infof("gvx pool: %d claimed sandboxes still run on %s: keeping lease %s (the next `gvx pool serve` deletes it)", running, s.image.ref, s.image.lease)
+		log.G(ctx).Infof("gvx pool: %d claimed sandboxes still run on %s: keeping its lease (the next `gvx pool serve` deletes it)", running, s.image.Ref())
 	}
-	s.image.close(ctx, running > 0)
+	s.image.Close(ctx, running > 0)
 	s.image = nil
 }
 
@@ -376,8 +382,8 @@ func (s *Server) boot(ctx context.Context) (_ *Sandbox, retErr error) {
 	}
 	spec := rootSpec(s.cfg, filepath.Join(s.cfg.PoolDir(), rootfsDir), sb.Cgroup)
 	if s.image != nil {
-		spec = imageRootSpec(s.cfg, s.image.dir, sb.Cgroup)
-		sb.Image, sb.Layers = s.image.ref, s.image.layers
+		spec = imageRootSpec(s.cfg, s.image.Dir(), sb.Cgroup)
+		sb.Image, sb.Layers = s.image.Ref(), s.image.Layers()
 	}
 	if _, err := oci.Prepare(spec, s.cfg); err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/pool"
+	"github.com/gvxrun/gvx/pool/poolimage"
 )
 
 // poolCommand is `gvx pool …`.
@@ -62,6 +63,7 @@ func poolServeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			srv.OpenImage = poolimage.Opener(cfg)
 			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return srv.Serve(ctx)
