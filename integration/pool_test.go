@@ -615,3 +615,13 @@ func TestPoolImageServerRestart(t *testing.T) {
 		t.Errorf("leases after the pool stopped: %+v (%v), want none", ls, err)
 	}
 }
+
+// TestPoolImagePauseResumeUpdate: pause, resume and update of a task
+// started as a process in an image pool's sandbox act on its sandbox.
+func TestPoolImagePauseResumeUpdate(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	p := startImagePool(t, 1)
+	cont := newContainerWith(t, c, ctx, img, "imgpr1", &runtimeoptions.Options{ConfigPath: p.Config}, coci.WithProcessArgs("sleep", "60"))
+	checkPauseResumeUpdate(t, ctx, cont)
+}

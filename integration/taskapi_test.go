@@ -296,7 +296,13 @@ func TestHooks(t *testing.T) {
 func TestPauseResumeUpdate(t *testing.T) {
 	c, ctx, img := clientEnv(t)
 	checkNoLeaks(t)
-	cont := newContainer(t, c, ctx, img, "pr1", coci.WithProcessArgs("sleep", "60"))
+	checkPauseResumeUpdate(t, ctx, newContainer(t, c, ctx, img, "pr1", coci.WithProcessArgs("sleep", "60")))
+}
+
+// checkPauseResumeUpdate starts cont's task, pauses and resumes it and
+// updates its memory limit.
+func checkPauseResumeUpdate(t *testing.T, ctx context.Context, cont client.Container) {
+	t.Helper()
 	task, err := cont.NewTask(ctx, cio.NullIO)
 	if err != nil {
 		t.Fatal(err)

@@ -251,6 +251,9 @@ func rootSpec(cfg config.Config, rootfs, cgroup string) *specs.Spec {
 		Root:     &specs.Root{Path: rootfs, Readonly: true},
 		Hostname: "gvx-pool",
 		Linux: &specs.Linux{
+			// Never nil: runsc's update of the root container (on behalf
+			// of a task started in it) dereferences the spec's resources.
+			Resources:   &specs.LinuxResources{},
 			CgroupsPath: cgroup,
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},

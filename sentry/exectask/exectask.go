@@ -13,7 +13,7 @@
 //     to the sandbox's uid, waits for it and exits with its status.
 //   - kill signals that process (or, with --all, every process in the
 //     sandbox); delete destroys the whole sandbox, which was the task's
-//     alone; exec, ps, pause, resume, state and events are the sandbox root
+//     alone; exec, ps, pause, resume, update, state and events are the sandbox root
 //     container's, whose id replaces the task's on the command line.
 //
 // The process is not pid 1 in the sandbox (gvx-pause is), and the
@@ -124,6 +124,8 @@ func Rewrite(c argv.Command) ([]string, bool) {
 		sc = new(cmd.State)
 	case "events":
 		sc = new(cmd.Events)
+	case "update":
+		sc = new(cmd.Update)
 	default:
 		return nil, false
 	}
