@@ -625,3 +625,13 @@ func TestPoolImagePauseResumeUpdate(t *testing.T) {
 	cont := newContainerWith(t, c, ctx, img, "imgpr1", &runtimeoptions.Options{ConfigPath: p.Config}, coci.WithProcessArgs("sleep", "60"))
 	checkPauseResumeUpdate(t, ctx, cont)
 }
+
+// TestPoolImageStdin: stdin reaches a task started as a process in an image
+// pool's sandbox, and CloseIO ends it.
+func TestPoolImageStdin(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	p := startImagePool(t, 1)
+	checkStdinClose(t, ctx, newContainerWith(t, c, ctx, img, "imgio1", &runtimeoptions.Options{ConfigPath: p.Config},
+		coci.WithProcessArgs("sh", "-c", "cat; echo to-stderr >&2")))
+}
