@@ -12,6 +12,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 )
 
 // Bins says where the binaries live (the Makefile's cached builds).
@@ -121,6 +124,7 @@ state = "%[1]s/state"
 // left below it.
 func (c *Containerd) Close() {
 	if c.cmd != nil && c.cmd.Process != nil {
+		c.removeTasks()
 		_ = c.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-c.done:
@@ -140,6 +144,37 @@ func (c *Containerd) Close() {
 	for d := range topCgroups() {
 		if !c.cgroups[d] {
 			_ = os.Remove(d)
+		}
+	}
+}
+
+// removeTasks kills and deletes what a test left running (one that failed
+// half-way): shims outlive containerd by design, and would keep their
+// sandboxes and mounts after the harness has gone.
+func (c *Containerd) removeTasks() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New(c.Socket(), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	nss, err := cl.NamespaceService().List(ctx)
+	if err != nil {
+		return
+	}
+	for _, ns := range nss {
+		nctx := namespaces.WithNamespace(ctx, ns)
+		conts, err := cl.Containers(nctx)
+		if err != nil {
+			continue
+		}
+		for _, cont := range conts {
+			if task, err := cont.Task(nctx, nil); err == nil {
+				fmt.Fprintf(os.Stderr, "harness: removing task %s/%s a test left behind\n", ns, cont.ID())
+				_, _ = task.Delete(nctx, client.WithProcessKill)
+			}
+			_ = cont.Delete(nctx, client.WithSnapshotCleanup)
 		}
 	}
 }
