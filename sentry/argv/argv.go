@@ -32,6 +32,14 @@ func Parse(args []string) (Command, bool) {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	config.RegisterFlags(fs)
+	// The global flags runsc's command line package registers itself
+	// (runsc/cli): the boot and gofer processes get the log fds.
+	for _, name := range []string{"log-fd", "debug-log-fd", "panic-log-fd", "coverage-fd"} {
+		fs.Int(name, -1, "")
+	}
+	for _, name := range []string{"help", "h", "version"} {
+		fs.Bool(name, false, "")
+	}
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() == 0 {
 		return Command{}, false
 	}

@@ -17,6 +17,9 @@ func TestParse(t *testing.T) {
 			Command{Globals: []string{"gvx-sentry", "--root=/r"}, Sub: "start", Rest: []string{"c1"}, Root: "/r"}, true},
 		{[]string{"gvx-sentry", "exec", "--detach", "c1"},
 			Command{Globals: []string{"gvx-sentry"}, Sub: "exec", Rest: []string{"--detach", "c1"}}, true},
+		// The Sentry's own command line, as runsc re-executes itself.
+		{[]string{"runsc-sandbox", "--root=/r", "--network=none", "--debug-log-fd=3", "boot", "--bundle=/b", "sb1"},
+			Command{Globals: []string{"runsc-sandbox", "--root=/r", "--network=none", "--debug-log-fd=3"}, Sub: "boot", Rest: []string{"--bundle=/b", "sb1"}, Root: "/r"}, true},
 		{[]string{"gvx-sentry", "--root", "/r"}, Command{}, false},
 		{[]string{"gvx-sentry", "--no-such-flag", "start"}, Command{}, false},
 	} {

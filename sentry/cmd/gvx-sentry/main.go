@@ -55,7 +55,7 @@ func main() {
 	if ok {
 		// A task started as a process in a running sandbox: commands that
 		// act on the sandbox on its behalf get the sandbox's id.
-		if rewritten, ok := exectask.Rewrite(c); ok {
+		if rewritten, isTask := exectask.Rewrite(c); isTask {
 			args = rewritten
 			c, ok = argv.Parse(args)
 		}
@@ -81,8 +81,10 @@ func main() {
 		cli.Run(nil, cmds, nil)
 		return
 	}
-	// The boot subcommand runs the Sentry in this process.
-	compat.Install()
+	if ok && c.Sub == "boot" {
+		// The Sentry runs in this process.
+		compat.Install()
+	}
 	maincli.Main()
 }
 
