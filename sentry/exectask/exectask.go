@@ -276,7 +276,6 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 			x.proc = spec.Process // an exec's default capabilities
 		}
 	}
-	x.uid, x.gid = sandboxctl.HostRoot(sb.Spec)
 	sandboxctl.DropPrivileges(sb.Spec)
 	go x.serve(ln)
 	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
@@ -302,7 +301,6 @@ type execServer struct {
 	control   string // the sandbox's control socket
 	proc      *specs.Process
 	enableRaw bool
-	uid, gid  int
 	exec      *urpc.Client
 	signal    *urpc.Client
 }
@@ -356,7 +354,7 @@ func (x *execServer) answer(req monitor.Request, files []*os.File) monitor.Reply
 		if err := x.exec.Call(boot.ContMgrExecuteAsync, e, &pid); err != nil {
 			return monitor.Reply{Error: fmt.Sprintf("executing %q in sandbox %s: %v", req.Process.Args, x.cid, err)}
 		}
-		return monitor.Reply{Pid: pid, Control: x.control, UID: x.uid, GID: x.gid}
+		return monitor.Reply{Pid: pid, Control: x.control}
 	case monitor.OpWait:
 		if len(files) != 1 {
 			return monitor.Reply{Error: "wait: want the sandbox connection"}

@@ -129,15 +129,24 @@ func listen(path string) (*net.UnixListener, error) {
 
 // Dial connects to the start socket of container id's monitor in root.
 func Dial(root, id string) (*net.UnixConn, error) {
-	// The socket path may exceed sun_path; connect through an O_PATH fd.
-	fd, err := unix.Open(SocketPath(root, id), unix.O_PATH|unix.O_CLOEXEC, 0)
+	conn, err := DialPath(SocketPath(root, id))
 	if err != nil {
-		return nil, fmt.Errorf("monitor socket: %w", err)
+		return nil, fmt.Errorf("monitor %w", err)
+	}
+	return conn, nil
+}
+
+// DialPath connects to the unix socket at path, which may exceed sun_path
+// (it connects through an O_PATH descriptor of the socket).
+func DialPath(path string) (*net.UnixConn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
 	}
 	defer unix.Close(fd)
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("connect to monitor: %w", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	return conn, nil
 }
@@ -168,12 +177,10 @@ type Request struct {
 // Reply answers a Request.
 type Reply struct {
 	Error string `json:"error,omitempty"`
-	// Pid is an exec's guest pid; Control the sandbox's control socket and
-	// UID/GID its host credentials, for the exec's waiter.
+	// Pid is an exec's guest pid; Control the sandbox's control socket,
+	// for the exec's waiter.
 	Pid     int32  `json:"pid,omitempty"`
 	Control string `json:"control,omitempty"`
-	UID     int    `json:"uid,omitempty"`
-	GID     int    `json:"gid,omitempty"`
 	// Status is a wait's status (unix.WaitStatus).
 	Status uint32 `json:"status,omitempty"`
 }

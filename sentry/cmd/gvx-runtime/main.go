@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -179,7 +178,7 @@ func (c command) kill() (bool, error) {
 		name = c.args[1]
 	}
 	sig, err := monitor.ParseSignal(name)
-	if err != nil || !record.Exists(c.root, id) || !monitor.Has(c.root, id) {
+	if err != nil {
 		return false, nil
 	}
 	r, err := record.Load(c.root, id)
@@ -208,8 +207,12 @@ func (c command) exec() (bool, error) {
 		return false, nil // a command line, a console socket, preserved fds, …
 	}
 	id, pidFile, process, detach := ids[0], flags["pid-file"], flags["process"], flags["detach"] == "true"
-	if !detach || pidFile == "" || process == "" || !record.Exists(c.root, id) || !monitor.Has(c.root, id) {
+	if !detach || pidFile == "" || process == "" {
 		return false, nil
+	}
+	r, err := record.Load(c.root, id)
+	if err != nil {
+		return false, nil // not such a task
 	}
 	data, err := os.ReadFile(process)
 	if err != nil {
@@ -217,10 +220,6 @@ func (c command) exec() (bool, error) {
 	}
 	var p specs.Process
 	if err := json.Unmarshal(data, &p); err != nil || p.Terminal {
-		return false, nil
-	}
-	r, err := record.Load(c.root, id)
-	if err != nil {
 		return false, nil
 	}
 	spec, err := bundle.ReadSpec(r.Bundle)
@@ -244,7 +243,7 @@ func (c command) exec() (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("exec in task %s: %w", id, err)
 	}
-	waiter, err := spawnWaiter(c.root, id, reply)
+	waiter, err := spawnWaiter(c.root, id, reply, uid, gid)
 	if err == nil {
 		err = bundle.WritePidFile(pidFile, waiter.Pid)
 	}
@@ -263,9 +262,15 @@ func (c command) exec() (bool, error) {
 const waitCommand = "gvx-runtime-wait"
 
 // spawnWaiter starts the waiter of exec'd guest process reply.Pid, with a
-// connection to the sandbox's control socket opened here (as root) for it.
-func spawnWaiter(root, id string, reply *monitor.Reply) (*os.Process, error) {
-	ctl, err := dialControl(reply.Control)
+// connection to the sandbox's control socket opened here (as root) for it;
+// it drops to host uid and gid.
+func spawnWaiter(root, id string, reply *monitor.Reply, uid, gid int) (*os.Process, error) {
+	conn, err := monitor.DialPath(reply.Control)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox control %w", err)
+	}
+	ctl, err := conn.File()
+	conn.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -274,29 +279,13 @@ func spawnWaiter(root, id string, reply *monitor.Reply) (*os.Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := exec.Command(self, waitCommand, root, id, strconv.Itoa(int(reply.Pid)), strconv.Itoa(reply.UID), strconv.Itoa(reply.GID))
+	w := exec.Command(self, waitCommand, root, id, strconv.Itoa(int(reply.Pid)), strconv.Itoa(uid), strconv.Itoa(gid))
 	w.ExtraFiles = []*os.File{ctl}
 	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("start waiter: %w", err)
 	}
 	return w.Process, nil
-}
-
-// dialControl connects to a sandbox's control socket (whose path may exceed
-// sun_path) and returns the connection as a file.
-func dialControl(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox control socket: %w", err)
-	}
-	defer unix.Close(fd)
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("connect to sandbox: %w", err)
-	}
-	defer conn.Close()
-	return conn.File()
 }
 
 // waitMain is the waiter (gvx-runtime-wait root id pid uid gid, the
