@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -55,19 +56,10 @@ func Layers(mounts []mount.Mount) []string {
 				layers = append(layers, strings.TrimPrefix(o, "lowerdir+="))
 			}
 		}
-	case m.Type == "bind" && hasOption(m.Options, "ro"):
+	case m.Type == "bind" && slices.Contains(m.Options, "ro"):
 		layers = []string{m.Source}
 	}
 	return layers
-}
-
-func hasOption(opts []string, o string) bool {
-	for _, x := range opts {
-		if x == o {
-			return true
-		}
-	}
-	return false
 }
 
 // UnmountImage detaches every mount at dir and removes dir and its upper

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/log"
@@ -32,7 +33,7 @@ func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci
 	mounts := make([]mount.Mount, 0, len(rootfs))
 	for _, rm := range rootfs {
 		opts := append([]string{}, rm.Options...)
-		if rm.Type == "overlay" || rm.Type == "bind" || hasOpt(opts, "bind") || hasOpt(opts, "rbind") {
+		if rm.Type == "overlay" || rm.Type == "bind" || slices.Contains(opts, "bind") || slices.Contains(opts, "rbind") {
 			opts = append(opts, m.IDMapOptions()...)
 		}
 		mounts = append(mounts, mount.Mount{Type: rm.Type, Source: rm.Source, Target: rm.Target, Options: opts})
@@ -47,7 +48,7 @@ func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci
 		}
 	}()
 	for _, sm := range specMounts {
-		if sm.Type != "bind" && !hasOpt(sm.Options, "bind") && !hasOpt(sm.Options, "rbind") {
+		if sm.Type != "bind" && !slices.Contains(sm.Options, "bind") && !slices.Contains(sm.Options, "rbind") {
 			continue
 		}
 		if err := makeMountPoint(target, sm.Destination, sm.Source); err != nil {
@@ -110,13 +111,4 @@ func makeMountPoint(rootfs, dest, src string) error {
 		return fmt.Errorf("mount point %s: %w", dest, err)
 	}
 	return nil
-}
-
-func hasOpt(opts []string, o string) bool {
-	for _, x := range opts {
-		if x == o {
-			return true
-		}
-	}
-	return false
 }

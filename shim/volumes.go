@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/containerd/log"
@@ -117,22 +118,22 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string, root
 // the host: like a volume, gvx-sentry mounts it at target inside the
 // sandbox's private mount namespace.
 func ext4Rootfs(rootfs []*typesMount, target string) *sentryVolume {
-	if len(rootfs) != 1 || rootfs[0].Type != "ext4" || !hasOpt(rootfs[0].Options, "loop") || !filepath.IsAbs(rootfs[0].Source) {
+	if len(rootfs) != 1 || rootfs[0].Type != "ext4" || !slices.Contains(rootfs[0].Options, "loop") || !filepath.IsAbs(rootfs[0].Source) {
 		return nil
 	}
-	return &sentryVolume{Image: rootfs[0].Source, Staging: target, ReadOnly: hasOpt(rootfs[0].Options, "ro")}
+	return &sentryVolume{Image: rootfs[0].Source, Staging: target, ReadOnly: slices.Contains(rootfs[0].Options, "ro")}
 }
 
 // volumeMount reports whether m is an ext4lite volume, and read-only.
 func volumeMount(ctx context.Context, m specs.Mount) (isVolume, readOnly bool, err error) {
-	readOnly = hasOpt(m.Options, "ro")
+	readOnly = slices.Contains(m.Options, "ro")
 	switch {
 	case m.Type == "ext4":
 		if !filepath.IsAbs(m.Source) {
 			return false, false, fmt.Errorf("volume for %s: source %q must be an absolute path to an ext4 image", m.Destination, m.Source)
 		}
 		return true, readOnly, nil
-	case m.Type == "bind" || hasOpt(m.Options, "bind") || hasOpt(m.Options, "rbind"):
+	case m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind"):
 		st, err := os.Stat(m.Source)
 		if err != nil || !st.Mode().IsRegular() {
 			return false, false, nil // directories, devices, missing: gVisor's business
