@@ -25,8 +25,8 @@ type Image interface {
 }
 
 // ImageOpener opens cfg-style image pools: the image named by the pool's
-// config, mounted at dir with the gvx-pause binary at pause added as
-// PauseInImage. The server gets one from its caller (`gvx pool serve`), so
+// config, mounted at dir with the gvx-pause binary at pause (on dir's file
+// system) added as PauseInImage. The server gets one from its caller (`gvx pool serve`), so
 // that this package — which the shim imports — does not depend on the
 // containerd client.
 type ImageOpener func(ctx context.Context, dir, pause string) (Image, error)

@@ -100,7 +100,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		if s.OpenImage == nil {
 			return fmt.Errorf("pool.image %q: this pool server cannot open images (no image opener)", s.cfg.Pool.Image)
 		}
-		im, err := s.OpenImage(ctx, filepath.Join(dir, imageDir), s.pause)
+		// The copy of gvx-pause installRootfs made, on the same file
+		// system as the image's upper directory.
+		im, err := s.OpenImage(ctx, filepath.Join(dir, imageDir), filepath.Join(dir, rootfsDir, strings.TrimPrefix(pauseInGuest, "/")))
 		if err != nil {
 			return err
 		}

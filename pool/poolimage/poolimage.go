@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,15 +124,14 @@ func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, 
 	// gvx-pause: the root container's init needs a file on the image, and
 	// the sandbox's gofer cannot make a mount point in read-only layers.
 	// The sandboxes never write to it (their writes go to their memory).
-	pool.UnmountImage(dir)
+	pool.UnmountImage(dir) // a killed server's, with its upper directory
 	upper, work := dir+pool.ImageUpperSuffix+"/upper", dir+pool.ImageUpperSuffix+"/work"
-	_ = os.RemoveAll(dir + pool.ImageUpperSuffix)
 	for _, d := range []string{dir, upper, work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("pool.image: create %s: %w", d, err)
 		}
 	}
-	if err := copyFile(pause, filepath.Join(upper, strings.TrimPrefix(pool.PauseInImage, "/")), 0o755); err != nil {
+	if err := os.Link(pause, filepath.Join(upper, strings.TrimPrefix(pool.PauseInImage, "/"))); err != nil {
 		return nil, fmt.Errorf("pool.image: install %s: %w", config.PauseName, err)
 	}
 	m := oci.Mapping{HostUID: cfg.UserNS.HostUID, HostGID: cfg.UserNS.HostGID, Size: cfg.UserNS.Size}
@@ -165,24 +163,6 @@ func (im *image) deleteLeases(ctx context.Context, owner, keep string) {
 			log.G(ctx).Infof("gvx pool: deleted lease %s of an earlier server", l.ID)
 		}
 	}
-}
-
-// copyFile copies src to dst (created with mode).
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // Ref implements pool.Image.
