@@ -4,12 +4,18 @@
 package argv
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/runsc/cmd"
+
 	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/sentry/bundle"
 )
 
 // Command is a parsed gvx-sentry command line.
@@ -71,4 +77,33 @@ func Flag(f *flag.FlagSet, name string) string {
 		return fl.Value.String()
 	}
 	return ""
+}
+
+// SubFlags parses c's subcommand arguments with the flags sc defines, as
+// runsc does; nil if they do not parse.
+func (c Command) SubFlags(sc interface{ SetFlags(*flag.FlagSet) }) *flag.FlagSet {
+	f := flag.NewFlagSet(c.Sub, flag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	sc.SetFlags(f)
+	if err := f.Parse(c.Rest); err != nil {
+		return nil
+	}
+	return f
+}
+
+// CreateSpec reads the spec of the bundle that create command line c names
+// (its --bundle, else the working directory).
+func (c Command) CreateSpec() (*specs.Spec, error) {
+	if c.Sub != "create" {
+		return nil, fmt.Errorf("not a create: %s", c.Sub)
+	}
+	f := c.SubFlags(new(cmd.Create))
+	if f == nil {
+		return nil, fmt.Errorf("create: bad arguments %q", c.Rest)
+	}
+	dir := Flag(f, "bundle")
+	if dir == "" {
+		dir = "."
+	}
+	return bundle.ReadSpec(dir)
 }

@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -88,16 +87,8 @@ func Handles(c argv.Command) bool {
 	case MonitorCommand:
 		return true
 	case "create":
-		f := parse(c, new(cmd.Create))
-		if f == nil {
-			return false
-		}
-		dir := argv.Flag(f, "bundle")
-		if dir == "" {
-			dir = "."
-		}
-		spec, err := bundle.ReadSpec(dir)
-		return err == nil && spec.Annotations[Annotation] != ""
+		spec, err := c.CreateSpec()
+		return err == nil && record.IsTask(spec)
 	case "kill":
 		return recorded(c, new(cmd.Kill))
 	case "delete":
@@ -129,7 +120,7 @@ func Rewrite(c argv.Command) ([]string, bool) {
 	default:
 		return nil, false
 	}
-	f := parse(c, sc)
+	f := c.SubFlags(sc)
 	if f == nil || f.NArg() == 0 {
 		return nil, false
 	}
@@ -142,24 +133,11 @@ func Rewrite(c argv.Command) ([]string, bool) {
 	return append(append(append([]string(nil), c.Globals...), c.Sub), rest...), true
 }
 
-// parse parses c's subcommand arguments with sc's flags (nil on error).
-func parse(c argv.Command, sc interface{ SetFlags(*flag.FlagSet) }) *flag.FlagSet {
-	f := flag.NewFlagSet(c.Sub, flag.ContinueOnError)
-	f.SetOutput(io.Discard)
-	sc.SetFlags(f)
-	if err := f.Parse(c.Rest); err != nil {
-		return nil
-	}
-	return f
-}
-
+// recorded reports whether command line c (with sc's flags) names a task
+// recorded in its root.
 func recorded(c argv.Command, sc interface{ SetFlags(*flag.FlagSet) }) bool {
-	f := parse(c, sc)
-	if f == nil || f.NArg() == 0 {
-		return false
-	}
-	_, err := os.Stat(record.Path(c.Root, f.Arg(0)))
-	return err == nil
+	f := c.SubFlags(sc)
+	return f != nil && f.NArg() > 0 && record.Exists(c.Root, f.Arg(0))
 }
 
 // Create records a task and leaves its monitor behind.

@@ -20,7 +20,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -219,25 +218,10 @@ func Handles(c argv.Command) bool {
 	case "start":
 		return len(rest) == 1 && monitor.Has(c.Root, rest[0])
 	case "delete":
-		df := flag.NewFlagSet(sub, flag.ContinueOnError)
-		df.SetOutput(io.Discard)
-		new(cmd.Delete).SetFlags(df)
-		if err := df.Parse(rest); err != nil || df.NArg() != 1 {
-			return false
-		}
-		return deletesHere(c.Root, df.Arg(0))
+		df := c.SubFlags(new(cmd.Delete))
+		return df != nil && df.NArg() == 1 && deletesHere(c.Root, df.Arg(0))
 	case "create":
-		cf := flag.NewFlagSet(sub, flag.ContinueOnError)
-		cf.SetOutput(io.Discard)
-		new(cmd.Create).SetFlags(cf)
-		if err := cf.Parse(rest); err != nil {
-			return false
-		}
-		dir := argv.Flag(cf, "bundle")
-		if dir == "" {
-			dir = "."
-		}
-		spec, err := bundle.ReadSpec(dir)
+		spec, err := c.CreateSpec()
 		return err == nil && IsSubcontainer(spec)
 	}
 	return false
