@@ -122,8 +122,9 @@ func LoadSandbox(path string) (*Sandbox, error) {
 func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 	var errs []error
 	t0 := time.Now()
+	var tKill time.Duration
 	defer func() {
-		log.G(ctx).Debugf("gvx pool: destroy %s: %s", s.ID, time.Since(t0))
+		log.G(ctx).Debugf("gvx pool: destroy %s: %s (processes gone after %s)", s.ID, time.Since(t0), tKill)
 	}()
 	if s.Pid <= 0 {
 		// Boot did not get as far as recording it; the pid file may have.
@@ -131,14 +132,12 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 			s.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		}
 	}
-	// A task's delete may have destroyed the sandbox already (gvx-sentry
-	// deletes a pool sandbox with its container). Otherwise its cgroup
-	// holds exactly its processes (Sentry, stubs, gofers, a container's
-	// monitor): killing them is all gVisor's forced delete would do that
-	// the rest of Destroy does not, without a gvx-sentry start-up.
-	// Even a sandbox whose Sentry is gone (it ended when its task's
-	// process exited) may still have processes going away in its cgroup,
-	// which must be empty to be removed.
+	// The sandbox's cgroup holds exactly its processes (Sentry, stubs,
+	// gofers, a container's monitor): killing them is all gVisor's forced
+	// delete would do that the rest of Destroy does not, without a
+	// gvx-sentry start-up. Even a sandbox already gone (a task's delete
+	// destroyed it, or it ended with its task's process) may still have
+	// processes going away in it, and it must be empty to be removed.
 	if n, err := cgroups.Kill(s.Cgroup, 5*time.Second); err != nil || (n == 0 && s.Alive()) {
 		log.G(ctx).WithError(err).Debugf("gvx pool: destroy %s: %d processes in its cgroup; deleting it through gvx-sentry", s.ID, n)
 	}
@@ -153,8 +152,7 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 			_ = unix.Kill(s.Pid, unix.SIGKILL)
 		}
 	}
-	tDelete := time.Since(t0)
-	defer func() { log.G(ctx).Debugf("gvx pool: destroy %s: gvx-sentry delete %s", s.ID, tDelete) }()
+	tKill = time.Since(t0)
 	// Wait (briefly) for the processes to go so their cgroup can go too.
 	for i := 0; i < 100 && s.Alive(); i++ {
 		time.Sleep(10 * time.Millisecond)
