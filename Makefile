@@ -108,10 +108,10 @@ lint:
 
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
-		$(GO) run ./integration/bench $(BENCHFLAGS)
-	$(GO) run ./integration/volbench $(VOLBENCHFLAGS)
-	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./integration/snapbench $(SNAPBENCHFLAGS)
-	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./integration/dockerbench $(DOCKERBENCHFLAGS)
+		$(GO) run ./bench/create $(BENCHFLAGS)
+	$(GO) run ./bench/volume $(VOLBENCHFLAGS)
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/snapshotter $(SNAPBENCHFLAGS)
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/docker $(DOCKERBENCHFLAGS)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin

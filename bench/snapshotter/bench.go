@@ -15,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
 
-	"github.com/gvxrun/gvx/integration/snapbench/layered"
+	"github.com/gvxrun/gvx/bench/snapshotter/layered"
 	"github.com/gvxrun/gvx/volume"
 )
 

@@ -1,4 +1,6 @@
-// Command volbench measures ext4lite volume cloning (issue 3): clone time
+// Command volume benchmarks ext4lite volume clones against cp and blockfile's copy.
+//
+// It measures ext4lite volume cloning (issue 3): clone time
 // of 1, 4 and 16 GiB images, empty (sparse) and 50 % filled, on an XFS
 // filesystem (reflink) and on an ext4 one (sparse-copy fallback), against
 // `cp --reflink=always`, plain GNU `cp`, `cp --reflink=never`, containerd
@@ -17,7 +19,7 @@
 // Results go to stdout as tables; progress goes to stderr. Page caches are
 // not dropped: the numbers are warm-cache numbers. `make bench` runs it.
 //
-//	go run ./integration/volbench [-sizes 1G,4G,16G] [-runs 5] [-slow-runs 3] [-clones 100] [-quick]
+//	go run ./bench/volume [-sizes 1G,4G,16G] [-runs 5] [-slow-runs 3] [-clones 100] [-quick]
 package main
 
 import (
@@ -165,7 +167,7 @@ func pickCloneSize(sizes []int64, want int64) int64 {
 // it ended.
 func parent(cfg config) error {
 	if os.Geteuid() != 0 {
-		return errors.New("must run as root: it loop-mounts filesystems (sudo go run ./integration/volbench)")
+		return errors.New("must run as root: it loop-mounts filesystems (sudo go run ./bench/volume)")
 	}
 	for _, t := range []string{"mkfs.xfs", "mkfs.ext4", "mount", "umount", "losetup", "cp"} {
 		if _, err := lookTool(t); err != nil {

@@ -85,7 +85,7 @@ func (b *bench) header(ctx context.Context) {
 		return strings.TrimSpace(l)
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	cmd := "go run ./integration/volbench"
+	cmd := "go run ./bench/volume"
 	if len(b.cfg.args) > 0 {
 		cmd += " " + strings.Join(b.cfg.args, " ")
 	}

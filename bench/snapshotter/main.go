@@ -1,4 +1,6 @@
-// Command snapbench measures the ext4lite snapshotter against containerd's
+// Command snapshotter benchmarks ext4lite against blockfile and overlayfs.
+//
+// It measures the ext4lite snapshotter against containerd's
 // built-in blockfile (same scratch size) and overlayfs snapshotters in one
 // run, through the containerd client, on a loop-mounted XFS (reflink) and
 // optionally an ext4 (no reflink) filesystem that holds every
@@ -73,7 +75,7 @@ func main() {
 
 // command is how this run was started, for the record.
 func command() string {
-	args := []string{"go run ./integration/snapbench"}
+	args := []string{"go run ./bench/snapshotter"}
 	return strings.Join(append(args, os.Args[1:]...), " ")
 }
 

@@ -1,8 +1,12 @@
-// Command bench measures gvx against its peers in one run, through the
-// containerd client: gvx (io.containerd.gvx.v2), runsc of the same gVisor
-// version driven by containerd's runc shim (the usual production gVisor
-// path) and runc. It prints p50/p95 latencies, ratios against the peers,
-// create throughput and idle memory. `make bench` runs it.
+// Command create benchmarks gvx's create→exec cycle against runsc and runc.
+//
+// It measures gvx against its peers in one run, through the containerd
+// client: gvx (io.containerd.gvx.v2), runsc of the same gVisor version
+// driven by containerd's runc shim (the usual production gVisor path) and
+// runc. It prints p50/p95 latencies, ratios against the peers, create
+// throughput and idle memory. `make bench` runs it.
+//
+//	go run ./bench/create [-runs 30] [-concurrency 8] [-burst 32] [-pool 32]
 package main
 
 import (

@@ -1,10 +1,11 @@
-// Command dockerbench measures episode reset for Docker-in-gvx: from a
-// golden /var/lib/docker volume to the first inner `docker run` done, split
-// into clone, sandbox up, dockerd ready and first run; sequentially and
-// with several episodes at once; for a reflink clone (XFS), a copy on a
-// filesystem without reflink (ext4), a reflink clone whose sandbox comes
-// from a warm docker pool, and a cold start on an empty volume plus
-// `docker load`. `make bench` runs it.
+// Command docker benchmarks episode reset for Docker-in-gvx.
+//
+// It measures an episode reset from a golden /var/lib/docker volume to the
+// first inner `docker run` done, split into clone, sandbox up, dockerd
+// ready and first run; sequentially and with several episodes at once; for
+// a reflink clone (XFS), a copy on a filesystem without reflink (ext4), a
+// reflink clone whose sandbox comes from a warm docker pool, and a cold
+// start on an empty volume plus `docker load`. `make bench` runs it.
 package main
 
 import (
