@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gvxrun/gvx/integration/harness"
-	"github.com/gvxrun/gvx/integration/snapbench/layered"
+	"github.com/gvxrun/gvx/bench/snapshotter/layered"
 )
 
 const (

@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
-	"github.com/gvxrun/gvx/internal/procfs"
+	"github.com/gvxrun/gvx/api/procfs"
 )
 
 // Remove deletes the cgroup at path (every v1 hierarchy, or the v2

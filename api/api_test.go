@@ -1,0 +1,103 @@
+package api_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/contracttest"
+)
+
+func contract(t *testing.T) *contracttest.Contract {
+	t.Helper()
+	c, err := contracttest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestNames: every name of the contract is the one testdata/contract.json
+// spells, and no name there is left unchecked.
+func TestNames(t *testing.T) {
+	c := contract(t)
+	got := map[string]string{
+		"runtime_type":            api.RuntimeType,
+		"group_label":             api.GroupLabel,
+		"shim_binary":             api.ShimBinary,
+		"cli_binary":              api.CLIBinary,
+		"sentry_binary":           api.SentryBinary,
+		"runtime_binary":          api.RuntimeBinary,
+		"hook_binary":             api.HookBinary,
+		"pause_binary":            api.PauseBinary,
+		"flags_env":               api.FlagsEnv,
+		"flags_file":              api.FlagsFile,
+		"hook_loopback":           api.HookLoopback,
+		"annotation_volumes":      api.AnnotationVolumes,
+		"annotation_pool_exec":    api.AnnotationPoolExec,
+		"annotation_pool_sandbox": api.AnnotationPoolSandbox,
+		"annotation_docker":       api.AnnotationDocker,
+		"lease_label":             api.LeaseLabel,
+		"cri_container_type":      api.CRIContainerType,
+		"cri_sandbox_id":          api.CRISandboxID,
+		"cri_role_sandbox":        api.CRIRoleSandbox,
+		"cri_role_container":      api.CRIRoleContainer,
+	}
+	if !reflect.DeepEqual(got, c.Names) {
+		for k, v := range c.Names {
+			if got[k] != v {
+				t.Errorf("name %s: contract.json says %q, the package %q", k, v, got[k])
+			}
+		}
+		for k := range got {
+			if _, ok := c.Names[k]; !ok {
+				t.Errorf("name %s is not in contract.json", k)
+			}
+		}
+	}
+	if api.ExitKilled != c.ExitKilled {
+		t.Errorf("ExitKilled = %d, contract.json says %d", api.ExitKilled, c.ExitKilled)
+	}
+}
+
+func TestVolumes(t *testing.T) {
+	c := contract(t)
+	enc, err := api.EncodeVolumes(c.Volumes.Decoded)
+	if err != nil || enc != c.Volumes.Annotation {
+		t.Errorf("EncodeVolumes = %s, %v; contract.json says %s", enc, err, c.Volumes.Annotation)
+	}
+	dec, err := api.DecodeVolumes(c.Volumes.Annotation)
+	if err != nil || !reflect.DeepEqual(dec, c.Volumes.Decoded) {
+		t.Errorf("DecodeVolumes = %+v, %v; want %+v", dec, err, c.Volumes.Decoded)
+	}
+	for _, bad := range []string{"{", `[{"image":"rel.ext4","staging":"/s"}]`, `[{"image":"/a.ext4","staging":"s"}]`} {
+		if _, err := api.DecodeVolumes(bad); err == nil {
+			t.Errorf("DecodeVolumes(%s) accepted", bad)
+		}
+	}
+	if v, err := api.DecodeVolumes(""); v != nil || err != nil {
+		t.Errorf("DecodeVolumes(\"\") = %v, %v", v, err)
+	}
+}
+
+func TestLayout(t *testing.T) {
+	c := contract(t)
+	l := api.Layout{Dir: c.Layout["state_dir"]}
+	root := api.SentryRoot(l.SentryRoot("t1") + "/default")
+	got := map[string]string{
+		"state_dir":      l.Dir,
+		"sentry_root":    l.SentryRoot("t1"),
+		"rootfs":         l.Rootfs("default", "t1"),
+		"volumes":        l.Volumes("default", "t1"),
+		"docker_socket":  l.DockerSocket("default", "t1"),
+		"pool_socket":    l.DefaultPoolSocket(),
+		"pool":           string(l.Pool(l.DefaultPoolSocket())),
+		"monitor_socket": root.MonitorSocket("t1"),
+		"task_record":    root.TaskRecord("t1"),
+		"sandbox_state":  root.SandboxState("sb"),
+		"null_netns":     root.NullNetNS(),
+	}
+	if !reflect.DeepEqual(got, c.Layout) {
+		t.Errorf("layout:\n got %v\nwant %v", got, c.Layout)
+	}
+}

@@ -1,0 +1,133 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+)
+
+// DefaultStateDir is gvx's state directory unless the config's state_dir
+// says otherwise.
+const DefaultStateDir = "/run/gvx"
+
+// Layout is what lives where in a gvx state directory. Every directory
+// below it must be traversable by the sandboxes' unprivileged host uid.
+type Layout struct {
+	// Dir is the state directory (the config's state_dir).
+	Dir string
+}
+
+// SentryRoots holds the sentry roots of all tasks.
+func (l Layout) SentryRoots() string { return filepath.Join(l.Dir, "sentry") }
+
+// SentryRoot is the sentry root directory of the sandbox task id boots (or
+// adopts, or, for a pod, its pod's); containerd's runc shim adds the
+// namespace below it.
+func (l Layout) SentryRoot(id string) string { return filepath.Join(l.SentryRoots(), id) }
+
+// RootfsDir holds the tasks' root filesystem mounts.
+func (l Layout) RootfsDir() string { return filepath.Join(l.Dir, "rootfs") }
+
+// Rootfs is where task id of namespace ns gets its root filesystem.
+func (l Layout) Rootfs(ns, id string) string { return filepath.Join(l.RootfsDir(), ns, id) }
+
+// VolumesDir holds the tasks' volume staging directories.
+func (l Layout) VolumesDir() string { return filepath.Join(l.Dir, "volumes") }
+
+// Volumes is the staging directory of task id's ext4lite volumes (one
+// numbered directory each; empty on the host).
+func (l Layout) Volumes(ns, id string) string { return filepath.Join(l.VolumesDir(), ns, id) }
+
+// DockerDir holds the host-side directories of docker-mode tasks.
+func (l Layout) DockerDir() string { return filepath.Join(l.Dir, "docker") }
+
+// Docker is the directory where docker-mode task id's sandbox creates the
+// socket of its dockerd (DockerSocket).
+func (l Layout) Docker(ns, id string) string { return filepath.Join(l.DockerDir(), ns, id) }
+
+// DockerSocket is where the host reaches docker-mode task id's dockerd.
+func (l Layout) DockerSocket(ns, id string) string {
+	return filepath.Join(l.Docker(ns, id), DockerSocketName)
+}
+
+// DockerSocketName is the inner dockerd's socket's file name, on the host
+// and in the guest.
+const DockerSocketName = "docker.sock"
+
+// DefaultPoolSocket is where `gvx pool serve` listens unless the config's
+// pool.socket says otherwise.
+func (l Layout) DefaultPoolSocket() string { return filepath.Join(l.Dir, "pool.sock") }
+
+// Pools holds the directories of all pools of this state directory.
+func (l Layout) Pools() string { return filepath.Join(l.Dir, "pool") }
+
+// Pool is the directory of the pool serving on socket. Every pool socket
+// has its own, so that pool servers of different configurations never take
+// each other's sandboxes for their own.
+func (l Layout) Pool(socket string) PoolDir {
+	sum := sha256.Sum256([]byte(socket))
+	return PoolDir(filepath.Join(l.Pools(), hex.EncodeToString(sum[:6])))
+}
+
+// PoolDir is one pool's directory: its sandboxes (a directory each, named
+// by id), the root filesystem of their root containers, an image pool's
+// image mount.
+type PoolDir string
+
+// PoolSandboxPrefix starts the id of every pool sandbox.
+const PoolSandboxPrefix = "gvxpool-"
+
+// Rootfs is the pool's root filesystem for its sandboxes' root containers.
+func (p PoolDir) Rootfs() string { return filepath.Join(string(p), "rootfs") }
+
+// Image is where an image pool mounts its image.
+func (p PoolDir) Image() string { return filepath.Join(string(p), "image") }
+
+// Sandbox is the directory of pool sandbox id.
+func (p PoolDir) Sandbox(id string) SandboxDir { return SandboxDir(filepath.Join(string(p), id)) }
+
+// SandboxDir is the directory of one sandbox a pool booted: everything it
+// has on the host.
+type SandboxDir string
+
+// Root is the sandbox's sentry root.
+func (d SandboxDir) Root() SentryRoot { return SentryRoot(filepath.Join(string(d), "root")) }
+
+// Bundle is its root container's bundle.
+func (d SandboxDir) Bundle() string { return filepath.Join(string(d), "bundle") }
+
+// Record describes the sandbox (JSON), once booted.
+func (d SandboxDir) Record() string { return filepath.Join(string(d), "sandbox.json") }
+
+// Claimed marks the sandbox as a task's: the pool server no longer owns it.
+func (d SandboxDir) Claimed() string { return filepath.Join(string(d), "claimed") }
+
+// PidFile is where its create writes the sandbox's pid.
+func (d SandboxDir) PidFile() string { return filepath.Join(string(d), "pid") }
+
+// SentryRoot is a gvx-sentry state root (its --root): gVisor's state
+// files of the sandboxes and containers in it, and gvx-sentry's own.
+type SentryRoot string
+
+// NullNetNS is where gVisor pins an empty network namespace for its gofers
+// (a bind mount to undo at teardown).
+func (r SentryRoot) NullNetNS() string { return filepath.Join(string(r), "null-netns") }
+
+// MonitorSocket is where the monitor of container or task id listens.
+func (r SentryRoot) MonitorSocket(id string) string {
+	return filepath.Join(string(r), "gvx-monitor-"+id+".sock")
+}
+
+// TaskRecord is gvx-sentry's record of task id, started as a process in a
+// running sandbox's root container.
+func (r SentryRoot) TaskRecord(id string) string {
+	return filepath.Join(string(r), "gvx-exectask-"+id+".json")
+}
+
+// SandboxState is gVisor's state file of sandbox id's root container.
+func (r SentryRoot) SandboxState(id string) string {
+	return filepath.Join(string(r), id+"_sandbox:"+id+".state")
+}
+
+// StateSuffix ends the name of every gVisor state file in a sentry root.
+const StateSuffix = ".state"

@@ -1,0 +1,60 @@
+package api
+
+// RuntimeType is the runtime type containerd knows gvx by (containerd
+// resolves it to the shim binary ShimBinary).
+const RuntimeType = "io.containerd.gvx.v2"
+
+// Binary names. The shim finds gvx-sentry next to itself (or by config);
+// the others are installed next to gvx-sentry.
+const (
+	ShimBinary    = "containerd-shim-gvx-v2"
+	CLIBinary     = "gvx"
+	SentryBinary  = "gvx-sentry"
+	RuntimeBinary = "gvx-runtime" // gvx-sentry's runc-compatible front
+	HookBinary    = "gvx-hook"    // the createRuntime hook
+	PauseBinary   = "gvx-pause"   // a pool sandbox's init
+)
+
+// FlagsEnv carries the global gvx-sentry flags (space separated, each
+// --name or --name=value) that a caller wants on every call of a sandbox.
+const FlagsEnv = "GVX_SENTRY_FLAGS"
+
+// FlagsFile, next to the path gvx-sentry is invoked by (argv[0]), holds
+// one task's global flags: the shim runs each task's calls through the
+// task's own link to gvx-sentry with its flags beside it.
+const FlagsFile = "gvx-sentry-flags"
+
+// HookLoopback is gvx-hook's argument that brings up the loopback
+// interface of the sandbox's network namespace.
+const HookLoopback = "--loopback"
+
+// Annotations gvx reads from or writes to a task's OCI spec.
+const (
+	// AnnotationVolumes lists the ext4lite volumes gvx-sentry mounts in
+	// the sandbox's private mount namespace (JSON, see Volume).
+	AnnotationVolumes = "dev.gvx.volumes"
+	// AnnotationPoolExec names the running sandbox whose root container
+	// the task's process starts in (a task adopting an image pool's
+	// sandbox).
+	AnnotationPoolExec = "dev.gvx.pool-exec"
+	// AnnotationPoolSandbox names the warm-pool sandbox a container
+	// adopted: the sandbox is the container's alone, and gvx-sentry's
+	// delete of the container destroys it.
+	AnnotationPoolSandbox = "dev.gvx.pool-sandbox"
+	// AnnotationDocker asks for docker mode ("true"/"false").
+	AnnotationDocker = "dev.gvx.docker"
+	// GroupLabel puts several containers in one shim (one sandbox).
+	GroupLabel = RuntimeType + ".group"
+	// LeaseLabel marks the containerd leases an image pool holds.
+	LeaseLabel = "dev.gvx.pool"
+)
+
+// CRI annotations (set by containerd's CRI plugin; gvx-sentry's gVisor
+// reads them to put a container in an existing sandbox).
+const (
+	CRIContainerType = "io.kubernetes.cri.container-type"
+	CRISandboxID     = "io.kubernetes.cri.sandbox-id"
+	// Values of CRIContainerType.
+	CRIRoleSandbox   = "sandbox"   // a pod's pause container
+	CRIRoleContainer = "container" // an application container
+)
