@@ -30,7 +30,7 @@ import (
 
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/internal/cgroups"
-	"github.com/gvxrun/gvx/internal/procfs"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool"
 )
