@@ -42,6 +42,7 @@ func TestNames(t *testing.T) {
 		"cri_sandbox_id":          api.CRISandboxID,
 		"cri_role_sandbox":        api.CRIRoleSandbox,
 		"cri_role_container":      api.CRIRoleContainer,
+		"not_running":             api.NotRunning,
 	}
 	if !reflect.DeepEqual(got, c.Names) {
 		for k, v := range c.Names {

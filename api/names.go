@@ -58,3 +58,10 @@ const (
 	CRIRoleSandbox   = "sandbox"   // a pod's pause container
 	CRIRoleContainer = "container" // an application container
 )
+
+// NotRunning is the phrase a runc-compatible runtime prints when told to
+// signal a container that is no longer running; containerd's runc shim
+// (whose task service the gvx shim uses) reports NotFound for it, as
+// containerd's clients expect after an exit. gvx-sentry and gvx-runtime
+// say it whenever the sandbox or the task's process is gone.
+const NotRunning = "container not running"
