@@ -2,7 +2,10 @@ module github.com/gvxrun/gvx/sentry
 
 go 1.26.3
 
-require gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
+require (
+	github.com/gvxrun/gvx/api v0.0.0
+	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
+)
 
 require (
 	github.com/cenkalti/backoff v2.2.1+incompatible // indirect
@@ -13,7 +16,6 @@ require (
 	github.com/gofrs/flock v0.8.0 // indirect
 	github.com/google/btree v1.1.2 // indirect
 	github.com/google/subcommands v1.0.2-0.20190508160503-636abe8753b8 // indirect
-	github.com/gvxrun/gvx/api v0.0.0
 	github.com/moby/sys/capability v0.4.0 // indirect
 	github.com/mohae/deepcopy v0.0.0-20170308212314-bb9b5e7adda9 // indirect
 	github.com/opencontainers/runtime-spec v1.2.1 // indirect

@@ -2,24 +2,19 @@
 package bundle
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
 )
 
-// ReadSpec reads dir/config.json.
+// ReadSpec reads the spec of bundle dir (api.ReadSpec into gVisor's
+// runtime-spec version of the Spec type).
 func ReadSpec(dir string) (*specs.Spec, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, err
-	}
 	var s specs.Spec
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("parse %s/config.json: %w", dir, err)
+	if err := api.ReadSpec(dir, &s); err != nil {
+		return nil, err
 	}
 	return &s, nil
 }
@@ -27,12 +22,5 @@ func ReadSpec(dir string) (*specs.Spec, error) {
 // WritePidFile writes pid to path atomically, as a runc-compatible runtime
 // does for --pid-file.
 func WritePidFile(path string, pid int) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return fmt.Errorf("write pid file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write pid file: %w", err)
-	}
-	return nil
+	return api.WriteFile(path, []byte(strconv.Itoa(pid)), 0o644)
 }

@@ -29,6 +29,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/subcommands"
@@ -45,6 +46,7 @@ import (
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/flag"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
@@ -53,17 +55,8 @@ import (
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
-// Annotation on a task's spec names the running sandbox whose root
-// container the task's process is to be started in.
-const Annotation = record.Annotation
-
 // MonitorCommand is the internal subcommand the monitor runs as.
 const MonitorCommand = record.MonitorCommand
-
-// exitKilled is the monitor's status when the task's process cannot have
-// run to an exit of its own (the sandbox went away, or the task was killed
-// before it started without a signal to report).
-const exitKilled = 128 + int(unix.SIGKILL)
 
 // sandbox loads the running sandbox (root container) of task r.
 func sandbox(root string, r *record.Record) (*container.Container, error) {
@@ -164,9 +157,9 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 		dir, _ = os.Getwd()
 	}
 	if !record.IsTask(spec) {
-		return util.Errorf("creating task %s: spec has no %s annotation", id, Annotation)
+		return util.Errorf("creating task %s: spec has no %s annotation", id, api.AnnotationPoolExec)
 	}
-	r := &record.Record{ID: id, Sandbox: spec.Annotations[Annotation]}
+	r := &record.Record{ID: id, Sandbox: spec.Annotations[api.AnnotationPoolExec]}
 	sb, err := sandbox(conf.RootDir, r)
 	if err != nil {
 		return util.Errorf("creating task: %v", err)
@@ -213,10 +206,10 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	ln, err := monitor.Listener()
 	if err != nil {
 		log.Warningf("exec monitor: %v", err)
-		os.Remove(monitor.SocketPath(conf.RootDir, id))
+		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
 		os.Exit(1)
 	}
-	defer os.Remove(monitor.SocketPath(conf.RootDir, id))
+	defer os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
 	var pid int32
 	var sb *container.Container
 	for pid == 0 {
@@ -227,9 +220,9 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 			switch {
 			case lerr != nil:
 				// Deleted before it was started.
-				os.Exit(exitKilled)
+				os.Exit(api.ExitKilled)
 			case r.Killed != 0:
-				os.Exit(128 + r.Killed)
+				os.Exit(api.ExitSignaled(syscall.Signal(r.Killed)))
 			}
 			continue
 		}
@@ -243,8 +236,8 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	for i := range conns {
 		if conns[i], err = sandboxctl.Connect(sb); err != nil {
 			log.Warningf("exec monitor: %v", err)
-			os.Remove(monitor.SocketPath(conf.RootDir, id))
-			os.Exit(exitKilled)
+			os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+			os.Exit(api.ExitKilled)
 		}
 	}
 	waitConn, sigConn, execConn := conns[0], conns[1], conns[2]
@@ -258,7 +251,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	go x.serve(ln)
 	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
 	ln.Close()
-	os.Remove(monitor.SocketPath(conf.RootDir, id))
+	os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
 	// The sandbox was the task's alone: with its process gone, end it
 	// (gvx-pause and any exec still running, as a container's pid
 	// namespace ends with its init) so that it is torn down while
@@ -374,8 +367,8 @@ func serveStart(conf *config.Config, id string, conn net.Conn) (int32, *containe
 	pid, sb, err := start(conf, id)
 	if err != nil {
 		fmt.Fprintf(conn, "error: %v\n", err)
-		os.Remove(monitor.SocketPath(conf.RootDir, id))
-		os.Exit(exitKilled)
+		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+		os.Exit(api.ExitKilled)
 	}
 	fmt.Fprintln(conn, "ok")
 	return pid, sb
@@ -503,8 +496,8 @@ func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 			return util.Errorf("destroying sandbox %s of task %s: %v", r.Sandbox, r.ID, err)
 		}
 	}
-	os.Remove(monitor.SocketPath(conf.RootDir, r.ID))
-	if err := os.Remove(record.Path(conf.RootDir, r.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(r.ID))
+	if err := os.Remove(api.SentryRoot(conf.RootDir).TaskRecord(r.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return util.Errorf("delete task %s: %v", r.ID, err)
 	}
 	return subcommands.ExitSuccess

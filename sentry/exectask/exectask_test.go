@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
@@ -23,7 +24,7 @@ func command(t *testing.T, root string, args ...string) argv.Command {
 func TestRewriteAndHandles(t *testing.T) {
 	root := t.TempDir()
 	data, _ := json.Marshal(record.Record{ID: "task1", Sandbox: "gvxpool-1", Bundle: "/b", Pid: 7})
-	if err := os.WriteFile(record.Path(root, "task1"), data, 0o600); err != nil {
+	if err := os.WriteFile(api.SentryRoot(root).TaskRecord("task1"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -79,7 +80,7 @@ func TestHandlesCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(map[string]string{Annotation: "gvxpool-1"})
+	write(map[string]string{api.AnnotationPoolExec: "gvxpool-1"})
 	if !Handles(command(t, root, "create", "--bundle", bundle, "--pid-file", "/pid", "task2")) {
 		t.Error("create of an annotated spec not handled")
 	}

@@ -39,9 +39,9 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
-	"github.com/gvxrun/gvx/sentry/monitor"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
@@ -209,17 +209,17 @@ func (*Wait) Usage() string { return WaitCommand + " <container id>\n" }
 func (*Wait) SetFlags(*flag.FlagSet) {}
 
 // Execute implements subcommands.Command; the process exits with the exec'd
-// process's status (128+n for a death by signal n).
+// process's status (api.ExitCode).
 func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
 	conf := args[0].(*config.Config)
 	data, err := io.ReadAll(os.NewFile(pidFD, "pid"))
 	pid, perr := strconv.Atoi(strings.TrimSpace(string(data)))
 	if err != nil || perr != nil || f.NArg() != 1 {
-		os.Exit(128 + int(unix.SIGKILL)) // the exec never started
+		os.Exit(api.ExitKilled) // the exec never started
 	}
 	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: f.Arg(0)}, container.LoadOpts{SkipCheck: true})
 	if err != nil {
-		os.Exit(128 + int(unix.SIGKILL))
+		os.Exit(api.ExitKilled)
 	}
 	WaitAndExit(c, int32(pid))
 	return subcommands.ExitSuccess
@@ -234,12 +234,12 @@ func WaitAndExit(c *container.Container, pid int32) {
 	waitConn, err := sandboxctl.Connect(c)
 	if err != nil {
 		log.Warningf("exec waiter: %v", err)
-		os.Exit(128 + int(unix.SIGKILL))
+		os.Exit(api.ExitKilled)
 	}
 	sigConn, err := sandboxctl.Connect(c)
 	if err != nil {
 		log.Warningf("exec waiter: %v", err)
-		os.Exit(128 + int(unix.SIGKILL))
+		os.Exit(api.ExitKilled)
 	}
 	sandboxctl.DropPrivileges(c.Spec)
 	os.Exit(WaitFor(waitConn, sigConn, c.ID, pid))
@@ -247,8 +247,8 @@ func WaitAndExit(c *container.Container, pid int32) {
 
 // WaitFor forwards the signals this process receives to guest process pid of
 // container cid (over sigConn), waits for it (over waitConn) and returns the
-// exit code that stands for its status (128+n for a death by signal n,
-// 128+SIGKILL when the sandbox goes away).
+// exit code that stands for its status (api.ExitCode; api.ExitKilled when
+// the sandbox goes away).
 func WaitFor(waitConn, sigConn *urpc.Client, cid string, pid int32) int {
 	stop := sighandling.StartSignalForwarding(func(sig linux.Signal) {
 		args := boot.SignalArgs{CID: cid, Signo: int32(sig), PID: pid, Mode: boot.DeliverToProcess}
@@ -260,9 +260,9 @@ func WaitFor(waitConn, sigConn *urpc.Client, cid string, pid int32) int {
 	err := waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: pid, CID: cid}, &status)
 	stop()
 	if err != nil {
-		return 128 + int(unix.SIGKILL)
+		return api.ExitKilled
 	}
-	return monitor.ExitCode(unix.WaitStatus(status))
+	return api.ExitCode(syscall.WaitStatus(status))
 }
 
 // Handles reports whether gvx-sentry's command line c runs one of this

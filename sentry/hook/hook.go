@@ -11,15 +11,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/netns"
 )
 
-// Run parses the hook's flags (--loopback) and does its work
-// for the OCI state read from stdin.
+// Run parses the hook's flags (api.HookLoopback) and does its work for the
+// OCI state read from stdin.
 func Run(args []string, stdin io.Reader) error {
-	fs := flag.NewFlagSet("gvx-hook", flag.ContinueOnError)
-	loopback := fs.Bool("loopback", false, "bring up lo in the sandbox's network namespace")
+	fs := flag.NewFlagSet(api.HookBinary, flag.ContinueOnError)
+	loopback := fs.Bool(strings.TrimLeft(api.HookLoopback, "-"), false, "bring up lo in the sandbox's network namespace")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -9,26 +9,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gvxrun/gvx/api"
 )
 
-// FlagsEnv names the environment variable carrying global runsc flags (space
-// separated, each of the form --name=value or --name) that the shim wants on
-// every invocation.
-const FlagsEnv = "GVX_SENTRY_FLAGS"
-
-// FlagsFile, next to the path gvx-sentry was invoked by (argv[0]), holds
-// the global flags of one task: the shim runs each task's calls through its
-// own link to gvx-sentry, with that task's flags beside it.
-const FlagsFile = "gvx-sentry-flags"
-
-// Flags returns the global flags for an invocation as argv0: the FlagsEnv
-// value env if set, else the FlagsFile next to argv0 (absolute paths only),
-// else none.
-func Flags(argv0, env string) (string, error) {
+// Flags returns the global flags for an invocation as argv0: the value of
+// the api.FlagsEnv environment variable if set, else the api.FlagsFile next
+// to argv0 (absolute paths only), else none.
+func Flags(argv0 string) (string, error) {
+	env := os.Getenv(api.FlagsEnv)
 	if strings.TrimSpace(env) != "" || !filepath.IsAbs(argv0) {
 		return env, nil
 	}
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(argv0), FlagsFile))
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(argv0), api.FlagsFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
@@ -49,7 +42,7 @@ func Args(argv []string, env string) ([]string, error) {
 	}
 	for _, f := range fields {
 		if !strings.HasPrefix(f, "--") || len(f) == 2 {
-			return nil, fmt.Errorf("%s: %q is not a --flag[=value]; fix the gvx config's sentry flags", FlagsEnv, f)
+			return nil, fmt.Errorf("%s: %q is not a --flag[=value]; fix the gvx config's sentry flags", api.FlagsEnv, f)
 		}
 	}
 	out := make([]string, 0, len(argv)+len(fields))

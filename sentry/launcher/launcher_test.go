@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestArgs(t *testing.T) {
@@ -32,21 +34,26 @@ func TestArgs(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
+	t.Setenv(api.FlagsEnv, "")
 	dir := t.TempDir()
 	link := filepath.Join(dir, "gvx-sentry")
-	if got, err := Flags(link, ""); err != nil || got != "" {
+	if got, err := Flags(link); err != nil || got != "" {
 		t.Errorf("no file: %q %v", got, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, FlagsFile), []byte("--network=none"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, api.FlagsFile), []byte("--network=none"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := Flags(link, ""); err != nil || got != "--network=none" {
+	if got, err := Flags(link); err != nil || got != "--network=none" {
 		t.Errorf("file: %q %v", got, err)
 	}
-	if got, _ := Flags(link, "--debug"); got != "--debug" {
+	if got, _ := Flags("runsc-gofer"); got != "" {
+		t.Errorf("relative argv0 (gVisor's re-executions): %q", got)
+	}
+	t.Setenv(api.FlagsEnv, "--debug")
+	if got, _ := Flags(link); got != "--debug" {
 		t.Errorf("env first: %q", got)
 	}
-	if got, _ := Flags("runsc-gofer", ""); got != "" {
-		t.Errorf("relative argv0 (gVisor's re-executions): %q", got)
+	if got, _ := Flags("runsc-gofer"); got != "--debug" {
+		t.Errorf("env with a relative argv0: %q", got)
 	}
 }

@@ -26,19 +26,17 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // listenFD is the monitor's start socket, bound by Spawn.
 const listenFD = 3
 
-// SocketPath is where the monitor of container id listens for `start`.
-func SocketPath(root, id string) string {
-	return filepath.Join(root, "gvx-monitor-"+id+".sock")
-}
-
-// Has reports whether container id in root has a monitor waiting for start.
+// Has reports whether container id in root has a monitor waiting for start
+// (its socket is api.SentryRoot.MonitorSocket).
 func Has(root, id string) bool {
-	fi, err := os.Lstat(SocketPath(root, id))
+	fi, err := os.Lstat(api.SentryRoot(root).MonitorSocket(id))
 	return err == nil && fi.Mode()&os.ModeSocket != 0
 }
 
@@ -46,7 +44,7 @@ func Has(root, id string) bool {
 // own with its start socket bound, and returns its pid. The monitor
 // outlives the caller (the shim, a subreaper, inherits it).
 func Spawn(cmd *exec.Cmd, root, id string) (int, error) {
-	path := SocketPath(root, id)
+	path := api.SentryRoot(root).MonitorSocket(id)
 	ln, err := listen(path)
 	if err != nil {
 		return 0, err
@@ -129,7 +127,7 @@ func listen(path string) (*net.UnixListener, error) {
 
 // Dial connects to the start socket of container id's monitor in root.
 func Dial(root, id string) (*net.UnixConn, error) {
-	conn, err := DialPath(SocketPath(root, id))
+	conn, err := DialPath(api.SentryRoot(root).MonitorSocket(id))
 	if err != nil {
 		return nil, fmt.Errorf("monitor %w", err)
 	}
@@ -227,15 +225,6 @@ func Read(conn *net.UnixConn) (*Reply, error) {
 		return nil, errors.New(reply.Error)
 	}
 	return &reply, nil
-}
-
-// ExitCode is the exit code a host process standing for a guest process
-// with wait status ws exits with (128+n for a death by signal n).
-func ExitCode(ws unix.WaitStatus) int {
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
 }
 
 // Receive reads one request from conn and the files sent along with it.

@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // serve answers one start request on root/id's socket with reply.
 func serve(t *testing.T, root, id, reply string) <-chan string {
 	t.Helper()
-	ln, err := listen(SocketPath(root, id))
+	ln, err := listen(api.SentryRoot(root).MonitorSocket(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestLongSocketPath(t *testing.T) {
 	}
 	serve(t, root, "c1", "ok")
 	if err := RequestStart(root, "c1"); err != nil {
-		t.Fatalf("socket path of %d bytes: %v", len(SocketPath(root, "c1")), err)
+		t.Fatalf("socket path of %d bytes: %v", len(api.SentryRoot(root).MonitorSocket("c1")), err)
 	}
 }
 
@@ -72,7 +74,7 @@ func mkdir(p string) error { return os.MkdirAll(p, 0o700) }
 
 func TestRequestsWithFiles(t *testing.T) {
 	root := t.TempDir()
-	ln, err := listen(SocketPath(root, "t1"))
+	ln, err := listen(api.SentryRoot(root).MonitorSocket("t1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,14 +125,6 @@ func TestRequestsWithFiles(t *testing.T) {
 	}
 	if g := <-got; g != "signal 7 0 files" {
 		t.Errorf("monitor got %q", g)
-	}
-}
-
-func TestExitCode(t *testing.T) {
-	for ws, want := range map[unix.WaitStatus]int{0: 0, 4 << 8: 4, unix.WaitStatus(unix.SIGKILL): 137, unix.WaitStatus(unix.SIGTERM): 143} {
-		if got := ExitCode(ws); got != want {
-			t.Errorf("ExitCode(%#x) = %d, want %d", uint32(ws), got, want)
-		}
 	}
 }
 

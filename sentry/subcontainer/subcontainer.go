@@ -8,8 +8,8 @@
 //   - `start` asks the monitor, over a unix socket in the sentry root, to
 //     start the container with the stdio `create` was given.
 //   - the monitor then drops its privileges, waits for the container and
-//     exits with its status (128+n for a death by signal n), which the shim
-//     reports as the task's exit.
+//     exits with its status (api.ExitCode: 128+n for a death by signal n),
+//     which the shim reports as the task's exit.
 //
 // gVisor's own sub-container commands write the sandbox's pid and take
 // stdio at start, so a runc-style shim would neither see the container
@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/subcommands"
@@ -37,6 +38,8 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/monitor"
@@ -45,10 +48,6 @@ import (
 
 // MonitorCommand is the internal subcommand the monitor runs as.
 const MonitorCommand = "gvx-monitor"
-
-// exitSandboxGone is the monitor's exit status when the sandbox disappears
-// under a container (as if the container were killed by SIGKILL).
-const exitSandboxGone = 128 + int(unix.SIGKILL)
 
 // IsSubcontainer reports whether spec describes a container to run inside
 // an existing sandbox rather than a sandbox of its own.
@@ -60,10 +59,6 @@ func IsSubcontainer(spec *specs.Spec) bool {
 func Commands() []util.SubCommand {
 	return []util.SubCommand{new(Create), new(Start), new(Monitor), new(Delete)}
 }
-
-// PoolAnnotation on a container's spec names the warm-pool sandbox it
-// adopted: that sandbox is the container's alone, and goes with it.
-const PoolAnnotation = "dev.gvx.pool-sandbox"
 
 // Delete deletes a container inside a running sandbox in two cases where
 // runsc's delete does not do what the shim needs:
@@ -92,7 +87,7 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
-	if sb := c.Spec.Annotations[PoolAnnotation]; sb != "" && sandboxAlive(c) {
+	if sb := c.Spec.Annotations[api.AnnotationPoolSandbox]; sb != "" && sandboxAlive(c) {
 		// Like runsc, refuse a running container unless forced.
 		if argv.Flag(f, "force") != "true" {
 			c.CheckStopped()
@@ -126,22 +121,13 @@ func deletesHere(root, id string) bool {
 	if err != nil || c.Sandbox == nil || c.Spec == nil || !IsSubcontainer(c.Spec) {
 		return false
 	}
-	return c.Spec.Annotations[PoolAnnotation] != "" || !sandboxAlive(c)
+	return c.Spec.Annotations[api.AnnotationPoolSandbox] != "" || !sandboxAlive(c)
 }
 
 // sandboxAlive reports whether c's sandbox process runs (is neither gone
 // nor a zombie).
 func sandboxAlive(c *container.Container) bool {
-	pid := c.Sandbox.Pid.Load()
-	if pid <= 0 {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
+	return procfs.Alive(int(c.Sandbox.Pid.Load()))
 }
 
 // Create is runsc's create for a sub-container, leaving a monitor behind.
@@ -278,7 +264,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		return subcommands.ExitUsageError
 	}
 	id := f.Arg(0)
-	sock := monitor.SocketPath(conf.RootDir, id)
+	sock := api.SentryRoot(conf.RootDir).MonitorSocket(id)
 	ln, err := monitor.Listener()
 	if err != nil {
 		log.Warningf("monitor: %v", err)
@@ -303,7 +289,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 				// Killed or deleted before it was started.
 				ln.Close()
 				os.Remove(sock)
-				os.Exit(exitSandboxGone)
+				os.Exit(api.ExitKilled)
 			}
 			continue
 		}
@@ -316,19 +302,16 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	conn, err := sandboxctl.Connect(c)
 	if err != nil {
 		log.Warningf("monitor: %v", err)
-		os.Exit(exitSandboxGone)
+		os.Exit(api.ExitKilled)
 	}
 	sandboxctl.DropPrivileges(c.Spec)
 	var ws unix.WaitStatus
 	cid := c.ID
 	if err := conn.Call(boot.ContMgrWait, &cid, &ws); err != nil {
 		log.Warningf("monitor: wait for %s: %v", cid, err)
-		os.Exit(exitSandboxGone)
+		os.Exit(api.ExitKilled)
 	}
-	if ws.Signaled() {
-		os.Exit(128 + int(ws.Signal()))
-	}
-	os.Exit(ws.ExitStatus())
+	os.Exit(api.ExitCode(syscall.WaitStatus(ws)))
 	return subcommands.ExitSuccess
 }
 
@@ -371,7 +354,7 @@ func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool
 	if err != nil {
 		fmt.Fprintf(conn, "error: %v\n", err)
 		_ = c.Destroy()
-		os.Remove(monitor.SocketPath(conf.RootDir, c.ID))
+		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(c.ID))
 		os.Exit(1)
 	}
 	fmt.Fprintln(conn, "ok")

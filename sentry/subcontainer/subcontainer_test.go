@@ -9,8 +9,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
-	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
 func writeSpec(t *testing.T, dir string, annotations map[string]string) {
@@ -26,14 +26,14 @@ func writeSpec(t *testing.T, dir string, annotations map[string]string) {
 
 func TestHandles(t *testing.T) {
 	root, sub, own := t.TempDir(), t.TempDir(), t.TempDir()
-	writeSpec(t, sub, map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-id": "sb"})
+	writeSpec(t, sub, map[string]string{api.CRIContainerType: api.CRIRoleContainer, api.CRISandboxID: "sb"})
 	writeSpec(t, own, nil)
 	// A monitor's start socket for c1.
 	wd, _ := os.Getwd()
 	if err := os.Chdir(root); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("unix", filepath.Base(monitor.SocketPath(root, "c1")))
+	ln, err := net.Listen("unix", filepath.Base(api.SentryRoot(root).MonitorSocket("c1")))
 	os.Chdir(wd)
 	if err != nil {
 		t.Fatal(err)

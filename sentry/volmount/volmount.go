@@ -2,23 +2,21 @@
 // private mount namespace, so the host's mount table never shows them and
 // their loop devices disappear with the sandbox.
 //
-// The shim lists the volumes in the spec annotation Annotation and turns
-// each into an ordinary bind mount from a staging directory. gvx-sentry,
-// when asked to create such a sandbox, re-executes itself in a new mount
-// namespace (Reexec), attaches each image to an auto-clearing loop device,
-// mounts it idmapped to the sandbox's user namespace at its staging
-// directory (Mount), and only then runs gVisor's create, whose gofer and
-// Sentry inherit that namespace. When the last sandbox process exits, the
+// The shim lists the volumes in the spec annotation api.AnnotationVolumes
+// and turns each into an ordinary bind mount from a staging directory.
+// gvx-sentry, when asked to create such a sandbox, re-executes itself in a
+// new mount namespace (Reexec), attaches each image to an auto-clearing
+// loop device, mounts it idmapped to the sandbox's user namespace at its
+// staging directory (Mount), and only then runs gVisor's create, whose
+// gofer and Sentry inherit that namespace. When the last sandbox process exits, the
 // namespace, the mounts and the loop devices go with it.
 package volmount
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -26,39 +24,17 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-)
 
-// Annotation carries the volumes of a sandbox as JSON ([]Volume).
-const Annotation = "dev.gvx.volumes"
+	"github.com/gvxrun/gvx/api"
+)
 
 // reexecEnv marks the re-executed gvx-sentry running in its own mount
 // namespace.
 const reexecEnv = "GVX_SENTRY_MNTNS"
 
-// Volume is one ext4 image to mount at Staging (a host path the spec
-// bind-mounts into the sandbox).
-type Volume struct {
-	Image    string `json:"image"`
-	Staging  string `json:"staging"`
-	ReadOnly bool   `json:"readonly,omitempty"`
-}
-
-// FromSpec returns the volumes the spec's annotation lists.
-func FromSpec(s *specs.Spec) ([]Volume, error) {
-	v, ok := s.Annotations[Annotation]
-	if !ok || v == "" {
-		return nil, nil
-	}
-	var vols []Volume
-	if err := json.Unmarshal([]byte(v), &vols); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", Annotation, err)
-	}
-	for _, vol := range vols {
-		if !filepath.IsAbs(vol.Image) || !filepath.IsAbs(vol.Staging) {
-			return nil, fmt.Errorf("annotation %s: image %q and staging %q must be absolute", Annotation, vol.Image, vol.Staging)
-		}
-	}
-	return vols, nil
+// FromSpec returns the volumes the spec's api.AnnotationVolumes lists.
+func FromSpec(s *specs.Spec) ([]api.Volume, error) {
+	return api.DecodeVolumes(s.Annotations[api.AnnotationVolumes])
 }
 
 // CreateBundle returns the bundle directory of a runc-style "create" or
@@ -129,7 +105,7 @@ func Reexec(argv []string) error {
 
 // Prepare makes this (re-executed) process's mount namespace receive host
 // mount events but send none back, then mounts every volume.
-func Prepare(vols []Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
+func Prepare(vols []api.Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -152,7 +128,7 @@ func Prepare(vols []Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
 
 // Mount attaches v.Image to an auto-clearing loop device and mounts its
 // ext4 filesystem at v.Staging, idmapped through userns when it is set.
-func Mount(v Volume, userns *os.File) error {
+func Mount(v api.Volume, userns *os.File) error {
 	loop, err := attachLoop(v.Image, v.ReadOnly)
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", v.Image, err)

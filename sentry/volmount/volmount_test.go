@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestCreateBundle(t *testing.T) {
@@ -31,14 +33,14 @@ func TestFromSpec(t *testing.T) {
 	if v, err := FromSpec(s); err != nil || v != nil {
 		t.Errorf("no annotation: %v %v", v, err)
 	}
-	s.Annotations = map[string]string{Annotation: `[{"image":"/v/a.ext4","staging":"/run/gvx/volumes/ns/id/0","readonly":true}]`}
+	s.Annotations = map[string]string{api.AnnotationVolumes: `[{"image":"/v/a.ext4","staging":"/run/gvx/volumes/ns/id/0","readonly":true}]`}
 	v, err := FromSpec(s)
 	if err != nil || len(v) != 1 || v[0].Image != "/v/a.ext4" || !v[0].ReadOnly {
 		t.Errorf("FromSpec = %+v, %v", v, err)
 	}
 	for _, bad := range []string{`{`, `[{"image":"rel.ext4","staging":"/s"}]`, `[{"image":"/a","staging":"rel"}]`} {
-		s.Annotations[Annotation] = bad
-		if _, err := FromSpec(s); err == nil || !strings.Contains(err.Error(), Annotation) {
+		s.Annotations[api.AnnotationVolumes] = bad
+		if _, err := FromSpec(s); err == nil || !strings.Contains(err.Error(), api.AnnotationVolumes) {
 			t.Errorf("FromSpec(%q): err = %v, want one naming the annotation", bad, err)
 		}
 	}

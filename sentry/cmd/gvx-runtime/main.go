@@ -26,6 +26,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
@@ -56,15 +57,15 @@ func main() {
 	os.Exit(1)
 }
 
-// sentryPath is gvx-sentry next to this executable.
+// sentryPath is gvx-sentry (api.SentryBinary) next to this executable.
 func sentryPath() (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(filepath.Dir(self), "gvx-sentry")
+	p := filepath.Join(filepath.Dir(self), api.SentryBinary)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("gvx-sentry next to %s: %w (install both with `make install`)", self, err)
+		return "", fmt.Errorf("%s next to %s: %w (install both with `make install`)", api.SentryBinary, self, err)
 	}
 	return p, nil
 }
@@ -160,8 +161,8 @@ func (c command) delete() (bool, error) {
 			return false, nil // still running: gvx-sentry refuses it
 		}
 	}
-	os.Remove(monitor.SocketPath(c.root, id))
-	if err := os.Remove(record.Path(c.root, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	os.Remove(api.SentryRoot(c.root).MonitorSocket(id))
+	if err := os.Remove(api.SentryRoot(c.root).TaskRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return true, fmt.Errorf("delete task %s: %w", id, err)
 	}
 	return true, nil
@@ -292,10 +293,9 @@ func spawnWaiter(root, id string, reply *monitor.Reply, uid, gid int) (*os.Proce
 // sandbox connection as fd 3): it asks the task's monitor to wait for the
 // exec'd process over that connection, drops to the sandbox's host uid,
 // forwards the signals it receives to the process and exits with its
-// status (128+SIGKILL if the monitor goes away first: the task's process
-// exited and the sandbox is being torn down).
+// status (api.ExitCode; api.ExitKilled if the monitor goes away first: the
+// task's process exited and the sandbox is being torn down).
 func waitMain(args []string) int {
-	const lost = 128 + int(unix.SIGKILL)
 	if len(args) != 5 {
 		fmt.Fprintf(os.Stderr, "usage: %s root id pid uid gid\n", waitCommand)
 		return 2
@@ -311,16 +311,16 @@ func waitMain(args []string) int {
 	ctl := os.NewFile(3, "sandbox")
 	waitConn, err := monitor.Dial(root, id)
 	if err != nil {
-		return lost
+		return api.ExitKilled
 	}
 	err = monitor.Write(waitConn, monitor.Request{Op: monitor.OpWait, Pid: int32(pid)}, ctl)
 	ctl.Close()
 	if err != nil {
-		return lost
+		return api.ExitKilled
 	}
 	sigConn, err := monitor.Dial(root, id)
 	if err != nil {
-		return lost
+		return api.ExitKilled
 	}
 	if err := hostcreds.Drop(uid, gid); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: keeps its privileges: %v\n", waitCommand, err)
@@ -340,9 +340,9 @@ func waitMain(args []string) int {
 	}()
 	reply, err := monitor.Read(waitConn)
 	if err != nil {
-		return lost
+		return api.ExitKilled
 	}
-	return monitor.ExitCode(unix.WaitStatus(reply.Status))
+	return api.ExitCode(syscall.WaitStatus(reply.Status))
 }
 
 // create handles `create --bundle B --pid-file P <id>` of a task started

@@ -10,8 +10,9 @@
 //
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
 // flags the shim wants for every call of a task sit in a file next to the
-// task's link to gvx-sentry (or arrive in the GVX_SENTRY_FLAGS environment
-// variable), so that the runc-compatible argument vector stays untouched.
+// task's link to gvx-sentry (api.FlagsFile), or arrive in the environment
+// (api.FlagsEnv), so that the runc-compatible argument vector stays
+// untouched.
 package main
 
 import (
@@ -41,7 +42,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(1)
 	}
-	flags, err := launcher.Flags(os.Args[0], os.Getenv(launcher.FlagsEnv))
+	flags, err := launcher.Flags(os.Args[0])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(2)

@@ -10,18 +10,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
-
-// Annotation on a task's spec names the running sandbox whose root
-// container the task's process is to be started in.
-const Annotation = "dev.gvx.pool-exec"
 
 // MonitorCommand is gvx-sentry's internal subcommand the monitor runs as.
 const MonitorCommand = "gvx-exec-monitor"
@@ -41,47 +37,35 @@ type Record struct {
 	Killed int `json:"killed,omitempty"`
 }
 
-// Path is where root keeps task id's record.
-func Path(root, id string) string {
-	return filepath.Join(root, "gvx-exectask-"+id+".json")
-}
-
 // Exists reports whether root has a record of task id.
 func Exists(root, id string) bool {
-	_, err := os.Stat(Path(root, id))
+	_, err := os.Stat(api.SentryRoot(root).TaskRecord(id))
 	return err == nil
 }
 
 // Load reads task id's record from root.
 func Load(root, id string) (*Record, error) {
-	data, err := os.ReadFile(Path(root, id))
+	path := api.SentryRoot(root).TaskRecord(id)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("task record %s: %w", Path(root, id), err)
+		return nil, fmt.Errorf("task record %s: %w", path, err)
 	}
 	return &r, nil
 }
 
 // Save writes r to root (atomically).
 func (r *Record) Save(root string) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	path := Path(root, r.ID)
-	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
-		return fmt.Errorf("save task record: %w", err)
-	}
-	return os.Rename(path+".tmp", path)
+	return api.WriteJSON(api.SentryRoot(root).TaskRecord(r.ID), r)
 }
 
 // IsTask reports whether spec is that of a task to start as a process in a
-// running sandbox.
+// running sandbox (it carries api.AnnotationPoolExec).
 func IsTask(spec *specs.Spec) bool {
-	return spec != nil && spec.Annotations[Annotation] != ""
+	return spec != nil && spec.Annotations[api.AnnotationPoolExec] != ""
 }
 
 // Create records task id (bundle dir, spec) in root and starts its monitor
@@ -89,13 +73,13 @@ func IsTask(spec *specs.Spec) bool {
 // the monitor's pid to pidFile. The sandbox must have a state in root.
 func Create(root, id, dir string, spec *specs.Spec, m *exec.Cmd, pidFile string) error {
 	if !IsTask(spec) {
-		return fmt.Errorf("task %s: spec has no %s annotation", id, Annotation)
+		return fmt.Errorf("task %s: spec has no %s annotation", id, api.AnnotationPoolExec)
 	}
 	if spec.Process == nil || spec.Process.Terminal {
 		return fmt.Errorf("task %s: a process started in a running sandbox needs a process spec without a terminal", id)
 	}
-	sb := spec.Annotations[Annotation]
-	if _, err := os.Stat(filepath.Join(root, sb+"_sandbox:"+sb+".state")); err != nil {
+	sb := spec.Annotations[api.AnnotationPoolExec]
+	if _, err := os.Stat(api.SentryRoot(root).SandboxState(sb)); err != nil {
 		return fmt.Errorf("task %s: sandbox %s: %w", id, sb, err)
 	}
 	if Exists(root, id) {
@@ -113,8 +97,8 @@ func Create(root, id, dir string, spec *specs.Spec, m *exec.Cmd, pidFile string)
 		if pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
-		os.Remove(Path(root, id))
-		os.Remove(monitor.SocketPath(root, id))
+		os.Remove(api.SentryRoot(root).TaskRecord(id))
+		os.Remove(api.SentryRoot(root).MonitorSocket(id))
 		return fmt.Errorf("task %s: %w", id, err)
 	}
 	return nil

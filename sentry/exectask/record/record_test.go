@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestCreateRefusals(t *testing.T) {
 	root, dir := t.TempDir(), t.TempDir()
 	task := func(edit func(*specs.Spec)) *specs.Spec {
-		s := &specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: map[string]string{Annotation: "sb1"}}
+		s := &specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: map[string]string{api.AnnotationPoolExec: "sb1"}}
 		if edit != nil {
 			edit(s)
 		}
@@ -36,7 +38,7 @@ func TestCreateRefusals(t *testing.T) {
 			t.Errorf("%s: a record was left behind", tc.name)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, "sb1_sandbox:sb1.state"), []byte("{}"), 0o600); err != nil {
+	if err := os.WriteFile(api.SentryRoot(root).SandboxState("sb1"), []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := Create(root, "t1", dir, task(nil), exec.Command("/nonexistent/monitor"), filepath.Join(dir, "pid")); err == nil {
