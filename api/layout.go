@@ -83,6 +83,10 @@ func (p PoolDir) Rootfs() string { return filepath.Join(string(p), "rootfs") }
 // Image is where an image pool mounts its image.
 func (p PoolDir) Image() string { return filepath.Join(string(p), "image") }
 
+// ImageUpper, beside Image, holds the image mount's overlay upper and
+// work directories.
+func (p PoolDir) ImageUpper() string { return p.Image() + "-rw" }
+
 // Sandbox is the directory of pool sandbox id.
 func (p PoolDir) Sandbox(id string) SandboxDir { return SandboxDir(filepath.Join(string(p), id)) }
 

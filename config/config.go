@@ -6,8 +6,6 @@ package config
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,23 +14,13 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // DefaultPath is read when the runtime options name no config file. A
 // missing file there means "use the defaults".
 const DefaultPath = "/etc/gvx/config.toml"
-
-// SentryName is the launcher binary's file name.
-const SentryName = "gvx-sentry"
-
-// RuntimeName is the runc-compatible front of gvx-sentry the shim runs
-// when it is installed next to gvx-sentry (it starts in ≈ 1 ms and answers
-// the calls that need no gVisor code; gvx-sentry does the rest).
-const RuntimeName = "gvx-runtime"
-
-// HookName is the createRuntime hook's file name; it is installed next to
-// gvx-sentry.
-const HookName = "gvx-hook"
 
 // Config is the runtime configuration of one shim.
 type Config struct {
@@ -115,7 +103,7 @@ func Default() Config {
 		LogLevel:      "info",
 		Platform:      "systrap",
 		Network:       "sandbox",
-		StateDir:      "/run/gvx",
+		StateDir:      api.DefaultStateDir,
 		RootfsOverlay: "memory",
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
 		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs"},
@@ -240,7 +228,7 @@ func (c Config) SentryPath(self string) (string, error) {
 		return c.Sentry, nil
 	}
 	if self != "" {
-		p := filepath.Join(filepath.Dir(self), SentryName)
+		p := filepath.Join(filepath.Dir(self), api.SentryBinary)
 		if executable(p) == nil {
 			return p, nil
 		}
@@ -250,7 +238,7 @@ func (c Config) SentryPath(self string) (string, error) {
 		if dir == "" {
 			continue
 		}
-		p := filepath.Join(dir, SentryName)
+		p := filepath.Join(dir, api.SentryBinary)
 		if executable(p) == nil {
 			return p, nil
 		}
@@ -270,43 +258,24 @@ func executable(p string) error {
 	return nil
 }
 
-// SentryRoot is the directory holding the sentry roots of all shims.
-func (c Config) SentryRoot() string { return filepath.Join(c.StateDir, "sentry") }
+// Layout is the layout of the state directory.
+func (c Config) Layout() api.Layout { return api.Layout{Dir: c.StateDir} }
 
-// RootfsDir is the directory under which task root filesystems are mounted.
-func (c Config) RootfsDir() string { return filepath.Join(c.StateDir, "rootfs") }
-
-// DockerDir is the directory under which docker-mode tasks get their
-// host-side docker socket: DockerDir/<namespace>/<id>/docker.sock.
-func (c Config) DockerDir() string { return filepath.Join(c.StateDir, "docker") }
-
-// PoolDir holds the warm pool's sandboxes (one directory each) and the
-// root filesystem of their root containers. Every pool socket has its own,
-// so that pool servers of different configurations (several images, say)
-// never take each other's sandboxes for their own.
-func (c Config) PoolDir() string {
-	sum := sha256.Sum256([]byte(c.PoolSocket()))
-	return filepath.Join(c.PoolsDir(), hex.EncodeToString(sum[:6]))
-}
-
-// PoolsDir holds the directories of all pools of this state directory.
-func (c Config) PoolsDir() string { return filepath.Join(c.StateDir, "pool") }
+// PoolDir is the directory of the pool this configuration's pool socket
+// names (api.Layout.Pool).
+func (c Config) PoolDir() api.PoolDir { return c.Layout().Pool(c.PoolSocket()) }
 
 // PoolSocket is where `gvx pool serve` listens.
 func (c Config) PoolSocket() string {
 	if c.Pool.Socket != "" {
 		return c.Pool.Socket
 	}
-	return filepath.Join(c.StateDir, "pool.sock")
+	return c.Layout().DefaultPoolSocket()
 }
-
-// PauseName is the pool sandboxes' init binary, installed next to
-// gvx-sentry.
-const PauseName = "gvx-pause"
 
 // HookPath is the gvx-hook binary next to the resolved gvx-sentry.
 func HookPath(sentry string) (string, error) {
-	p := filepath.Join(filepath.Dir(sentry), HookName)
+	p := filepath.Join(filepath.Dir(sentry), api.HookBinary)
 	if err := executable(p); err != nil {
 		return "", fmt.Errorf("%s: %w; install it next to %s with `make install`", p, err, sentry)
 	}

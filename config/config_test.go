@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestParseDefaultsAndOverrides(t *testing.T) {
@@ -59,7 +61,7 @@ func TestPoolDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pool.Size != 3 || c.PoolSocket() != "/run/x/pool.sock" || filepath.Dir(c.PoolDir()) != "/run/x/pool" {
+	if c.Pool.Size != 3 || c.PoolSocket() != "/run/x/pool.sock" || filepath.Dir(string(c.PoolDir())) != "/run/x/pool" {
 		t.Errorf("pool %+v socket %s dir %s", c.Pool, c.PoolSocket(), c.PoolDir())
 	}
 	if c.Pool.Containerd != "/run/containerd/containerd.sock" || c.Pool.Namespace != "default" || c.Pool.Snapshotter != "overlayfs" {
@@ -70,8 +72,8 @@ func TestPoolDefaults(t *testing.T) {
 	if c.PoolSocket() != "/tmp/p.sock" {
 		t.Errorf("explicit socket ignored: %s", c.PoolSocket())
 	}
-	if c.PoolDir() == dir || filepath.Dir(c.PoolDir()) != c.PoolsDir() {
-		t.Errorf("pools of two sockets share directory %s (or it is not below %s)", dir, c.PoolsDir())
+	if c.PoolDir() == dir || filepath.Dir(string(c.PoolDir())) != c.Layout().Pools() {
+		t.Errorf("pools of two sockets share directory %s (or it is not below %s)", dir, c.Layout().Pools())
 	}
 }
 
@@ -101,13 +103,13 @@ func TestLoad(t *testing.T) {
 
 func TestSentryPath(t *testing.T) {
 	dir := t.TempDir()
-	self := filepath.Join(dir, "containerd-shim-gvx-v2")
+	self := filepath.Join(dir, api.ShimBinary)
 	t.Setenv("PATH", "")
 	c := Default()
 	if _, err := c.SentryPath(self); err == nil || !strings.Contains(err.Error(), "make install") {
 		t.Errorf("missing sentry: err = %v", err)
 	}
-	sentry := filepath.Join(dir, SentryName)
+	sentry := filepath.Join(dir, api.SentryBinary)
 	if err := os.WriteFile(sentry, []byte("#!/bin/true\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,11 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	gvxoci "github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/api"
 )
 
 // DefaultRuntime is gvx's containerd runtime.
-const DefaultRuntime = "io.containerd.gvx.v2"
+const DefaultRuntime = api.RuntimeType
 
 // DockerRoot is where the volume is mounted in the sandbox.
 const DockerRoot = "/var/lib/docker"
@@ -56,9 +56,9 @@ func (r *Runner) logf(format string, a ...any) {
 func (r *Runner) SocketPath(ns, id string) string {
 	dir := r.StateDir
 	if dir == "" {
-		dir = "/run/gvx"
+		dir = api.DefaultStateDir
 	}
-	return filepath.Join(dir, "docker", ns, id, "docker.sock")
+	return api.Layout{Dir: dir}.DockerSocket(ns, id)
 }
 
 // Sandbox is a running docker-mode sandbox.
@@ -107,7 +107,7 @@ func (r *Runner) Start(ctx context.Context, id, image, volume string) (_ *Sandbo
 	cont, err := r.Client.NewContainer(ctx, id,
 		client.WithNewSnapshot(id, img),
 		client.WithNewSpec(oci.WithImageConfig(img),
-			oci.WithAnnotations(map[string]string{gvxoci.DockerAnnotation: "true"}),
+			oci.WithAnnotations(map[string]string{api.AnnotationDocker: "true"}),
 			oci.WithMounts([]specs.Mount{{Destination: DockerRoot, Type: "ext4", Source: abs, Options: []string{"rw"}}})),
 		client.WithRuntime(runtime, r.RuntimeOptions))
 	if err != nil {

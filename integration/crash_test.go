@@ -2,12 +2,19 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/pool/client"
+	"github.com/gvxrun/gvx/shim"
 )
 
 // TestKillSandbox: kill -9 of the Sentry mid-run is reported as the task's
@@ -57,4 +64,116 @@ func TestKillShim(t *testing.T) {
 			t.Errorf("sandbox process %d (%s, state %s) survived its shim", pid, p.name, p.state)
 		}
 	}
+}
+
+// TestCrashMidCreate: a shim killed at any point of a create — after each
+// of its preparation steps, and once the sandbox exists — leaves nothing
+// on the host once containerd has cleaned up after it (manager.Stop, which
+// releases what the task's record names with the code Delete uses). Each
+// crash is checked to have happened where it was asked for (the shim logs
+// it as it kills itself), and the task's volume is free again afterwards.
+func TestCrashMidCreate(t *testing.T) {
+	requireEnv(t)
+	img := filepath.Join(volumeDir(t), "crash.ext4")
+	gvx(t, "volume", "create", "--size", "32M", img)
+	checkNoLeaks(t)
+	steps := []string{"spec", "volumes", "docker", "pool", "hook", "sentry", "rootfs", "write", "root", shim.FaultCreated}
+	for i, step := range steps {
+		crashCreate(t, fmt.Sprintf("crash-%d", i), step, volMount(img, "/work"))
+	}
+	// No lease, mount or loop device holds the volume any more.
+	r, err := e.ctrResult(context.Background(), append(append([]string{"run", "--rm", "--runtime", runtime}, volMount(img, "/work")...),
+		busybox, "crash-after", "sh", "-c", "echo ok > /work/f && cat /work/f")...)
+	if err != nil || r.code != 0 || strings.TrimSpace(r.stdout) != "ok" {
+		t.Errorf("the volume after the crashes: exit %d, %q %q (%v)", r.code, r.stdout, r.stderr, err)
+	}
+}
+
+// TestPoolCrashMidCreate: the same for tasks that adopt a pool sandbox —
+// as a container in a warm pool's sandbox, and as a process in an image
+// pool's — crashing right after the claim, and once the task exists in
+// the sandbox: the claimed sandbox goes with the task.
+func TestPoolCrashMidCreate(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	for _, tc := range []struct {
+		name  string
+		start func(*testing.T, int) *harness.Pool
+	}{{"warm", startPool}, {"image", startImagePool}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.start(t, 2)
+			for i, step := range []string{"pool", shim.FaultCreated} {
+				id := fmt.Sprintf("pcrash-%s-%d", tc.name, i)
+				before := poolClaims(t, p)
+				crashCreate(t, id, step, []string{"--runtime-config-path", p.Config})
+				if n := poolClaims(t, p); n != before+1 {
+					t.Errorf("%s: the pool handed out %d sandboxes, want 1 (the crash came before the claim?)", id, n-before)
+				}
+				// The claimed sandbox went with the task's cleanup.
+				claimed, _ := filepath.Glob(filepath.Join(string(p.Dir), "*", filepath.Base(api.SandboxDir("x").Claimed())))
+				if len(claimed) > 0 {
+					t.Errorf("%s: claimed pool sandboxes left: %v", id, claimed)
+				}
+				if err := p.WaitReady(context.Background(), 2, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// poolClaims is how many sandboxes pool p has handed out.
+func poolClaims(t *testing.T, p *harness.Pool) int {
+	t.Helper()
+	cfg, err := config.Load(p.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := client.Query(context.Background(), cfg.PoolSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Claimed
+}
+
+// crashCreate runs task id (busybox, with ctr's extra opts) asking its shim
+// to crash after step; it checks that the create failed because the shim
+// crashed there and waits for containerd's cleanup after the dead shim.
+func crashCreate(t *testing.T, id, step string, opts []string) {
+	t.Helper()
+	cleanupTask(t, id)
+	args := append(append([]string{"run", "--runtime", runtime, "--annotation", shim.FaultAnnotation + "=" + step}, opts...), busybox, id, "true")
+	r, err := e.ctrResult(context.Background(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 {
+		t.Errorf("crash after %s: the task ran (%q); the fault was not injected", step, r.stdout)
+		return
+	}
+	logLine := shim.FaultLog + " " + step + " of task " + id
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(filepath.Join(e.Containerd.Dir, "containerd.log"))
+		if strings.Contains(string(data), logLine) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("crash after %s: create failed (%s) but the shim never logged %q", step, strings.TrimSpace(r.stderr), logLine)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// containerd runs the shim's cleanup once it notices the shim died.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		out, _, _ := e.ctr(context.Background(), "task", "ls")
+		if !strings.Contains(out, id+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("crash after %s: task %s still listed:\n%s", step, id, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, _ = e.ctrResult(context.Background(), "container", "rm", id)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -51,10 +52,10 @@ func newCRIEnv(t *testing.T) *criEnv {
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = %q
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvxanno]
-  runtime_type = "io.containerd.gvx.v2"
-  pod_annotations = ["dev.gvx.*"]
-  container_annotations = ["dev.gvx.*"]
-`, filepath.Join(dir, "cni")))
+  runtime_type = %q
+  pod_annotations = [%q]
+  container_annotations = [%[3]q]
+`, filepath.Join(dir, "cni"), api.RuntimeType, api.AnnotationDocker))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestCRIPodVolume(t *testing.T) {
 		t.Errorf("volume container: %q (logs %q), want CONTAINER_EXITED 0", st, x.run(t, "logs", id).stdout+x.run(t, "logs", id).stderr)
 	}
 	for _, m := range harness.MountsUnder("/") {
-		if strings.Contains(m, "pod.ext4") || strings.HasPrefix(m, "/run/gvx/volumes") {
+		if strings.Contains(m, "pod.ext4") || strings.HasPrefix(m, harness.State.VolumesDir()) {
 			t.Errorf("volume mounted on the host at %s", m)
 		}
 	}
@@ -291,7 +292,7 @@ func TestCRIPodDockerMixed(t *testing.T) {
 	checkNoLeaks(t)
 	pod, podCfg := x.runPod(t, "p4", "gvxanno")
 	id := x.createContainer(t, pod, podCfg, "dockerapp", []string{"true"},
-		map[string]any{"annotations": map[string]string{"dev.gvx.docker": "true"}})
+		map[string]any{"annotations": map[string]string{api.AnnotationDocker: "true"}})
 	r := x.run(t, "start", id)
 	if r.code == 0 || !strings.Contains(r.stderr, "docker mode applies to the whole pod") || !strings.Contains(r.stderr, "pod annotation") {
 		t.Errorf("docker container in a pod without docker mode: exit %d %q, want a clear refusal", r.code, r.stderr)

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/integration/harness"
 )
@@ -155,7 +156,7 @@ func TestDockerHostSocket(t *testing.T) {
 	r, ctx := dindEnv(t)
 	checkNoLeaks(t)
 	ep := startEpisode(t, r, ctx, "dk2")
-	want := filepath.Join("/run/gvx/docker", testNS, "dk2", "docker.sock")
+	want := harness.State.DockerSocket(testNS, "dk2")
 	if ep.Docker.Socket != want {
 		t.Errorf("socket %s, want %s", ep.Docker.Socket, want)
 	}
@@ -178,7 +179,7 @@ func TestDockerCtrNerdctl(t *testing.T) {
 	defer os.Remove(vol)
 	check := func(id string) {
 		t.Helper()
-		sock := filepath.Join("/run/gvx/docker", testNS, id, "docker.sock")
+		sock := harness.State.DockerSocket(testNS, id)
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := dind.NewDocker(sock).WaitReady(wctx, nil); err != nil {
@@ -191,7 +192,7 @@ func TestDockerCtrNerdctl(t *testing.T) {
 		}
 	}
 	cleanupTask(t, "dkctr")
-	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime, "--annotation", "dev.gvx.docker=true"},
+	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime, "--annotation", api.AnnotationDocker + "=true"},
 		volMount(vol, "/var/lib/docker")...), dindImage, "dkctr")...)
 	check("dkctr")
 	mustCtr(t, "task", "kill", "-s", "TERM", "dkctr")
@@ -201,7 +202,7 @@ func TestDockerCtrNerdctl(t *testing.T) {
 
 	t.Cleanup(func() { nerdctl(t, "rm", "-f", "dknerd") })
 	mustNerdctl(t, "run", "-d", "--name", "dknerd", "--runtime", runtime, "--net", "none",
-		"--annotation", "dev.gvx.docker=true", "-v", vol+":/var/lib/docker", dindImage)
+		"--annotation", api.AnnotationDocker+"=true", "-v", vol+":/var/lib/docker", dindImage)
 	id := strings.TrimSpace(mustNerdctl(t, "inspect", "--format", "{{.ID}}", "dknerd"))
 	check(id)
 	mustNerdctl(t, "rm", "-f", "dknerd")
@@ -232,7 +233,7 @@ func TestDockerPool(t *testing.T) {
 	if harness.Adopted(testNS, "dkpool") == "" {
 		t.Fatalf("the docker task did not adopt the docker pool's sandbox; pool log:\n%s", p.Log())
 	}
-	sock := filepath.Join("/run/gvx/docker", testNS, "dkpool", "docker.sock")
+	sock := harness.State.DockerSocket(testNS, "dkpool")
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := dind.NewDocker(sock).WaitReady(wctx, nil); err != nil {

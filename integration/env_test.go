@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/shim"
 )
 
 const (
-	runtime   = "io.containerd.gvx.v2"
+	runtime   = api.RuntimeType
 	testNS    = "gvxtest"
 	busybox   = "gvx.test/busybox:latest"
 	cmdTimout = 2 * time.Minute
@@ -46,6 +48,8 @@ func newEnv() (*env, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("integration tests need root (containerd, mounts, cgroups)")
 	}
+	// The crash tests make shims crash themselves mid-create.
+	bins.Env = append(bins.Env, shim.FaultsEnv+"=1")
 	c, err := harness.Start(context.Background(), bins)
 	if err != nil {
 		return nil, err

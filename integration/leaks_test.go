@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -26,7 +27,7 @@ type hostState struct {
 func snapshot(x *env) hostState {
 	var s hostState
 	s.procs = gvxProcs()
-	s.mounts = append(mountsMatching("/run/gvx/"), mountsMatching(filepath.Join(x.dir, "state")+"/")...)
+	s.mounts = append(mountsMatching(harness.State.Dir+"/"), mountsMatching(filepath.Join(x.dir, "state")+"/")...)
 	if out, err := exec.Command("losetup", "-n", "-l", "-O", "NAME,BACK-FILE").Output(); err == nil {
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			if l != "" {
@@ -57,10 +58,11 @@ func snapshot(x *env) hostState {
 	}
 	socks, _ := filepath.Glob("/run/containerd/s/*")
 	s.sockets = socks
-	roots, _ := filepath.Glob("/run/gvx/sentry/*")
+	st := harness.State
+	roots, _ := filepath.Glob(filepath.Join(st.SentryRoots(), "*"))
 	for _, pattern := range []string{
-		"/run/gvx/pool*", "/run/gvx/pool/*", "/run/gvx/pool/*/*", // warm pools, their sandboxes, rootfs and image
-		"/run/gvx/rootfs/*/*", "/run/gvx/volumes/*/*", "/run/gvx/docker/*/*", // per-task dirs
+		st.Pools() + "*", st.Pools() + "/*", st.Pools() + "/*/*", // warm pools, their sandboxes, rootfs and image
+		st.RootfsDir() + "/*/*", st.VolumesDir() + "/*/*", st.DockerDir() + "/*/*", // per-task dirs
 		"/run/containerd/fifo/*", // clients' task IO fifos
 	} {
 		more, _ := filepath.Glob(pattern)
@@ -131,7 +133,7 @@ func gvxProcs() []string {
 		}
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 		switch base {
-		case "gvx-sentry", "gvx-runtime", "gvx-pause", "containerd-shim-gvx-v2", "gvx":
+		case api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.ShimBinary, api.CLIBinary:
 			out = append(out, fmt.Sprintf("%s %s", filepath.Base(d), exe))
 		}
 	}

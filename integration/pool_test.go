@@ -18,6 +18,7 @@ import (
 	coci "github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -116,7 +117,7 @@ func checkAdoptedTask(t *testing.T, id, sb string) {
 	mustCtr(t, "task", "kill", "-s", "TERM", id)
 	waitStatus(t, id, "STOPPED")
 	mustCtr(t, "task", "rm", id)
-	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
+	if _, err := os.Stat(string(harness.SandboxDir(sb))); !os.IsNotExist(err) {
 		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
 	}
 	mustCtr(t, "container", "rm", id)
@@ -210,7 +211,7 @@ func killShimOfAdopted(t *testing.T, p *harness.Pool, id string) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(harness.SandboxDir(sb)); os.IsNotExist(err) {
+		if _, err := os.Stat(string(harness.SandboxDir(sb))); os.IsNotExist(err) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -237,7 +238,7 @@ func TestPoolServerRestart(t *testing.T) {
 	if err := p.WaitReady(context.Background(), 2, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	stale, _ := filepath.Glob(filepath.Join(p.Dir, "gvxpool-*"))
+	stale, _ := filepath.Glob(filepath.Join(string(p.Dir), api.PoolSandboxPrefix+"*"))
 	p.Kill()
 
 	q, err := harness.ServePool(context.Background(), e.gvxBin, p.Config, 2)
@@ -305,7 +306,7 @@ func TestPoolKillSandbox(t *testing.T) {
 		t.Fatalf("task rm: %v %d %s", err, r.code, r.stderr)
 	}
 	mustCtr(t, "container", "rm", "poolks1")
-	if _, err := os.Stat(harness.SandboxDir(sb)); !os.IsNotExist(err) {
+	if _, err := os.Stat(string(harness.SandboxDir(sb))); !os.IsNotExist(err) {
 		t.Errorf("pool sandbox %s still on the host after its task was deleted (stat: %v)", sb, err)
 	}
 }
@@ -333,7 +334,7 @@ func TestPoolVolume(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, m := range harness.MountsUnder("/") {
-		if strings.Contains(m, "ws.ext4") || strings.HasPrefix(m, "/run/gvx/volumes") {
+		if strings.Contains(m, "ws.ext4") || strings.HasPrefix(m, harness.State.VolumesDir()) {
 			t.Errorf("volume mounted on the host at %s", m)
 		}
 	}
@@ -428,7 +429,7 @@ func asProcess(t *testing.T, id string) bool {
 	if sb == "" {
 		t.Fatalf("%s adopted no pool sandbox", id)
 	}
-	recs, _ := filepath.Glob(filepath.Join(harness.SandboxDir(sb), "root", "gvx-exectask-"+id+".json"))
+	recs, _ := filepath.Glob(harness.SandboxDir(sb).Root().TaskRecord(id))
 	return len(recs) == 1
 }
 

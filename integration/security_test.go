@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	coci "github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -96,7 +97,7 @@ func shimPidAt(t *testing.T, socket, id string) int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-gvx-v2" {
+		if len(args) == 0 || filepath.Base(args[0]) != api.ShimBinary {
 			continue
 		}
 		var idOK, ours bool

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/bench/snapshotter/layered"
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 const (

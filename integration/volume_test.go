@@ -172,7 +172,7 @@ func TestVolumeExclusiveAndErrors(t *testing.T) {
 		t.Fatalf("loop devices on %s while in use: %v, want one", img, loops)
 	}
 	dev := "/dev/" + strings.Fields(loops[0])[0]
-	if m := harness.MountsUnder("/run/gvx/volumes/"); len(m) > 0 {
+	if m := harness.MountsUnder(harness.State.VolumesDir() + "/"); len(m) > 0 {
 		t.Errorf("volume staging mounted on the host: %v", m)
 	}
 	if data, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(data), " "+dev+" ") {

@@ -6,13 +6,12 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
 )
 
-// DockerAnnotation asks for docker mode on one task ("true"/"false").
-const DockerAnnotation = "dev.gvx.docker"
-
 // DockerGuestDir is where the host-side socket directory appears inside a
-// docker-mode sandbox; dockerd listens on DockerGuestDir/docker.sock too.
+// docker-mode sandbox; dockerd listens on its api.DockerSocketName too.
 const DockerGuestDir = "/run/gvx"
 
 // DockerSocketEnv tells the image's init where to put the host socket.
@@ -40,7 +39,7 @@ var allCaps = []string{
 // DockerRequested reports whether the spec's annotation asks for docker
 // mode, and rejects values other than true/false.
 func DockerRequested(s *specs.Spec) (requested, set bool, err error) {
-	v, ok := s.Annotations[DockerAnnotation]
+	v, ok := s.Annotations[api.AnnotationDocker]
 	if !ok {
 		return false, false, nil
 	}
@@ -50,7 +49,7 @@ func DockerRequested(s *specs.Spec) (requested, set bool, err error) {
 	case "false", "0", "no":
 		return false, true, nil
 	}
-	return false, false, fmt.Errorf("annotation %s=%q: want true or false", DockerAnnotation, v)
+	return false, false, fmt.Errorf("annotation %s=%q: want true or false", api.AnnotationDocker, v)
 }
 
 // EnableDocker gives the task what dockerd needs inside gVisor: every
@@ -78,5 +77,5 @@ func EnableDocker(s *specs.Spec, hostDir string) {
 		s.Root.Readonly = false
 	}
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: DockerGuestDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}})
-	p.Env = append(p.Env, DockerSocketEnv+"="+filepath.Join(DockerGuestDir, "docker.sock"))
+	p.Env = append(p.Env, DockerSocketEnv+"="+filepath.Join(DockerGuestDir, api.DockerSocketName))
 }

@@ -5,46 +5,28 @@
 package oci
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
-	"github.com/gvxrun/gvx/config"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-)
 
-// SpecFile is the name of the spec inside a bundle.
-const SpecFile = "config.json"
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/config"
+)
 
 // ReadSpec reads the bundle's config.json.
 func ReadSpec(bundle string) (*specs.Spec, error) {
-	p := filepath.Join(bundle, SpecFile)
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("read OCI spec: %w", err)
-	}
 	var s specs.Spec
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("invalid OCI spec %s: %w", p, err)
+	if err := api.ReadSpec(bundle, &s); err != nil {
+		return nil, err
 	}
 	return &s, nil
 }
 
 // WriteSpec replaces the bundle's config.json atomically.
 func WriteSpec(bundle string, s *specs.Spec) error {
-	data, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("encode OCI spec: %w", err)
-	}
-	p := filepath.Join(bundle, SpecFile)
-	tmp := p + ".gvx-tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write OCI spec: %w", err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		_ = os.Remove(tmp)
+	if err := api.WriteJSON(filepath.Join(bundle, api.SpecFile), s); err != nil {
 		return fmt.Errorf("write OCI spec: %w", err)
 	}
 	return nil
@@ -76,23 +58,16 @@ func Validate(s *specs.Spec) error {
 	return nil
 }
 
-// criContainerType is the annotation CRI puts on every container of a pod:
-// "sandbox" for the pod's pause container, "container" for the others.
-const criContainerType = "io.kubernetes.cri.container-type"
-
-// criSandboxID names the pod a CRI container belongs to.
-const criSandboxID = "io.kubernetes.cri.sandbox-id"
-
-// Pod roles of a container (PodRole).
+// Pod roles of a container (PodRole): CRI's container-type annotation.
 const (
-	RoleNone      = ""          // not part of a CRI pod
-	RolePause     = "sandbox"   // the pod's pause container
-	RoleContainer = "container" // an application container of the pod
+	RoleNone      = ""                   // not part of a CRI pod
+	RolePause     = api.CRIRoleSandbox   // the pod's pause container
+	RoleContainer = api.CRIRoleContainer // an application container of the pod
 )
 
 // PodRole says what a container is in a Kubernetes pod, and which pod.
 func PodRole(s *specs.Spec) (role, pod string) {
-	return s.Annotations[criContainerType], s.Annotations[criSandboxID]
+	return s.Annotations[api.CRIContainerType], s.Annotations[api.CRISandboxID]
 }
 
 // Mapping is the user namespace a sandbox gets: guest ids 0..Size-1 are host
@@ -152,10 +127,26 @@ func single(uids, gids []specs.LinuxIDMapping) (Mapping, error) {
 	return Mapping{HostUID: uids[0].HostID, HostGID: gids[0].HostID, Size: uids[0].Size}, nil
 }
 
+// ConfigResources are the sandbox-level resources the config's defaults
+// give a spec that sets none (what Prepare applies; SandboxResources of
+// such a spec).
+func ConfigResources(r config.Resources) Resources {
+	out := Resources{MemoryLimit: r.MemoryBytes}
+	if r.CPUMillis > 0 {
+		out.CPUPeriod = cpuPeriod
+		out.CPUQuota = r.CPUMillis * int64(cpuPeriod) / 1000
+	}
+	return out
+}
+
+// cpuPeriod is the CFS period gvx's CPU defaults are expressed in.
+const cpuPeriod = 100000
+
 func applyResources(s *specs.Spec, r config.Resources) {
 	if r.MemoryBytes == 0 && r.CPUMillis == 0 {
 		return
 	}
+	def := ConfigResources(r)
 	if s.Linux.Resources == nil {
 		s.Linux.Resources = &specs.LinuxResources{}
 	}
@@ -165,7 +156,7 @@ func applyResources(s *specs.Spec, r config.Resources) {
 			res.Memory = &specs.LinuxMemory{}
 		}
 		if res.Memory.Limit == nil || *res.Memory.Limit <= 0 {
-			v := r.MemoryBytes
+			v := def.MemoryLimit
 			res.Memory.Limit = &v
 		}
 	}
@@ -174,8 +165,7 @@ func applyResources(s *specs.Spec, r config.Resources) {
 			res.CPU = &specs.LinuxCPU{}
 		}
 		if res.CPU.Quota == nil || *res.CPU.Quota <= 0 {
-			period := uint64(100000)
-			quota := r.CPUMillis * int64(period) / 1000
+			period, quota := def.CPUPeriod, def.CPUQuota
 			res.CPU.Period = &period
 			res.CPU.Quota = &quota
 		}

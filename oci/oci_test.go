@@ -6,6 +6,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api/contracttest"
 	"github.com/gvxrun/gvx/config"
 )
 
@@ -107,9 +108,9 @@ func TestDefaultResources(t *testing.T) {
 func TestAddCreateRuntimeHookFirst(t *testing.T) {
 	s := baseSpec()
 	s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/usr/bin/nerdctl"}}}
-	AddCreateRuntimeHook(s, "/usr/local/bin/gvx-hook", "--loopback")
+	AddCreateRuntimeHook(s, "/usr/local/bin/gvx-hook", "--flag")
 	h := s.Hooks.CreateRuntime
-	if len(h) != 2 || h[0].Path != "/usr/local/bin/gvx-hook" || strings.Join(h[0].Args, " ") != "gvx-hook --loopback" || h[1].Path != "/usr/bin/nerdctl" {
+	if len(h) != 2 || h[0].Path != "/usr/local/bin/gvx-hook" || strings.Join(h[0].Args, " ") != "gvx-hook --flag" || h[1].Path != "/usr/bin/nerdctl" {
 		t.Errorf("hooks %+v", h)
 	}
 }
@@ -119,8 +120,41 @@ func TestPodRole(t *testing.T) {
 	if role, _ := PodRole(s); role != RoleNone {
 		t.Errorf("plain task: role %q", role)
 	}
-	s.Annotations = map[string]string{criContainerType: "container", criSandboxID: "p1", "keep": "me"}
-	if role, pod := PodRole(s); role != RoleContainer || pod != "p1" {
-		t.Errorf("role %q pod %q", role, pod)
+	// CRI's names, as the contract spells them (not this package's).
+	c, err := contracttest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for role, want := range map[string]string{c.Name("cri_role_container"): RoleContainer, c.Name("cri_role_sandbox"): RolePause} {
+		s.Annotations = map[string]string{c.Name("cri_container_type"): role, c.Name("cri_sandbox_id"): "p1", "keep": "me"}
+		if got, pod := PodRole(s); got != want || pod != "p1" {
+			t.Errorf("role %q pod %q, want %q of p1", got, pod, want)
+		}
+	}
+}
+
+// TestDockerAnnotation: the annotation that asks for docker mode is the
+// contract's.
+func TestDockerAnnotation(t *testing.T) {
+	c, err := contracttest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := baseSpec()
+	s.Annotations = map[string]string{c.Name("annotation_docker"): "true"}
+	if req, set, err := DockerRequested(s); !req || !set || err != nil {
+		t.Errorf("DockerRequested = %v, %v, %v", req, set, err)
+	}
+}
+
+// TestConfigResources: what the config's defaults give a spec without
+// resources is exactly ConfigResources (pools compare the two).
+func TestConfigResources(t *testing.T) {
+	for _, r := range []config.Resources{{}, {MemoryBytes: 512 << 20}, {CPUMillis: 1500}, {MemoryBytes: 1 << 30, CPUMillis: 250}} {
+		s := &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{}}}
+		applyResources(s, r)
+		if got, want := SandboxResources(s.Linux.Resources), ConfigResources(r); got != want {
+			t.Errorf("%+v: applied %+v, ConfigResources %+v", r, got, want)
+		}
 	}
 }

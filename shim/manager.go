@@ -1,6 +1,8 @@
-// Package shim is containerd-shim-gvx-v2: a containerd shim v2 (task API v3)
-// that runs each task, or each pod, as one gVisor sandbox launched by
-// gvx-sentry under an unprivileged host uid.
+// Package shim is containerd-shim-gvx-v2, gvx's containerd shim.
+//
+// It is a containerd shim v2 (task API v3) that runs each task, or each
+// pod, as one gVisor sandbox launched by gvx-sentry under an unprivileged
+// host uid.
 //
 // Process state machines, stdio plumbing, exit reaping and event ordering
 // come from containerd's runc shim, used as a library: gvx-sentry speaks the
@@ -30,32 +32,23 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/version"
-	"github.com/containerd/errdefs"
 	runcC "github.com/containerd/go-runc"
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
-	"github.com/gvxrun/gvx/internal/cgroups"
-	"github.com/gvxrun/gvx/oci"
-	"github.com/gvxrun/gvx/pool"
+	"github.com/gvxrun/gvx/api"
 )
 
-// RuntimeName is the runtime type containerd knows gvx by.
-const RuntimeName = "io.containerd.gvx.v2"
-
 // groupLabels put several containers in one shim (and so one sandbox):
-// Kubernetes pods via CRI, and anything else that sets the gvx group label.
-var groupLabels = []string{
-	"io.containerd.gvx.v2.group",
-	"io.kubernetes.cri.sandbox-id",
-}
+// anything that sets the gvx group label, and Kubernetes pods via CRI.
+var groupLabels = []string{api.GroupLabel, api.CRISandboxID}
 
 // NewManager returns the shim.Shim containerd's shim bootstrap drives.
 func NewManager() shim.Shim { return manager{} }
 
 type manager struct{}
 
-func (manager) Name() string { return RuntimeName }
+func (manager) Name() string { return api.RuntimeType }
 
 // Start launches the long-running shim server for a task (or joins the one
 // already serving its group) and returns its ttrpc address.
@@ -147,15 +140,11 @@ func (manager) Start(ctx context.Context, opts *bootapi.BootstrapParams) (_ *boo
 // groupID reads the bundle's (the working directory's) spec annotations to
 // decide which shim serves this task.
 func groupID(id string) (string, error) {
-	data, err := os.ReadFile("config.json")
-	if err != nil {
-		return "", fmt.Errorf("read bundle spec: %w", err)
-	}
 	var s struct {
 		Annotations map[string]string `json:"annotations"`
 	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return "", fmt.Errorf("invalid OCI spec config.json: %w", err)
+	if err := api.ReadSpec(".", &s); err != nil {
+		return "", err
 	}
 	return groupOf(id, s.Annotations), nil
 }
@@ -170,9 +159,10 @@ func groupOf(id string, annotations map[string]string) string {
 	return id
 }
 
-// Stop runs when containerd cleans up after a shim that is gone (crashed or
-// killed): it force-deletes the sandbox, unmounts the root filesystem and
-// reports the recorded exit status.
+// Stop runs when containerd cleans up after a shim that is gone (crashed,
+// killed, or exited after its last task): it force-deletes the sandbox,
+// releases what the task's record names (the same release Delete uses),
+// and reports the recorded exit status.
 func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -183,33 +173,21 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	if err != nil {
 		return shim.StopStatus{}, err
 	}
-	opts, err := runc.ReadOptions(bundle)
+	rec, err := loadRecord(bundle)
 	if err != nil {
-		return shim.StopStatus{}, fmt.Errorf("read runtime options of %s: %w", id, err)
+		log.G(ctx).WithError(err).Warn("gvx shim: read the task's record")
 	}
-	if opts != nil && opts.BinaryName != "" {
+	if rec != nil {
 		// The task's own link to gvx-sentry, its flags beside it; the
 		// shim removed it when it deleted the task itself.
-		if _, err := os.Lstat(opts.BinaryName); err == nil {
-			r := process.NewRunc(opts.Root, bundle, ns, opts.BinaryName, false)
+		link := filepath.Join(rec.BinDir, sentryLinkName)
+		if _, err := os.Lstat(link); err == nil && rec.RuncRoot != "" {
+			r := process.NewRunc(rec.RuncRoot, bundle, ns, link, false)
 			if err := r.Delete(ctx, id, &runcC.DeleteOpts{Force: true}); err != nil {
 				log.G(ctx).WithError(err).Warn("gvx shim: force delete of sandbox failed")
 			}
 		}
-		if sb, err := pool.LoadSandbox(filepath.Join(bundle, adoptFile)); err == nil {
-			releasePool(ctx, opts.BinaryName, sb, opts.Root, bundle)
-		}
-		if err := releaseSentryRoot(filepath.Join(opts.Root, ns)); err != nil {
-			log.G(ctx).WithError(err).Warn("gvx shim: release sentry root")
-		}
-		if filepath.Base(opts.BinaryName) == sentryLinkName {
-			if err := releaseTaskSentry(filepath.Dir(opts.BinaryName)); err != nil {
-				log.G(ctx).WithError(err).Warn("gvx shim: release the task's gvx-sentry link")
-			}
-		}
-	}
-	if spec, err := oci.ReadSpec(bundle); err == nil && spec.Linux != nil {
-		cgroups.Remove(ctx, spec.Linux.CgroupsPath)
+		rec.release(ctx)
 	}
 	// A shim that was killed could not remove its socket; remove it unless
 	// a live shim (another container of the group) still serves it.
@@ -217,10 +195,6 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		if err := shim.RemoveSocket(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.G(ctx).WithError(err).Warn("gvx shim: remove dead shim's socket")
 		}
-	}
-	removeTaskDirs(ctx, bundle)
-	if data, err := os.ReadFile(filepath.Join(bundle, rootfsFile)); err == nil {
-		releaseRootfs(ctx, string(data))
 	}
 	if err := mount.UnmountRecursive(filepath.Join(bundle, "rootfs"), unix.MNT_DETACH); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: unmount rootfs")
@@ -234,7 +208,7 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	if err != nil {
 		pid = 0
 	}
-	return shim.StopStatus{ExitedAt: time.Now(), ExitStatus: 128 + int(unix.SIGKILL), Pid: pid}, nil
+	return shim.StopStatus{ExitedAt: time.Now(), ExitStatus: api.ExitKilled, Pid: pid}, nil
 }
 
 // bootstrapAddress reads the shim address containerd recorded in the
@@ -259,9 +233,7 @@ func bootstrapAddress(bundle string) (string, error) {
 // Info reports the runtime's name and version.
 func (manager) Info(ctx context.Context, _ io.Reader) (*types.RuntimeInfo, error) {
 	return &types.RuntimeInfo{
-		Name:    RuntimeName,
+		Name:    api.RuntimeType,
 		Version: &types.RuntimeVersion{Version: version.Version, Revision: version.Revision},
 	}, nil
 }
-
-var errNotImplemented = errdefs.ErrNotImplemented

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/log"
 	securejoin "github.com/cyphar/filepath-securejoin"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/oci"
@@ -18,7 +19,7 @@ import (
 // mountRootfs mounts the task's root filesystem at target, idmapped so that
 // host root's files belong to the sandbox's root, and creates the mount
 // points the spec's bind mounts need (the unprivileged gofer cannot).
-func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci.Mapping, specMounts []specMount) (retErr error) {
+func mountRootfs(ctx context.Context, rootfs []mount.Mount, target string, m oci.Mapping, specMounts []specs.Mount) (retErr error) {
 	// Parents are traverse-only for everyone: the sandbox's host uid must
 	// reach target, nobody needs to list it.
 	if err := os.MkdirAll(filepath.Dir(target), 0o711); err != nil {
@@ -36,7 +37,8 @@ func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci
 		if rm.Type == "overlay" || rm.Type == "bind" || slices.Contains(opts, "bind") || slices.Contains(opts, "rbind") {
 			opts = append(opts, m.IDMapOptions()...)
 		}
-		mounts = append(mounts, mount.Mount{Type: rm.Type, Source: rm.Source, Target: rm.Target, Options: opts})
+		rm.Options = opts
+		mounts = append(mounts, rm)
 	}
 	if err := mount.All(mounts, target); err != nil {
 		_ = os.Remove(target)
@@ -44,7 +46,9 @@ func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci
 	}
 	defer func() {
 		if retErr != nil {
-			releaseRootfs(ctx, target)
+			if err := releaseRootfs(target); err != nil {
+				log.G(ctx).WithError(err).Warn("gvx shim: undo rootfs mount")
+			}
 		}
 	}()
 	for _, sm := range specMounts {
@@ -59,16 +63,19 @@ func mountRootfs(ctx context.Context, rootfs []*typesMount, target string, m oci
 	return nil
 }
 
-// releaseRootfs unmounts a rootfs mounted by mountRootfs and removes its
-// mount point (and the namespace directory above it once empty).
-func releaseRootfs(ctx context.Context, target string) {
+// releaseRootfs unmounts a rootfs mounted by mountRootfs (or gvx-sentry's
+// mount point of an ext4 root filesystem, which has nothing mounted on the
+// host) and removes its mount point, and the namespace directory above it
+// once empty.
+func releaseRootfs(target string) error {
 	if err := mount.UnmountRecursive(target, unix.MNT_DETACH); err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx shim: unmount rootfs %s", target)
+		return fmt.Errorf("unmount rootfs %s: %w", target, err)
 	}
 	if err := os.Remove(target); err != nil && !os.IsNotExist(err) {
-		log.G(ctx).WithError(err).Warnf("gvx shim: remove rootfs mount point %s", target)
+		return fmt.Errorf("remove rootfs mount point %s: %w", target, err)
 	}
 	_ = os.Remove(filepath.Dir(target)) // the namespace dir, if empty
+	return nil
 }
 
 // checkTraversable makes sure a process with host uid (and no other

@@ -7,16 +7,13 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/api"
 )
 
 // Each task runs gvx-sentry through its own link, with the task's global
 // flags in a file beside it (gvx-sentry's launcher reads them), so that
 // tasks sharing a shim (a pod) never run with each other's flags.
-const (
-	sentryLinkName  = "gvx-sentry"
-	sentryFlagsName = "gvx-sentry-flags" // gvx-sentry's launcher.FlagsFile
-)
+const sentryLinkName = api.SentryBinary
 
 // taskSentry creates dir (traverse-only) with a link to sentry — or, if
 // useFront, to gvx-runtime, its front, when that is installed beside it —
@@ -28,7 +25,7 @@ func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 		return "", fmt.Errorf("create task dir %s: %w", dir, err)
 	}
 	target := sentry
-	if front := filepath.Join(filepath.Dir(sentry), config.RuntimeName); useFront && isExecutable(front) {
+	if front := filepath.Join(filepath.Dir(sentry), api.RuntimeBinary); useFront && isExecutable(front) {
 		target = front
 	}
 	link := filepath.Join(dir, sentryLinkName)
@@ -36,7 +33,7 @@ func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 	if err := os.Symlink(target, link); err != nil {
 		return "", fmt.Errorf("link gvx-sentry for the task: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, sentryFlagsName), []byte(flags), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, api.FlagsFile), []byte(flags), 0o600); err != nil {
 		return "", fmt.Errorf("record the task's gvx-sentry flags: %w", err)
 	}
 	return link, nil
@@ -45,7 +42,7 @@ func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 // releaseTaskSentry removes what taskSentry made, and dir once empty.
 func releaseTaskSentry(dir string) error {
 	var errs []error
-	for _, name := range []string{sentryLinkName, sentryFlagsName} {
+	for _, name := range []string{sentryLinkName, api.FlagsFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -2,7 +2,6 @@ package shim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,22 +9,13 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/volume"
 )
-
-// volumesAnnotation must match gvx-sentry's volmount.Annotation: the
-// volumes gvx-sentry mounts in the sandbox's private mount namespace.
-const volumesAnnotation = "dev.gvx.volumes"
-
-// sentryVolume is one entry of volumesAnnotation.
-type sentryVolume struct {
-	Image    string `json:"image"`
-	Staging  string `json:"staging"`
-	ReadOnly bool   `json:"readonly,omitempty"`
-}
 
 // taskVolumes are the ext4lite volumes of one task: their leases (held
 // while the task exists, so no other sandbox can use an image at the same
@@ -51,17 +41,18 @@ func (v *taskVolumes) release(ctx context.Context) {
 
 // prepareVolumes finds the spec's ext4lite volumes — mounts of type ext4,
 // and bind mounts whose source is an ext4 image file — leases each image,
-// and rewrites the mount into a bind mount of a staging directory that
-// gvx-sentry mounts the image on inside the sandbox's mount namespace. It
-// returns nil when the task has no volumes.
-func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string, root *sentryVolume) (_ *taskVolumes, retErr error) {
+// and rewrites the mount into a bind mount of a staging directory below
+// dir (made with mkdir) that gvx-sentry mounts the image on inside the
+// sandbox's mount namespace; root, if set, is an ext4 root filesystem to
+// mount the same way. It returns nil when the task leases no volume.
+func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(string) error, root *api.Volume) (_ *taskVolumes, retErr error) {
 	tv := &taskVolumes{}
 	defer func() {
 		if retErr != nil {
 			tv.release(ctx)
 		}
 	}()
-	var list []sentryVolume
+	var list []api.Volume
 	if root != nil {
 		list = append(list, *root)
 	}
@@ -80,7 +71,7 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string, root
 		}
 		tv.leases = append(tv.leases, lease)
 		if n == 0 {
-			if err := makeTaskDir(bundle, dir, 0o711, -1, -1); err != nil {
+			if err := mkdir(dir); err != nil {
 				return nil, fmt.Errorf("volume staging dir: %w", err)
 			}
 		}
@@ -93,7 +84,7 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string, root
 		if ro {
 			opts = []string{"rbind", "ro"}
 		}
-		list = append(list, sentryVolume{Image: lease.Path(), Staging: staging, ReadOnly: ro})
+		list = append(list, api.Volume{Image: lease.Path(), Staging: staging, ReadOnly: ro})
 		s.Mounts[i] = specs.Mount{Destination: m.Destination, Type: "bind", Source: staging, Options: opts}
 	}
 	if len(list) == 0 {
@@ -102,26 +93,34 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, bundle, dir string, root
 	if n == 0 {
 		tv = nil // only the root filesystem: nothing leased
 	}
-	data, err := json.Marshal(list)
-	if err != nil {
+	if err := setVolumes(s, list); err != nil {
 		return nil, err
+	}
+	return tv, nil
+}
+
+// setVolumes lists vols in the spec for gvx-sentry to mount.
+func setVolumes(s *specs.Spec, vols []api.Volume) error {
+	v, err := api.EncodeVolumes(vols)
+	if err != nil {
+		return err
 	}
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[volumesAnnotation] = string(data)
-	return tv, nil
+	s.Annotations[api.AnnotationVolumes] = v
+	return nil
 }
 
 // ext4Rootfs recognises a root filesystem that is one ext4 image attached
 // by loop (what the ext4lite snapshotter returns). gvx does not mount it on
 // the host: like a volume, gvx-sentry mounts it at target inside the
 // sandbox's private mount namespace.
-func ext4Rootfs(rootfs []*typesMount, target string) *sentryVolume {
+func ext4Rootfs(rootfs []mount.Mount, target string) *api.Volume {
 	if len(rootfs) != 1 || rootfs[0].Type != "ext4" || !slices.Contains(rootfs[0].Options, "loop") || !filepath.IsAbs(rootfs[0].Source) {
 		return nil
 	}
-	return &sentryVolume{Image: rootfs[0].Source, Staging: target, ReadOnly: slices.Contains(rootfs[0].Options, "ro")}
+	return &api.Volume{Image: rootfs[0].Source, Staging: target, ReadOnly: slices.Contains(rootfs[0].Options, "ro")}
 }
 
 // volumeMount reports whether m is an ext4lite volume, and read-only.

@@ -30,6 +30,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/volume"
 )
@@ -121,12 +122,12 @@ func run(runs, conc, burst, poolSize int) error {
 	}()
 	adopted, adoptedImage := 0, 0
 	rts := []runtimeUnderTest{
-		{name: "gvx", runtime: "io.containerd.gvx.v2"},
-		{name: "gvx (warm pool)", runtime: "io.containerd.gvx.v2", opts: &runtimeoptions.Options{ConfigPath: pl.Config}, pool: pl, adopted: &adopted},
-		{name: "gvx (image pool)", runtime: "io.containerd.gvx.v2", opts: &runtimeoptions.Options{ConfigPath: ip.Config}, pool: ip, adopted: &adoptedImage},
+		{name: "gvx", runtime: api.RuntimeType},
+		{name: "gvx (warm pool)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: pl.Config}, pool: pl, adopted: &adopted},
+		{name: "gvx (image pool)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: ip.Config}, pool: ip, adopted: &adoptedImage},
 		{name: "runsc (runc shim)", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
 		{name: "runc", runtime: "io.containerd.runc.v2"},
-		{name: "gvx + ext4 volume", runtime: "io.containerd.gvx.v2", volume: vol},
+		{name: "gvx + ext4 volume", runtime: api.RuntimeType, volume: vol},
 	}
 	fmt.Printf("gvx bench: %d create→start→exec→delete cycles per runtime, busybox, containerd %s client, %d CPUs\n\n", runs, "v2.4.2", numCPU())
 	results := map[string]cycleStats{}

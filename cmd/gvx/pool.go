@@ -12,6 +12,8 @@ import (
 
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/pool"
+	"github.com/gvxrun/gvx/pool/bootspec"
+	"github.com/gvxrun/gvx/pool/client"
 	"github.com/gvxrun/gvx/pool/poolimage"
 )
 
@@ -86,13 +88,13 @@ func poolStatusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			st, err := pool.Query(ctx, cfg.PoolSocket())
+			st, err := client.Query(ctx, cfg.PoolSocket())
 			if err != nil {
 				return err
 			}
 			self, _ := os.Executable()
 			mine := "this config's tasks can adopt its sandboxes"
-			if sentry, err := cfg.SentryPath(self); err != nil || pool.Class(cfg, sentry) != st.Class {
+			if sentry, err := cfg.SentryPath(self); err != nil || bootspec.Class(cfg, sentry) != st.Class {
 				mine = "this config's tasks CANNOT adopt its sandboxes (another class: its gvx config differs)"
 			}
 			image := ""

@@ -15,11 +15,15 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // Bins says where the binaries live (the Makefile's cached builds).
 type Bins struct {
 	GVX, Containerd, Nerdctl, Runsc string
+	// Env is more environment for containerd (and so its shims).
+	Env []string
 }
 
 // BinsFromEnv reads GVX_BIN, CONTAINERD_BIN, NERDCTL_BIN and RUNSC_BIN.
@@ -85,8 +89,8 @@ state = "%[1]s/state"
 [ttrpc]
   address = "%[1]s/c.sock.ttrpc"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvx]
-  runtime_type = "io.containerd.gvx.v2"
-`, dir) + extraTOML
+  runtime_type = "%[2]s"
+`, dir, api.RuntimeType) + extraTOML
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -96,7 +100,7 @@ state = "%[1]s/state"
 	}
 	defer logf.Close()
 	c.cmd = exec.Command(filepath.Join(bins.Containerd, "containerd"), "--config", filepath.Join(dir, "config.toml"))
-	c.cmd.Env = append(os.Environ(), "PATH="+bins.Path())
+	c.cmd.Env = append(append(os.Environ(), "PATH="+bins.Path()), bins.Env...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)

@@ -13,20 +13,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 )
 
-// PoolsDir is where pool servers keep their sandboxes (one directory per
-// pool) under the default state_dir.
-const PoolsDir = "/run/gvx/pool"
+// State is the layout of the state directory the tests' gvx runs with
+// (the default state_dir).
+var State = api.Layout{Dir: api.DefaultStateDir}
 
 // SandboxDir is the directory of pool sandbox sb, whichever pool it is of.
-func SandboxDir(sb string) string {
-	dirs, _ := filepath.Glob(filepath.Join(PoolsDir, "*", sb))
+func SandboxDir(sb string) api.SandboxDir {
+	dirs, _ := filepath.Glob(filepath.Join(State.Pools(), "*", sb))
 	if len(dirs) == 1 {
-		return dirs[0]
+		return api.SandboxDir(dirs[0])
 	}
-	return filepath.Join(PoolsDir, "?", sb) // no such directory
+	return api.PoolDir(filepath.Join(State.Pools(), "?")).Sandbox(sb) // no such directory
 }
 
 // Pool is a running `gvx pool serve`.
@@ -34,7 +35,7 @@ type Pool struct {
 	// Config is the gvx config file the pool and its tasks share.
 	Config string
 	// Dir is the pool's directory (config.PoolDir).
-	Dir  string
+	Dir  api.PoolDir
 	size int
 	cmd  *exec.Cmd
 	mu   sync.Mutex
@@ -80,7 +81,7 @@ func ServePool(ctx context.Context, gvxBin, cfg string, size int) (*Pool, error)
 		return nil, err
 	}
 	p := &Pool{Config: cfg, Dir: c.PoolDir(), size: size}
-	p.cmd = exec.Command(filepath.Join(gvxBin, "gvx"), "pool", "serve", "--config", p.Config)
+	p.cmd = exec.Command(filepath.Join(gvxBin, api.CLIBinary), "pool", "serve", "--config", p.Config)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start gvx pool serve: %w", err)
@@ -112,11 +113,12 @@ func (p *Pool) Size() int { return p.size }
 
 // Ready counts the booted, unclaimed pool sandboxes.
 func (p *Pool) Ready() int {
-	dirs, _ := filepath.Glob(filepath.Join(p.Dir, "gvxpool-*"))
+	dirs, _ := filepath.Glob(filepath.Join(string(p.Dir), api.PoolSandboxPrefix+"*"))
 	n := 0
 	for _, d := range dirs {
-		_, errState := os.Stat(filepath.Join(d, "sandbox.json"))
-		_, errClaimed := os.Stat(filepath.Join(d, "claimed"))
+		sd := api.SandboxDir(d)
+		_, errState := os.Stat(sd.Record())
+		_, errClaimed := os.Stat(sd.Claimed())
 		if errState == nil && errClaimed != nil {
 			n++
 		}
@@ -170,7 +172,7 @@ func (p *Pool) Stop() error {
 // Adopted returns the pool sandbox task id of namespace ns runs in ("" if
 // it booted its own).
 func Adopted(ns, id string) string {
-	target, err := os.Readlink(filepath.Join("/run/gvx/sentry", id, ns))
+	target, err := os.Readlink(filepath.Join(State.SentryRoot(id), ns))
 	if err != nil {
 		return ""
 	}
@@ -179,7 +181,7 @@ func Adopted(ns, id string) string {
 
 // SandboxPid is the host pid (the Sentry's) of pool sandbox sb.
 func SandboxPid(sb string) (int, error) {
-	data, err := os.ReadFile(filepath.Join(SandboxDir(sb), "pid"))
+	data, err := os.ReadFile(SandboxDir(sb).PidFile())
 	if err != nil {
 		return 0, fmt.Errorf("pool sandbox %s: %w", sb, err)
 	}

@@ -1,7 +1,9 @@
-// Package poolimage opens the image of an image pool ([pool] image): it
-// looks the image up in containerd, leases its layer snapshots and mounts
-// them for the pool's sandboxes. It is the pool server's only dependency on
-// the containerd client, kept out of package pool, which the shim imports.
+// Package poolimage opens the image of an image pool ([pool] image).
+//
+// It looks the image up in containerd, leases its layer snapshots and
+// mounts them for the pool's sandboxes. It is the pool server's only
+// dependency on the containerd client, kept out of package pool so that
+// only `gvx pool serve` links it.
 package poolimage
 
 import (
@@ -22,14 +24,14 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/image-spec/identity"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool"
+	"github.com/gvxrun/gvx/pool/adopt"
+	"github.com/gvxrun/gvx/pool/bootspec"
+	"github.com/gvxrun/gvx/sandbox"
 )
-
-// leaseLabel on a containerd lease names the pool directory whose server
-// holds it.
-const leaseLabel = "dev.gvx.pool"
 
 // image is the pool's image, mounted read-only (idmapped to the sandboxes'
 // host ids) as the root filesystem of every pool sandbox's root container.
@@ -38,6 +40,7 @@ const leaseLabel = "dev.gvx.pool"
 type image struct {
 	ref    string
 	dir    string
+	pool   api.PoolDir
 	layers []string
 	client *client.Client
 	ns     string
@@ -53,14 +56,14 @@ func Opener(cfg config.Config) pool.ImageOpener {
 
 // open looks cfg's pool image up in containerd (unpacking it when it is
 // not), leases its layers and mounts them at dir, with the gvx-pause binary
-// at pause added as pool.PauseInImage.
+// at pause added as bootspec.PauseInImage.
 func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, retErr error) {
 	p := cfg.Pool
 	c, err := client.New(p.Containerd, client.WithDefaultNamespace(p.Namespace), client.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("pool.image %q: connect to containerd at %s (pool.containerd): %w", p.Image, p.Containerd, err)
 	}
-	im := &image{ref: p.Image, dir: dir, client: c, ns: p.Namespace}
+	im := &image{ref: p.Image, dir: dir, pool: cfg.PoolDir(), client: c, ns: p.Namespace}
 	defer func() {
 		if retErr != nil {
 			im.Close(context.WithoutCancel(ctx), false)
@@ -94,7 +97,7 @@ func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, 
 		return nil, err
 	}
 	ls := c.LeasesService()
-	lease, err := ls.Create(ctx, leases.WithID("gvx-pool-"+hex.EncodeToString(rnd[:])), leases.WithLabel(leaseLabel, cfg.PoolDir()))
+	lease, err := ls.Create(ctx, leases.WithID("gvx-pool-"+hex.EncodeToString(rnd[:])), leases.WithLabel(api.LeaseLabel, string(cfg.PoolDir())))
 	if err != nil {
 		return nil, fmt.Errorf("pool.image %q: lease: %w", p.Image, err)
 	}
@@ -102,7 +105,7 @@ func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, 
 	if err := ls.AddResource(ctx, lease, leases.Resource{ID: chain, Type: "snapshots/" + p.Snapshotter}); err != nil {
 		return nil, fmt.Errorf("pool.image %q: lease its layers: %w", p.Image, err)
 	}
-	im.deleteLeases(ctx, cfg.PoolDir(), lease.ID)
+	im.deleteLeases(ctx, string(cfg.PoolDir()), lease.ID)
 
 	// The layers' mounts, as a view would have them: the view itself is
 	// removed at once, its mounts name only the image's committed layers.
@@ -116,7 +119,7 @@ func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, 
 	if err := sn.Remove(lctx, key); err != nil {
 		log.G(ctx).WithError(err).Warnf("gvx pool: remove view %s", key)
 	}
-	im.layers = pool.Layers(mounts)
+	im.layers = adopt.Layers(mounts)
 	if im.layers == nil {
 		return nil, fmt.Errorf("pool.image %q: snapshotter %s gives its layers as %+v, not as an overlay or a read-only bind mount: use the overlayfs snapshotter (pool.snapshotter)", p.Image, p.Snapshotter, mounts)
 	}
@@ -124,15 +127,15 @@ func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, 
 	// gvx-pause: the root container's init needs a file on the image, and
 	// the sandbox's gofer cannot make a mount point in read-only layers.
 	// The sandboxes never write to it (their writes go to their memory).
-	pool.UnmountImage(dir) // a killed server's, with its upper directory
-	upper, work := dir+pool.ImageUpperSuffix+"/upper", dir+pool.ImageUpperSuffix+"/work"
+	sandbox.UnmountImage(cfg.PoolDir()) // a killed server's, with its upper directory
+	upper, work := cfg.PoolDir().ImageUpper()+"/upper", cfg.PoolDir().ImageUpper()+"/work"
 	for _, d := range []string{dir, upper, work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("pool.image: create %s: %w", d, err)
 		}
 	}
-	if err := os.Link(pause, filepath.Join(upper, strings.TrimPrefix(pool.PauseInImage, "/"))); err != nil {
-		return nil, fmt.Errorf("pool.image: install %s: %w", config.PauseName, err)
+	if err := os.Link(pause, filepath.Join(upper, strings.TrimPrefix(bootspec.PauseInImage, "/"))); err != nil {
+		return nil, fmt.Errorf("pool.image: install %s: %w", api.PauseBinary, err)
 	}
 	m := oci.Mapping{HostUID: cfg.UserNS.HostUID, HostGID: cfg.UserNS.HostGID, Size: cfg.UserNS.Size}
 	opts := []string{"index=off", "lowerdir=" + strings.Join(im.layers, ":"), "upperdir=" + upper, "workdir=" + work}
@@ -148,7 +151,7 @@ func open(ctx context.Context, cfg config.Config, dir, pause string) (_ *image, 
 // server that was killed or stopped while its sandboxes still ran.
 func (im *image) deleteLeases(ctx context.Context, owner, keep string) {
 	ls := im.client.LeasesService()
-	all, err := ls.List(ctx, fmt.Sprintf("labels.%q==%q", leaseLabel, owner))
+	all, err := ls.List(ctx, fmt.Sprintf("labels.%q==%q", api.LeaseLabel, owner))
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("gvx pool: list leases")
 		return
@@ -178,7 +181,7 @@ func (im *image) Layers() []string { return im.layers }
 // it) and, unless keepLease (claimed sandboxes still run on its layers),
 // deletes the lease: the next server's start deletes a kept one.
 func (im *image) Close(ctx context.Context, keepLease bool) {
-	pool.UnmountImage(im.dir)
+	sandbox.UnmountImage(im.pool)
 	if im.lease != "" && !keepLease {
 		ctx = namespaces.WithNamespace(ctx, im.ns)
 		if err := im.client.LeasesService().Delete(ctx, leases.Lease{ID: im.lease}); err != nil && !errdefs.IsNotFound(err) {

@@ -1,0 +1,155 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/pool/bootspec"
+	"github.com/gvxrun/gvx/sandbox"
+)
+
+// boot creates and starts one sandbox.
+func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	sb := s.newSandbox(api.PoolSandboxPrefix + hex.EncodeToString(rnd[:]))
+	// A task's destroy removes the pool directory when it was the last
+	// sandbox and no server was listening (this one, starting up).
+	if _, err := os.Stat(s.pauseCopy()); err != nil {
+		if err := os.MkdirAll(string(s.cfg.PoolDir()), 0o711); err != nil {
+			return nil, fmt.Errorf("create pool dir: %w", err)
+		}
+		if err := s.installRootfs(); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if retErr != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx), s.sentry)
+		}
+	}()
+	for _, d := range []string{sb.Dir, sb.Bundle()} {
+		if err := os.Mkdir(d, 0o711); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	spec := bootspec.RootSpec(s.cfg.PoolDir().Rootfs(), sb.Cgroup)
+	if s.image != nil {
+		spec = bootspec.ImageRootSpec(s.image.Dir(), sb.Cgroup)
+		sb.Pool.Image, sb.Pool.Layers = s.image.Ref(), s.image.Layers()
+	}
+	if _, err := oci.Prepare(spec, s.cfg); err != nil {
+		return nil, err
+	}
+	if s.hook != "" {
+		oci.AddCreateRuntimeHook(spec, s.hook, api.HookLoopback)
+	}
+	if err := oci.WriteSpec(sb.Bundle(), spec); err != nil {
+		return nil, err
+	}
+	if err := s.run(ctx, sb, "create", "--bundle", sb.Bundle(), "--pid-file", sb.PidFile, sb.ID); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(sb.PidFile)
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox pid: %w", err)
+	}
+	if sb.Pid, err = strconv.Atoi(strings.TrimSpace(string(data))); err != nil {
+		return nil, fmt.Errorf("sandbox pid file: %w", err)
+	}
+	if err := s.run(ctx, sb, "start", sb.ID); err != nil {
+		return nil, err
+	}
+	// Booted: the sandbox runs at normal priority from now on.
+	reniceTree(sb.Pid, 0)
+	if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// run runs gvx-sentry against sb's root.
+func (s *Server) run(ctx context.Context, sb *sandbox.Sandbox, args ...string) error {
+	// Not cancelled with ctx: a create killed halfway leaves processes no
+	// record names; a finished boot is destroyed by drain instead.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	cmd := sb.Command(cctx, s.sentry, args...)
+	// The sandbox inherits create's stdio: a file, not a pipe, so that
+	// nothing waits for the sandbox to close it.
+	out, err := os.CreateTemp(sb.Dir, "sentry-*.log")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Start()
+	if err == nil {
+		// Boot in the background: at the lowest CPU priority, so that a
+		// refill never slows the tasks running (or being adopted) now.
+		_ = unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, bootNice)
+		err = cmd.Wait()
+	}
+	if err != nil {
+		msg, _ := os.ReadFile(out.Name())
+		return fmt.Errorf("gvx-sentry %s %s: %w: %s", args[0], sb.ID, err, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+// bootNice is the CPU niceness sandboxes boot at.
+const bootNice = 19
+
+// reniceTree sets the niceness of every thread of pid and of its
+// descendants (the Sentry and its stub processes).
+func reniceTree(pid, nice int) {
+	tids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, t := range tids {
+		tid, err := strconv.Atoi(filepath.Base(t))
+		if err != nil {
+			continue
+		}
+		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
+		data, _ := os.ReadFile(filepath.Join(t, "children"))
+		for _, c := range strings.Fields(string(data)) {
+			if child, err := strconv.Atoi(c); err == nil {
+				reniceTree(child, nice)
+			}
+		}
+	}
+}
+
+// installRootfs writes the root containers' root filesystem: a directory
+// with gvx-pause, readable by the sandboxes' unprivileged uid.
+func (s *Server) installRootfs() error {
+	if err := os.MkdirAll(s.cfg.PoolDir().Rootfs(), 0o755); err != nil {
+		return fmt.Errorf("create pool rootfs: %w", err)
+	}
+	data, err := os.ReadFile(s.pause)
+	if err != nil {
+		return err
+	}
+	if err := api.WriteFile(s.pauseCopy(), data, 0o755); err != nil {
+		return fmt.Errorf("install %s in pool rootfs: %w", api.PauseBinary, err)
+	}
+	return nil
+}
+
+// pauseCopy is gvx-pause in the pool's root filesystem.
+func (s *Server) pauseCopy() string {
+	return filepath.Join(s.cfg.PoolDir().Rootfs(), strings.TrimPrefix(bootspec.PauseInGuest, "/"))
+}

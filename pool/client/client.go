@@ -1,0 +1,76 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/gvxrun/gvx/sandbox"
+)
+
+// ErrNoSandbox means the pool has no sandbox for the claim right now (the
+// task boots its own).
+var ErrNoSandbox = errors.New("no pool sandbox ready")
+
+// Claim asks the pool server at socket for a sandbox of class. The caller
+// owns the sandbox it returns and must Destroy it.
+func Claim(ctx context.Context, socket, class string) (*sandbox.Sandbox, error) {
+	var resp Response
+	if err := roundTrip(ctx, socket, Request{Class: class}, &resp); err != nil {
+		return nil, err
+	}
+	if err := resp.err(); err != nil {
+		return nil, fmt.Errorf("claim from %s: %w", socket, err)
+	}
+	if resp.Sandbox == nil {
+		return nil, fmt.Errorf("claim from %s: empty answer", socket)
+	}
+	return resp.Sandbox, nil
+}
+
+// Query asks the pool server at socket how it is doing.
+func Query(ctx context.Context, socket string) (*Status, error) {
+	var resp Response
+	if err := roundTrip(ctx, socket, Request{Status: true}, &resp); err != nil {
+		return nil, err
+	}
+	if err := resp.err(); err != nil {
+		return nil, fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	if resp.Status == nil {
+		return nil, fmt.Errorf("pool server %s: empty answer", socket)
+	}
+	return resp.Status, nil
+}
+
+// err is the response's error, ErrNoSandbox-wrapping for CodeNoSandbox.
+func (r *Response) err() error {
+	switch {
+	case r.Error == "" && r.Code == "":
+		return nil
+	case r.Code == CodeNoSandbox:
+		return fmt.Errorf("%w: %s", ErrNoSandbox, r.Error)
+	}
+	return errors.New(r.Error)
+}
+
+// roundTrip sends req to the pool server at socket and decodes its answer.
+func roundTrip(ctx context.Context, socket string, req Request, resp *Response) error {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("pool server %s: %w (start it with `gvx pool serve`)", socket, err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	if err := json.NewDecoder(conn).Decode(resp); err != nil {
+		return fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	return nil
+}

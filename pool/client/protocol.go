@@ -1,0 +1,47 @@
+// Package client is the claim protocol of gvx's warm pools and the client
+// side of it, which the shim links (the server is package pool).
+//
+// A claim is one JSON line each way over the pool server's unix socket: a
+// Request naming the class of sandbox wanted (or asking for the server's
+// Status), a Response with the claimed sandbox's record or an error. An
+// error carries a Code, so that a client tells "no sandbox ready" from a
+// broken server without reading the message.
+package client
+
+import "github.com/gvxrun/gvx/sandbox"
+
+// Request is what a client sends.
+type Request struct {
+	Class  string `json:"class"`
+	Status bool   `json:"status,omitempty"` // report Status instead of claiming
+}
+
+// Response is what the server answers.
+type Response struct {
+	Sandbox *sandbox.Sandbox `json:"sandbox,omitempty"`
+	Status  *Status          `json:"status,omitempty"`
+	Error   string           `json:"error,omitempty"`
+	Code    Code             `json:"code,omitempty"`
+}
+
+// Code classifies a Response's error.
+type Code string
+
+const (
+	// CodeNoSandbox: no sandbox of the class is ready now (ErrNoSandbox).
+	CodeNoSandbox Code = "no-sandbox"
+	// CodeBadRequest: the request did not parse.
+	CodeBadRequest Code = "bad-request"
+	// CodeInternal: the server failed to hand a sandbox out.
+	CodeInternal Code = "internal"
+)
+
+// Status is what a pool server reports about itself.
+type Status struct {
+	Class   string `json:"class"`
+	Image   string `json:"image,omitempty"`
+	Size    int    `json:"size"`
+	Ready   int    `json:"ready"`
+	Booted  int    `json:"booted"`  // since the server started
+	Claimed int    `json:"claimed"` // since the server started
+}

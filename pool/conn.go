@@ -1,0 +1,95 @@
+package pool
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/pool/client"
+	"github.com/gvxrun/gvx/sandbox"
+)
+
+// claimError is a claim refused with a protocol code.
+type claimError struct {
+	code client.Code
+	msg  string
+}
+
+func (e *claimError) Error() string { return e.msg }
+
+func (s *Server) status() *client.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &client.Status{Class: s.class, Image: s.cfg.Pool.Image, Size: s.cfg.Pool.Size, Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
+}
+
+// serveConn answers one request (package client's protocol).
+func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var req client.Request
+	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
+		_ = json.NewEncoder(conn).Encode(client.Response{Error: fmt.Sprintf("bad claim: %v", err), Code: client.CodeBadRequest})
+		return
+	}
+	if req.Status {
+		_ = json.NewEncoder(conn).Encode(client.Response{Status: s.status()})
+		return
+	}
+	sb, err := s.claim(req.Class)
+	if err != nil {
+		resp := client.Response{Error: err.Error(), Code: client.CodeInternal}
+		if ce, ok := err.(*claimError); ok {
+			resp.Code = ce.code
+		}
+		_ = json.NewEncoder(conn).Encode(resp)
+		return
+	}
+	if err := json.NewEncoder(conn).Encode(client.Response{Sandbox: sb}); err != nil {
+		// The shim is gone: the sandbox is nobody's, destroy it.
+		log.G(ctx).WithError(err).Warnf("gvx pool: claim of %s not delivered; destroying it", sb.ID)
+		_ = sb.Destroy(ctx, s.sentry)
+		return
+	}
+	log.G(ctx).Debugf("gvx pool: handed out %s", sb.ID)
+}
+
+// claim takes the oldest live ready sandbox of the class and marks it as a
+// task's.
+func (s *Server) claim(class string) (*sandbox.Sandbox, error) {
+	if class != s.class {
+		return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("the pool boots class %s, the task wants %s (its gvx config differs from the pool's)", s.class, class)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.wakeFill()
+	for len(s.ready) > 0 {
+		sb := s.ready[0]
+		s.ready = s.ready[1:]
+		if !sb.Alive() {
+			continue // pruneDead cleans it up
+		}
+		if err := os.WriteFile(api.SandboxDir(sb.Dir).Claimed(), nil, 0o600); err != nil {
+			return nil, fmt.Errorf("mark %s claimed: %w", sb.ID, err)
+		}
+		s.lastClaim = time.Now()
+		s.claimed++
+		return sb, nil
+	}
+	return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("all %d handed out, refilling", s.cfg.Pool.Size)}
+}
+
+// wakeFill tells fill to look at the pool again.
+func (s *Server) wakeFill() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,64 @@
+package sandbox
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// serving reports whether a pool server answers on socket.
+func serving(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// RemovePoolDir removes a pool's directory (its root containers' rootfs
+// and image mount included) once no sandbox is left in it.
+func RemovePoolDir(dir api.PoolDir) {
+	entries, err := os.ReadDir(string(dir))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), api.PoolSandboxPrefix) {
+			return
+		}
+	}
+	UnmountImage(dir)
+	_ = os.RemoveAll(dir.Rootfs())
+	_ = os.Remove(string(dir))
+	_ = os.Remove(filepath.Dir(string(dir))) // the pools' directory, once empty
+}
+
+// UnmountImage detaches every mount at an image pool's image directory and
+// removes it and its upper directory.
+func UnmountImage(dir api.PoolDir) {
+	for unix.Unmount(dir.Image(), unix.MNT_DETACH) == nil {
+	}
+	_ = os.Remove(dir.Image())
+	_ = os.RemoveAll(dir.ImageUpper())
+}
+
+// removeEmptyCgroupParent removes the pool's parent cgroup once no sandbox
+// uses it: a plain rmdir per hierarchy, which the kernel refuses while any
+// child cgroup exists (no recursive walk over the other sandboxes).
+func removeEmptyCgroupParent(path string) {
+	parent := filepath.Dir(path)
+	if path == "" || parent == "/" || parent == "." {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", parent))
+	for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", parent)) {
+		_ = os.Remove(d)
+	}
+}

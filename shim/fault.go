@@ -1,0 +1,44 @@
+package shim
+
+import (
+	"context"
+	"os"
+	"syscall"
+
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Crash points, for tests of cleanup after a shim crash: a task whose spec
+// has FaultAnnotation = step makes its shim kill itself with SIGKILL right
+// after that step of its Create — a step of gvxTask.prepare ("spec",
+// "volumes", "docker", "pool", "hook", "sentry", "rootfs", "write", "root")
+// or FaultCreated, once the sandbox exists — but only when the shim runs
+// with FaultsEnv=1 in its environment (the integration harness gives its
+// containerd that), never otherwise.
+const (
+	FaultAnnotation = "dev.gvx.test.crash-after"
+	FaultsEnv       = "GVX_TEST_FAULTS"
+	FaultCreated    = "created"
+	// FaultLog starts the line the shim logs as it crashes itself.
+	FaultLog = "gvx shim: crash injected after step"
+)
+
+// faultStep is the step after which spec's task is to crash its shim ("":
+// none).
+func faultStep(spec *specs.Spec) string {
+	if os.Getenv(FaultsEnv) != "1" {
+		return ""
+	}
+	return spec.Annotations[FaultAnnotation]
+}
+
+// crashAfter kills the shim if the task asked for a crash after step.
+func (t *gvxTask) crashAfter(ctx context.Context, step string) {
+	if t.fault == "" || t.fault != step {
+		return
+	}
+	log.G(ctx).Warnf("%s %s of task %s", FaultLog, step, t.rec.ID)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL cannot be caught
+}

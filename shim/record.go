@@ -1,0 +1,162 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/sandbox"
+)
+
+// recordFile in a task's bundle is gvx's record of what it set up for the
+// task outside containerd's own bookkeeping.
+const recordFile = "gvx-task.json"
+
+// record is everything gvx set up on the host for one task. It is saved
+// in the bundle before each step that leaves something behind, so that
+// one release undoes it all, whoever calls it: Delete (after the runtime
+// deleted the sandbox), a Create that failed half-way, and, after a shim
+// crash, the cleanup containerd runs (manager.Stop) from the saved record
+// alone.
+type record struct {
+	ID        string `json:"id"`
+	Namespace string `json:"namespace"`
+	Bundle    string `json:"bundle"`
+	// Sentry is the gvx-sentry the task runs with.
+	Sentry string `json:"sentry"`
+	// BinDir holds the task's link to gvx-sentry (or its front) and its
+	// flags; RuncRoot is the state root containerd's runc shim is given
+	// (it adds the namespace).
+	BinDir   string `json:"bin_dir,omitempty"`
+	RuncRoot string `json:"runc_root,omitempty"`
+	// Sandbox is the sandbox the task owns — its own, or, if Adopted, a
+	// pool's — torn down with the task. A container in its pod's sandbox
+	// owns none.
+	Sandbox *sandbox.Sandbox `json:"sandbox,omitempty"`
+	Adopted bool             `json:"adopted,omitempty"`
+	// PoolProcess: the task is a process started in the adopted
+	// sandbox's root container, not a container inside it.
+	PoolProcess bool `json:"pool_process,omitempty"`
+	// PoolLink is the task's sentry root directory, which links to the
+	// adopted sandbox's root.
+	PoolLink string `json:"pool_link,omitempty"`
+	// PodRoot is a pod container's sentry root (its pod's), released once
+	// no container's state is left in it; Cgroup its own cgroup.
+	PodRoot api.SentryRoot `json:"pod_root,omitempty"`
+	Cgroup  string         `json:"cgroup,omitempty"`
+	// SandboxCgroup is the cgroup of the running sandbox a pool or pod
+	// container reports metrics and OOM events from.
+	SandboxCgroup string `json:"sandbox_cgroup,omitempty"`
+	// Rootfs is the root filesystem mount point gvx made (mounted on the
+	// host, or an ext4 image's mount point in the sandbox's namespace).
+	Rootfs string `json:"rootfs,omitempty"`
+	// Dirs are the task's directories outside the bundle (volume staging,
+	// docker socket).
+	Dirs []string `json:"dirs,omitempty"`
+	// Docker is docker mode.
+	Docker bool `json:"docker,omitempty"`
+}
+
+// save writes r to its bundle.
+func (r *record) save() error {
+	if err := api.WriteJSON(filepath.Join(r.Bundle, recordFile), r); err != nil {
+		return fmt.Errorf("record task %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// loadRecord reads the record in bundle; (nil, nil) if there is none
+// (gvx set nothing up, or released it all).
+func loadRecord(bundle string) (*record, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, recordFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("task record %s: %w", filepath.Join(bundle, recordFile), err)
+	}
+	return &r, nil
+}
+
+// makeDir records dir as the task's, then creates it (parents
+// traverse-only) with mode and, if uid ≥ 0, that owner.
+func (r *record) makeDir(dir string, mode os.FileMode, uid, gid int) error {
+	r.Dirs = append(r.Dirs, dir)
+	if err := r.save(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, mode); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return err
+	}
+	if uid >= 0 {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return fmt.Errorf("chown %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// release undoes everything r records, in reverse order of set-up: the
+// owned sandbox (destroyed if it still runs), links and roots, cgroup,
+// directories, the root filesystem mount, the task's gvx-sentry link. It
+// is idempotent. When all of it is gone the record goes too, so that the
+// cleanup containerd runs after the shim exits finds nothing to do.
+func (r *record) release(ctx context.Context) {
+	var errs []error
+	if r.Sandbox != nil {
+		if err := r.Sandbox.Destroy(ctx, r.Sentry); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.PoolLink != "" {
+		if err := os.RemoveAll(r.PoolLink); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.PodRoot != "" {
+		if err := sandbox.ReleaseRoot(r.PodRoot); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	cgroups.Remove(ctx, r.Cgroup)
+	for _, dir := range r.Dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+		_ = os.Remove(filepath.Dir(dir)) // the namespace dir, if empty
+	}
+	if r.Rootfs != "" {
+		if err := releaseRootfs(r.Rootfs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.BinDir != "" {
+		if err := releaseTaskSentry(r.BinDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: release of task %s incomplete; its record stays for the cleanup after the shim exits", r.ID)
+		return
+	}
+	if err := os.Remove(filepath.Join(r.Bundle, recordFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.G(ctx).WithError(err).Warnf("gvx shim: remove the record of task %s", r.ID)
+	}
+}

@@ -1,0 +1,343 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/process"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/pool/adopt"
+	"github.com/gvxrun/gvx/sandbox"
+)
+
+// gvxTask is one task's preparation and what it set up: containerd's
+// create request, gvx's config, the spec as gvx rewrites it, and the
+// record of everything on the host (record), saved before each step that
+// leaves something behind.
+type gvxTask struct {
+	req    *task.CreateTaskRequest
+	cfg    config.Config
+	layout api.Layout
+	spec   *specs.Spec
+	rootfs []mount.Mount // containerd's root filesystem mounts
+	rec    *record
+	// role and pod: the task's place in a CRI pod; pause is the pod's
+	// sandbox task when this is an application container of it.
+	role, pod string
+	pause     *gvxTask
+	mapping   oci.Mapping
+	hook      string        // gvx-hook, when the sandbox's network needs it
+	flags     []string      // gvx-sentry global flags of the task
+	rootVol   *api.Volume   // an ext4 root filesystem, mounted like a volume
+	vols      *taskVolumes  // leased ext4lite volumes (held in memory)
+	binary    string        // the task's gvx-sentry link
+	fault     string        // the step after which to crash (tests)
+	tRootfs   time.Duration // how long the rootfs mount took
+}
+
+// newTask reads what a create needs before gvx touches anything: the
+// config the runtime options name, gvx-sentry, the bundle's spec and the
+// task's place in a pod (pod finds a pod's sandbox task by id).
+func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string) *gvxTask) (*gvxTask, error) {
+	cfg, err := configFromOptions(r.Options)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	if lvl, err := logrus.ParseLevel(cfg.LogLevel); err == nil && !log.GetLogger(ctx).Logger.IsLevelEnabled(logrus.DebugLevel) {
+		log.GetLogger(ctx).Logger.SetLevel(lvl)
+	}
+	self, _ := os.Executable()
+	sentry, err := cfg.SentryPath(self)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrFailedPrecondition, err)
+	}
+	spec, err := oci.ReadSpec(r.Bundle)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	ns, err := namespaces.NamespaceRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &gvxTask{req: r, cfg: cfg, layout: cfg.Layout(), spec: spec, fault: faultStep(spec),
+		rec: &record{ID: r.ID, Namespace: ns, Bundle: r.Bundle, Sentry: sentry}}
+	for _, m := range r.Rootfs {
+		t.rootfs = append(t.rootfs, mount.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+	}
+	// A CRI pod is one sandbox: the pause container is its root container
+	// (on the pod's network namespace) and each application container is
+	// a container inside it, which gvx-sentry runs with a monitor process
+	// standing for its init (see sentry/subcontainer).
+	t.role, t.pod = oci.PodRole(spec)
+	if t.role == oci.RoleContainer {
+		t.pause = pod(t.pod)
+	}
+	return t, nil
+}
+
+// prepare rewrites the spec and sets the host up for the sandbox, step by
+// step, in this order; each step may rely on those before it.
+func (t *gvxTask) prepare(ctx context.Context) error {
+	for _, step := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"spec", t.prepareSpec},       // OOM score, user namespace, default resources
+		{"volumes", t.prepareVolumes}, // ext4lite volumes and an ext4 root filesystem
+		{"docker", t.prepareDocker},   // docker mode
+		{"pool", t.adoptPool},         // a warm pool's sandbox, if one fits
+		{"hook", t.addHook},           // gvx-hook for the sandbox's loopback
+		{"sentry", t.linkSentry},      // the task's gvx-sentry link and flags
+		{"rootfs", t.prepareRootfs},   // the root filesystem
+		{"write", t.writeSpec},        // the rewritten spec into the bundle
+		{"root", t.prepareSentryRoot}, // the sentry root and containerd's runc options
+	} {
+		if err := step.do(ctx); err != nil {
+			return err
+		}
+		t.crashAfter(ctx, step.name)
+	}
+	return nil
+}
+
+// prepareSpec validates the spec and puts the sandbox in its unprivileged
+// user namespace with the config's default resources.
+func (t *gvxTask) prepareSpec(ctx context.Context) error {
+	clampOOMScore(ctx, t.spec)
+	m, err := oci.Prepare(t.spec, t.cfg)
+	if err != nil {
+		return grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	t.mapping = m
+	t.flags = t.cfg.SentryFlagList()
+	if t.cfg.Network == "sandbox" {
+		if t.hook, err = config.HookPath(t.rec.Sentry); err != nil {
+			return grpcError(errdefs.ErrFailedPrecondition, err)
+		}
+	}
+	return nil
+}
+
+// prepareVolumes leases the task's ext4lite volumes and stages them (and
+// an ext4 root filesystem) for gvx-sentry to mount.
+func (t *gvxTask) prepareVolumes(ctx context.Context) error {
+	r := t.rec
+	t.rootVol = ext4Rootfs(t.rootfs, t.layout.Rootfs(r.Namespace, r.ID))
+	mkdir := func(dir string) error { return r.makeDir(dir, 0o711, -1, -1) }
+	vols, err := prepareVolumes(ctx, t.spec, t.layout.Volumes(r.Namespace, r.ID), mkdir, t.rootVol)
+	if err != nil {
+		return grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	t.vols = vols
+	if vols != nil || t.rootVol != nil {
+		// The sandbox leases its volumes exclusively (containerd its
+		// snapshots), so gVisor may cache their contents without
+		// revalidating against the host.
+		t.flags = append(t.flags, "--file-access-mounts=exclusive")
+	}
+	if t.rootVol != nil {
+		// Writes go to the container's own ext4 clone, not to memory.
+		t.flags = append(t.flags, "--overlay2=none")
+	}
+	return nil
+}
+
+// prepareDocker turns on docker mode when the task or its config asks.
+func (t *gvxTask) prepareDocker(context.Context) error {
+	docker, err := dockerMode(t.cfg, t.spec)
+	if err != nil {
+		return grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	r := t.rec
+	r.Docker = docker
+	if !docker {
+		return nil
+	}
+	if t.role == oci.RoleContainer && t.pause != nil && !t.pause.rec.Docker {
+		// Docker mode is a property of the sandbox, which the pod's
+		// pause container booted.
+		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf(
+			"container %s asks for docker mode but its pod %s runs without it: docker mode applies to the whole pod's sandbox; "+
+				"set %s=true as a pod annotation (containerd pod_annotations) or [docker] enabled in the runtime handler's gvx config", r.ID, t.pod, api.AnnotationDocker))
+	}
+	// The host reaches the inner dockerd through a socket the sandbox
+	// creates in this directory, owned by the sandbox's host uid.
+	dir := t.layout.Docker(r.Namespace, r.ID)
+	if err := r.makeDir(dir, 0o700, int(t.mapping.HostUID), int(t.mapping.HostGID)); err != nil {
+		return err
+	}
+	oci.EnableDocker(t.spec, dir)
+	t.flags = append(t.flags, oci.DockerSentryFlags...)
+	return nil
+}
+
+// adoptPool claims a warm pool's sandbox when the task can run in one
+// (adopt.Blocker), and points the spec at it.
+func (t *gvxTask) adoptPool(ctx context.Context) error {
+	r := t.rec
+	why := adopt.Blocker(t.cfg, t.spec, t.role, t.rootVol != nil)
+	if why != "" {
+		if t.cfg.Pool.Size > 0 {
+			log.G(ctx).Infof("gvx shim: %s boots its own sandbox: %s", r.ID, why)
+		}
+		return nil
+	}
+	sb := claim(ctx, t.cfg, r.Sentry, r.ID, r.Docker)
+	if sb == nil {
+		return nil
+	}
+	r.Sandbox, r.Adopted = sb, true
+	if err := r.save(); err != nil {
+		return err
+	}
+	why = adopt.ProcessBlocker(t.spec, t.rootfs, sb, t.vols != nil, r.Docker)
+	if why != "" && sb.Pool != nil && sb.Pool.Image != "" {
+		log.G(ctx).Infof("gvx shim: %s runs as a container in pool sandbox %s: %s", r.ID, sb.ID, why)
+	}
+	r.PoolProcess = why == ""
+	r.SandboxCgroup = sb.Cgroup
+	enterPoolSandbox(t.spec, sb, r.PoolProcess)
+	t.flags = strings.Fields(sb.Flags)
+	if t.vols != nil {
+		// The container's volumes are its alone (see prepareVolumes).
+		t.flags = append(t.flags, "--file-access-mounts=exclusive")
+	}
+	return nil
+}
+
+// addHook makes gvx-hook bring up the loopback interface of a sandbox the
+// task boots.
+func (t *gvxTask) addHook(context.Context) error {
+	if t.hook != "" && !t.rec.Adopted && t.role != oci.RoleContainer {
+		oci.AddCreateRuntimeHook(t.spec, t.hook, api.HookLoopback)
+	}
+	return nil
+}
+
+// linkSentry gives the task its own link to gvx-sentry with its flags.
+// Tasks in a running sandbox (an adopted pool sandbox, a pod's application
+// containers) have monitors gvx-runtime talks to.
+func (t *gvxTask) linkSentry(context.Context) error {
+	r := t.rec
+	r.BinDir = t.layout.SentryRoot(r.ID)
+	if err := r.save(); err != nil {
+		return err
+	}
+	binary, err := taskSentry(r.BinDir, r.Sentry, strings.Join(t.flags, " "), r.Adopted || t.role == oci.RoleContainer)
+	t.binary = binary
+	return err
+}
+
+// prepareRootfs makes the root filesystem reachable by the sandbox's
+// unprivileged gofer: mounted (idmapped) under gvx's state directory, left
+// to gvx-sentry (an ext4 image), or not needed (a process in an image
+// pool's sandbox, which runs on the same image).
+func (t *gvxTask) prepareRootfs(ctx context.Context) error {
+	r := t.rec
+	dir := t.layout.Rootfs(r.Namespace, r.ID)
+	switch {
+	case r.PoolProcess:
+		t.req.Rootfs = nil
+	case t.rootVol != nil:
+		// gvx-sentry mounts it here in the sandbox's mount namespace; on
+		// the host this stays an empty, traverse-only directory.
+		r.Rootfs = dir
+		if err := r.save(); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return fmt.Errorf("create rootfs dir: %w", err)
+		}
+		t.spec.Root.Path, t.req.Rootfs = dir, nil
+	case len(t.rootfs) > 0:
+		// Under gvx's own state directory rather than in the bundle: the
+		// sandbox's unprivileged gofer must reach it, and containerd's
+		// state directory need not be traversable by it.
+		r.Rootfs = dir
+		if err := r.save(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		err := mountRootfs(ctx, t.rootfs, dir, t.mapping, t.spec.Mounts)
+		t.tRootfs = time.Since(t0)
+		if err != nil {
+			return errgrpc.ToGRPC(err)
+		}
+		t.spec.Root.Path, t.req.Rootfs = dir, nil
+	default:
+		root := t.spec.Root.Path
+		if !filepath.IsAbs(root) {
+			root = filepath.Join(r.Bundle, root)
+		}
+		if err := checkTraversable(root, t.mapping.HostUID); err != nil {
+			return grpcError(errdefs.ErrFailedPrecondition, err)
+		}
+	}
+	return nil
+}
+
+// writeSpec replaces the bundle's spec with the rewritten one.
+func (t *gvxTask) writeSpec(context.Context) error { return oci.WriteSpec(t.rec.Bundle, t.spec) }
+
+// prepareSentryRoot gives the sandbox its own sentry root — the task's,
+// its pod's (the pause container's id is the pod's), or an adopted pool
+// sandbox's, linked there — records the sandbox the task owns, and points
+// containerd's runc task service at the task's gvx-sentry and root.
+func (t *gvxTask) prepareSentryRoot(context.Context) error {
+	r := t.rec
+	r.RuncRoot = t.layout.SentryRoot(r.ID)
+	if t.role == oci.RoleContainer && t.pod != "" {
+		r.RuncRoot = t.layout.SentryRoot(t.pod)
+	}
+	root := api.SentryRoot(filepath.Join(r.RuncRoot, r.Namespace))
+	switch {
+	case r.Adopted:
+		r.PoolLink = r.RuncRoot
+	case t.role == oci.RoleContainer:
+		r.PodRoot, r.Cgroup = root, t.spec.Linux.CgroupsPath
+		if t.pause != nil && t.pause.rec.Sandbox != nil {
+			r.SandboxCgroup = t.pause.rec.Sandbox.Cgroup
+		}
+	default:
+		r.Sandbox = &sandbox.Sandbox{ID: r.ID, Root: root, PidFile: filepath.Join(r.Bundle, process.InitPidFile),
+			Cgroup: t.spec.Linux.CgroupsPath, Flags: strings.Join(t.flags, " ")}
+	}
+	if err := r.save(); err != nil {
+		return err
+	}
+	if r.Adopted {
+		if err := linkPoolRoot(r.RuncRoot, r.Namespace, r.Sandbox); err != nil {
+			return err
+		}
+	}
+	opts, err := typeurl.MarshalAnyToProto(&options.Options{BinaryName: t.binary, Root: r.RuncRoot})
+	if err != nil {
+		return err
+	}
+	t.req.Options = opts
+	return nil
+}
+
+// release undoes everything the task set up (record.release) and drops
+// its volume leases.
+func (t *gvxTask) release(ctx context.Context) {
+	t.rec.release(ctx)
+	t.vols.release(ctx)
+}
