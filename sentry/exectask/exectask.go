@@ -12,7 +12,8 @@
 //     root container with create's stdio, records its guest pid, then drops
 //     to the sandbox's uid, waits for it and exits with its status.
 //   - kill signals that process (or, with --all, every process in the
-//     sandbox); delete destroys the whole sandbox, which was the task's
+//     sandbox), saying api.NotRunning when the process or the sandbox is
+//     gone; delete destroys the whole sandbox, which was the task's
 //     alone; exec, ps, pause, resume, update, state and events are the sandbox root
 //     container's, whose id replaces the task's on the command line.
 //
@@ -241,7 +242,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		}
 	}
 	waitConn, sigConn, execConn := conns[0], conns[1], conns[2]
-	x := &execServer{cid: sb.ID, control: sb.Sandbox.ControlSocketPath, proc: sb.Spec.Process, enableRaw: conf.EnableRaw, exec: execConn, signal: sigConn}
+	x := &execServer{sandbox: sb, cid: sb.ID, control: sb.Sandbox.ControlSocketPath, proc: sb.Spec.Process, enableRaw: conf.EnableRaw, exec: execConn, signal: sigConn}
 	if r, err := record.Load(conf.RootDir, id); err == nil {
 		if spec, err := bundle.ReadSpec(r.Bundle); err == nil {
 			x.proc = spec.Process // an exec's default capabilities
@@ -268,8 +269,9 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 // runs (monitor.OpExec, OpWait, OpSignal): gvx-runtime's exec then needs no
 // gvx-sentry start-up of its own.
 type execServer struct {
-	cid       string // the sandbox's root container
-	control   string // the sandbox's control socket
+	sandbox   *container.Container // the sandbox's root container
+	cid       string               // its id
+	control   string               // the sandbox's control socket
 	proc      *specs.Process
 	enableRaw bool
 	exec      *urpc.Client
@@ -344,11 +346,23 @@ func (x *execServer) answer(req monitor.Request, files []*os.File) monitor.Reply
 	case monitor.OpSignal:
 		args := boot.SignalArgs{CID: x.cid, Signo: int32(req.Signal), PID: req.Pid, Mode: boot.DeliverToProcess}
 		if err := x.signal.Call(boot.ContMgrSignal, &args, nil); err != nil {
+			err = notRunning(err, x.sandbox, req.Pid, x.processes)
 			return monitor.Reply{Error: fmt.Sprintf("signal %d to %d: %v", req.Signal, req.Pid, err)}
 		}
 		return monitor.Reply{}
 	}
 	return monitor.Reply{Error: fmt.Sprintf("unknown request %q", req.Op)}
+}
+
+// processes lists the sandbox's processes over the connection the monitor
+// holds (it has no privilege to open another).
+func (x *execServer) processes() ([]*control.Process, error) {
+	var procs []*control.Process
+	cid := x.cid
+	if err := x.signal.Call(boot.ContMgrProcesses, &cid, &procs); err != nil {
+		return nil, err
+	}
+	return procs, nil
 }
 
 // serveStart answers one request on conn, starting the task's process when
@@ -447,18 +461,54 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 		return subcommands.ExitSuccess
 	}
 	sb, err := sandbox(conf.RootDir, r)
+	if errors.Is(err, os.ErrNotExist) {
+		return util.Errorf("kill task %s: %s: %v", r.ID, api.NotRunning, err)
+	}
 	if err != nil {
 		return util.Errorf("kill: %v", err)
 	}
-	if argv.Flag(f, "all") == "true" {
+	all := argv.Flag(f, "all") == "true"
+	if all {
 		err = sb.SignalContainer(sig, true)
 	} else {
 		err = sb.SignalProcess(sig, r.Pid)
 	}
 	if err != nil {
+		if all {
+			err = notRunning(err, sb, 0, nil)
+		} else {
+			err = notRunning(err, sb, r.Pid, sb.Processes)
+		}
 		return util.Errorf("kill task %s: %v", r.ID, err)
 	}
 	return subcommands.ExitSuccess
+}
+
+// notRunning wraps err, the failure to signal guest process pid (0: all
+// processes) of sandbox sb, in api.NotRunning when the sandbox is gone (its
+// host process has exited) or pid is no longer among the processes that
+// processes lists; otherwise it returns err.
+func notRunning(err error, sb *container.Container, pid int32, processes func() ([]*control.Process, error)) error {
+	if !sandboxctl.Alive(sb) {
+		return fmt.Errorf("%s: sandbox %s is gone: %w", api.NotRunning, sb.ID, err)
+	}
+	if pid == 0 {
+		return err
+	}
+	if procs, perr := processes(); perr == nil && !hasProcess(procs, pid) {
+		return fmt.Errorf("%s: process %d has exited: %w", api.NotRunning, pid, err)
+	}
+	return err
+}
+
+// hasProcess reports whether guest pid is among procs.
+func hasProcess(procs []*control.Process, pid int32) bool {
+	for _, p := range procs {
+		if int32(p.PID) == pid {
+			return true
+		}
+	}
+	return false
 }
 
 // Delete destroys a task's sandbox (the task's alone) and its record.
@@ -506,13 +556,5 @@ func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 // processRuns reports whether guest pid still runs in sb.
 func processRuns(sb *container.Container, pid int32) bool {
 	procs, err := sb.Processes()
-	if err != nil {
-		return false
-	}
-	for _, p := range procs {
-		if int32(p.PID) == pid {
-			return true
-		}
-	}
-	return false
+	return err == nil && hasProcess(procs, pid)
 }

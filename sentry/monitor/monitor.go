@@ -183,6 +183,11 @@ type Reply struct {
 	Status uint32 `json:"status,omitempty"`
 }
 
+// ErrGone is what Send, Write and Read fail with when the monitor hangs up
+// without an answer: it has exited, and a monitor exits with the task it
+// stands for.
+var ErrGone = errors.New("monitor went away")
+
 // Send writes req to conn with files passed along, and reads the reply.
 func Send(conn *net.UnixConn, req Request, files ...*os.File) (*Reply, error) {
 	if err := Write(conn, req, files...); err != nil {
@@ -206,7 +211,7 @@ func Write(conn *net.UnixConn, req Request, files ...*os.File) error {
 		oob = unix.UnixRights(fds...)
 	}
 	if _, _, err := conn.WriteMsgUnix(append(data, '\n'), oob, nil); err != nil {
-		return fmt.Errorf("monitor request: %w", err)
+		return fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	return nil
 }
@@ -215,7 +220,7 @@ func Write(conn *net.UnixConn, req Request, files ...*os.File) error {
 func Read(conn *net.UnixConn) (*Reply, error) {
 	line, err := bufio.NewReader(conn).ReadBytes('\n')
 	if err != nil {
-		return nil, fmt.Errorf("monitor went away: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	var reply Reply
 	if err := json.Unmarshal(line, &reply); err != nil {

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -87,7 +88,7 @@ func TestRequestsWithFiles(t *testing.T) {
 		}
 		defer conn.Close()
 		r := bufio.NewReader(strings.NewReader(""))
-		for {
+		for n := 1; ; n++ {
 			req, files, err := Receive(conn, r)
 			if err != nil {
 				return
@@ -95,6 +96,9 @@ func TestRequestsWithFiles(t *testing.T) {
 			got <- fmt.Sprintf("%s %d %d files", req.Op, req.Pid, len(files))
 			for _, f := range files {
 				f.Close()
+			}
+			if n == 3 {
+				return // hangs up on the third
 			}
 			reply := `{"pid":42}`
 			if req.Op == OpSignal {
@@ -120,11 +124,15 @@ func TestRequestsWithFiles(t *testing.T) {
 	if g := <-got; g != "exec 0 3 files" {
 		t.Errorf("monitor got %q", g)
 	}
-	if _, err := Send(conn, Request{Op: OpSignal, Pid: 7, Signal: 15}); err == nil || err.Error() != "no such process" {
+	if _, err := Send(conn, Request{Op: OpSignal, Pid: 7, Signal: 15}); err == nil || err.Error() != "no such process" || errors.Is(err, ErrGone) {
 		t.Errorf("signal: err = %v", err)
 	}
 	if g := <-got; g != "signal 7 0 files" {
 		t.Errorf("monitor got %q", g)
+	}
+	// The monitor hangs up on the next request.
+	if _, err := Send(conn, Request{Op: OpSignal, Pid: 7, Signal: 15}); !errors.Is(err, ErrGone) {
+		t.Errorf("signal to a monitor that hung up: err = %v, want ErrGone", err)
 	}
 }
 

@@ -14,8 +14,16 @@ import (
 	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/container"
 
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
 )
+
+// Alive reports whether the host process of c's sandbox runs (is neither
+// gone nor a zombie). gVisor's own check (a signal 0) takes a zombie for a
+// running sandbox: one killed from outside whose parent has not reaped it.
+func Alive(c *container.Container) bool {
+	return c.Sandbox != nil && procfs.Alive(int(c.Sandbox.Pid.Load()))
+}
 
 // Connect connects to the control socket of c's sandbox.
 func Connect(c *container.Container) (*urpc.Client, error) {

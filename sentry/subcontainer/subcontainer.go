@@ -39,7 +39,6 @@ import (
 	"gvisor.dev/gvisor/runsc/specutils"
 
 	"github.com/gvxrun/gvx/api"
-	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/monitor"
@@ -87,7 +86,7 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
-	if sb := c.Spec.Annotations[api.AnnotationPoolSandbox]; sb != "" && sandboxAlive(c) {
+	if sb := c.Spec.Annotations[api.AnnotationPoolSandbox]; sb != "" && sandboxctl.Alive(c) {
 		// Like runsc, refuse a running container unless forced.
 		if argv.Flag(f, "force") != "true" {
 			c.CheckStopped()
@@ -121,13 +120,7 @@ func deletesHere(root, id string) bool {
 	if err != nil || c.Sandbox == nil || c.Spec == nil || !IsSubcontainer(c.Spec) {
 		return false
 	}
-	return c.Spec.Annotations[api.AnnotationPoolSandbox] != "" || !sandboxAlive(c)
-}
-
-// sandboxAlive reports whether c's sandbox process runs (is neither gone
-// nor a zombie).
-func sandboxAlive(c *container.Container) bool {
-	return procfs.Alive(int(c.Sandbox.Pid.Load()))
+	return c.Spec.Annotations[api.AnnotationPoolSandbox] != "" || !sandboxctl.Alive(c)
 }
 
 // Create is runsc's create for a sub-container, leaving a monitor behind.

@@ -192,6 +192,12 @@ func (c command) kill() (bool, error) {
 	}
 	defer conn.Close()
 	if _, err := monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: r.Pid, Signal: int(sig)}); err != nil {
+		if errors.Is(err, monitor.ErrGone) {
+			// The monitor exits with the task's process: it is gone. (A
+			// monitor that answers says api.NotRunning itself when the
+			// process or its sandbox is gone.)
+			err = fmt.Errorf("%s: %w", api.NotRunning, err)
+		}
 		return true, fmt.Errorf("kill task %s: %w", id, err)
 	}
 	return true, nil

@@ -69,6 +69,10 @@ func main() {
 		// gvx's own commands for tasks started as a process in a running
 		// sandbox (an image's warm pool).
 		own = exectask.Commands()
+	case c.Sub == "kill":
+		// runsc's kill, saying api.NotRunning when the container or its
+		// sandbox is gone.
+		own = []util.SubCommand{new(Kill)}
 	case subcontainer.Handles(c) || fastexec.Handles(c):
 		// gvx's own commands: create and start of a container in a
 		// running sandbox (pods, the warm pool), and exec.
