@@ -1,7 +1,9 @@
-// Package config loads gvx's runtime configuration: a TOML file (by default
-// /etc/gvx/config.toml, or the ConfigPath a containerd runtime handler
-// passes) layered over built-in defaults. Unknown keys are errors, so a typo
-// never silently falls back to a default.
+// Package config loads gvx's runtime configuration.
+//
+// The configuration is a TOML file (by default /etc/gvx/config.toml, or the
+// ConfigPath a containerd runtime handler passes) layered over built-in
+// defaults. Unknown keys are errors, so a typo never silently falls back
+// to a default.
 package config
 
 import (

@@ -1,6 +1,8 @@
-// Package dind runs Docker inside gvx sandboxes through containerd: a
-// docker-mode sandbox whose /var/lib/docker is an ext4lite volume, golden
-// volumes with images preloaded, and episodes cloned from them by reflink.
+// Package dind runs Docker inside gvx sandboxes through containerd.
+//
+// A docker-mode sandbox gets an ext4lite volume at /var/lib/docker; golden
+// volumes have images preloaded, and episodes are cloned from them by
+// reflink.
 // It is the library behind `gvx golden build` and `gvx episode`, and the
 // seed of gvx's Go SDK.
 package dind

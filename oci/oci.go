@@ -1,7 +1,8 @@
-// Package oci turns the OCI bundle containerd hands the shim into the spec a
-// gvx sandbox runs: it validates what the sentry would otherwise reject
-// obscurely, puts the sandbox in a user namespace that maps to unprivileged
-// host ids, and applies default resources.
+// Package oci rewrites a task's OCI spec into the one its gvx sandbox runs.
+//
+// It validates what the sentry would otherwise reject obscurely, puts the
+// sandbox in a user namespace that maps to unprivileged host ids, applies
+// default resources, and turns on docker mode.
 package oci
 
 import (

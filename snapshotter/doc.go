@@ -1,7 +1,8 @@
-// Package snapshotter is the ext4lite snapshotter: a containerd
-// snapshots.Snapshotter (and snapshots.Cleaner) that keeps every snapshot
-// as one sparse ext4 image file and makes each new snapshot a reflink
-// clone of its parent, so that unpacking an image and starting a
+// Package snapshotter is the ext4lite containerd snapshotter.
+//
+// It is a snapshots.Snapshotter (and snapshots.Cleaner) that keeps every
+// snapshot as one sparse ext4 image file and makes each new snapshot a
+// reflink clone of its parent, so that unpacking an image and starting a
 // container never copy whole files on XFS or btrfs.
 //
 // # Model

@@ -1,7 +1,9 @@
-// Package volume manages ext4lite volumes: a sandbox directory such as
-// /var/lib/docker that lives in one sparse ext4 image file, made once as a
-// golden image and cloned per episode, by reflink where the host
-// filesystem can (XFS, btrfs), in milliseconds.
+// Package volume manages ext4lite volumes.
+//
+// An ext4lite volume is a sandbox directory such as /var/lib/docker that
+// lives in one sparse ext4 image file, made once as a golden image and
+// cloned per episode, by reflink where the host filesystem can (XFS,
+// btrfs), in milliseconds.
 //
 // # Image format
 //

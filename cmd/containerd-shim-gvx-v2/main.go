@@ -1,6 +1,8 @@
-// Command containerd-shim-gvx-v2 is the containerd runtime
-// io.containerd.gvx.v2: each task, or each pod, runs in one unprivileged
-// gVisor sandbox.
+// Command containerd-shim-gvx-v2 is gvx's containerd shim.
+//
+// containerd resolves the runtime type io.containerd.gvx.v2 to this
+// binary: each task, or each pod, runs in one unprivileged gVisor sandbox
+// (package shim).
 package main
 
 import (

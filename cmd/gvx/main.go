@@ -1,5 +1,8 @@
-// Command gvx is the operator CLI for gvx: ext4lite volumes, golden images
-// and episodes, and housekeeping of gvx sandboxes.
+// Command gvx is gvx's operator CLI.
+//
+// It manages ext4lite volumes, golden images and episodes, the warm pool
+// and the ext4lite snapshotter, and does the housekeeping of gvx
+// sandboxes.
 package main
 
 import (

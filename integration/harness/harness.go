@@ -1,6 +1,7 @@
-// Package harness runs a private containerd for gvx's integration tests and
-// benchmarks: its own root, state and sockets in one directory under /run,
-// with gvx's and containerd's binaries first on its PATH.
+// Package harness runs a private containerd for gvx's tests and benchmarks.
+//
+// The containerd has its own root, state and sockets in one directory
+// under /run, with gvx's and containerd's binaries first on its PATH.
 package harness
 
 import (

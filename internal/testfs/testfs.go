@@ -1,5 +1,6 @@
-// Package testfs holds test support shared by gvx's packages that need real
-// filesystems: re-running a test binary in a private mount namespace,
+// Package testfs gives tests real filesystems.
+//
+// It re-runs a test binary in a private mount namespace and makes
 // loop-mounted XFS (reflink) and ext4 (no reflink) filesystems that are
 // released, and checked for leftover loop devices, at cleanup.
 package testfs

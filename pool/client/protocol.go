@@ -1,5 +1,6 @@
-// Package client is the claim protocol of gvx's warm pools and the client
-// side of it, which the shim links (the server is package pool).
+// Package client is the warm pool's claim protocol and its client.
+//
+// The shim links this package only; the server is package pool.
 //
 // A claim is one JSON line each way over the pool server's unix socket: a
 // Request naming the class of sandbox wanted (or asking for the server's
