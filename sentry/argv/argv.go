@@ -91,13 +91,79 @@ func (c Command) SubFlags(sc interface{ SetFlags(*flag.FlagSet) }) *flag.FlagSet
 	return f
 }
 
+// runscCommand returns runsc's command sub, for its flags, if it is one of
+// runsc's OCI commands that name a container (first among their positional
+// arguments); nil otherwise.
+func runscCommand(sub string) interface{ SetFlags(*flag.FlagSet) } {
+	switch sub {
+	case "checkpoint":
+		return new(cmd.Checkpoint)
+	case "create":
+		return new(cmd.Create)
+	case "delete":
+		return new(cmd.Delete)
+	case "events":
+		return new(cmd.Events)
+	case "exec":
+		return new(cmd.Exec)
+	case "kill":
+		return new(cmd.Kill)
+	case "pause":
+		return new(cmd.Pause)
+	case "ps":
+		return new(cmd.PS)
+	case "restore":
+		return new(cmd.Restore)
+	case "resume":
+		return new(cmd.Resume)
+	case "run":
+		return new(cmd.Run)
+	case "start":
+		return new(cmd.Start)
+	case "state":
+		return new(cmd.State)
+	case "update":
+		return new(cmd.Update)
+	case "wait":
+		return new(cmd.Wait)
+	}
+	return nil
+}
+
+// Args returns the positional arguments of c's subcommand, the container
+// id first, parsed with the flags runsc's command of that name defines;
+// nil if the subcommand is not one of runsc's that name a container or its
+// arguments do not parse.
+func (c Command) Args() []string {
+	sc := runscCommand(c.Sub)
+	if sc == nil {
+		return nil
+	}
+	if f := c.SubFlags(sc); f != nil {
+		return f.Args()
+	}
+	return nil
+}
+
+// Retarget returns c's command line with id in place of the container id
+// it names (Args); nil if it names none.
+func (c Command) Retarget(id string) []string {
+	args := c.Args()
+	if len(args) == 0 {
+		return nil
+	}
+	rest := append([]string(nil), c.Rest...)
+	rest[len(rest)-len(args)] = id
+	return append(append(append([]string(nil), c.Globals...), c.Sub), rest...)
+}
+
 // CreateSpec reads the spec of the bundle that create command line c names
 // (its --bundle, else the working directory).
 func (c Command) CreateSpec() (*specs.Spec, error) {
 	if c.Sub != "create" {
 		return nil, fmt.Errorf("not a create: %s", c.Sub)
 	}
-	f := c.SubFlags(new(cmd.Create))
+	f := c.SubFlags(runscCommand(c.Sub))
 	if f == nil {
 		return nil, fmt.Errorf("create: bad arguments %q", c.Rest)
 	}

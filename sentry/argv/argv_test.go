@@ -29,3 +29,37 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+func TestArgsAndRetarget(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		ids      []string
+		retarget []string // with "sb" for the id
+	}{
+		{[]string{"exec", "--detach", "--process", "/p.json", "--pid-file", "/pid", "t1"}, []string{"t1"},
+			[]string{"exec", "--detach", "--process", "/p.json", "--pid-file", "/pid", "sb"}},
+		{[]string{"exec", "t1", "sh", "-c", "t1"}, []string{"t1", "sh", "-c", "t1"}, []string{"exec", "sb", "sh", "-c", "t1"}},
+		{[]string{"ps", "--format", "json", "t1"}, []string{"t1"}, []string{"ps", "--format", "json", "sb"}},
+		{[]string{"kill", "--all", "t1", "KILL"}, []string{"t1", "KILL"}, []string{"kill", "--all", "sb", "KILL"}},
+		{[]string{"delete", "--force", "t1", "t2"}, []string{"t1", "t2"}, []string{"delete", "--force", "sb", "t2"}},
+		{[]string{"start", "t1"}, []string{"t1"}, []string{"start", "sb"}},
+		{[]string{"kill", "--no-such-flag", "t1"}, nil, nil},
+		{[]string{"list"}, nil, nil},
+		{[]string{"gofer", "--bundle", "/b"}, nil, nil},
+	} {
+		c, ok := Parse(append([]string{"gvx-sentry", "--root", "/r"}, tc.args...))
+		if !ok {
+			t.Fatalf("parse %q", tc.args)
+		}
+		if got := c.Args(); !reflect.DeepEqual(got, tc.ids) && (len(got) != 0 || len(tc.ids) != 0) {
+			t.Errorf("Args(%q) = %q, want %q", tc.args, got, tc.ids)
+		}
+		var want []string
+		if tc.retarget != nil {
+			want = append([]string{"gvx-sentry", "--root", "/r"}, tc.retarget...)
+		}
+		if got := c.Retarget("sb"); !reflect.DeepEqual(got, want) {
+			t.Errorf("Retarget(%q) = %q, want %q", tc.args, got, want)
+		}
+	}
+}

@@ -68,70 +68,19 @@ func sandbox(root string, r *record.Record) (*container.Container, error) {
 	return c, nil
 }
 
-// Commands returns the subcommands this package implements.
-func Commands() []util.SubCommand {
-	return []util.SubCommand{new(Create), new(Monitor), new(Kill), new(Delete)}
-}
-
-// Handles reports whether c runs one of this package's own commands: a
-// create whose spec carries Annotation, the monitor, or a kill or delete of
-// a task recorded here. Start goes through subcontainer's (same socket).
-func Handles(c argv.Command) bool {
-	switch c.Sub {
-	case MonitorCommand:
-		return true
-	case "create":
-		spec, err := c.CreateSpec()
-		return err == nil && record.IsTask(spec)
-	case "kill":
-		return recorded(c, new(cmd.Kill))
-	case "delete":
-		return recorded(c, new(cmd.Delete))
-	}
-	return false
-}
-
-// Rewrite returns c's command line with a recorded task's id replaced by
-// its sandbox's, for the commands that act on the sandbox's root container
-// on the task's behalf; ok is false for anything else.
+// Rewrite returns command line c with the task it names replaced by the
+// task's sandbox (the sandbox's root container), for the commands that act
+// on the sandbox on the task's behalf; false if c names no recorded task.
 func Rewrite(c argv.Command) ([]string, bool) {
-	var sc interface{ SetFlags(*flag.FlagSet) }
-	switch c.Sub {
-	case "exec":
-		sc = new(cmd.Exec)
-	case "ps":
-		sc = new(cmd.PS)
-	case "pause":
-		sc = new(cmd.Pause)
-	case "resume":
-		sc = new(cmd.Resume)
-	case "state":
-		sc = new(cmd.State)
-	case "events":
-		sc = new(cmd.Events)
-	case "update":
-		sc = new(cmd.Update)
-	default:
+	ids := c.Args()
+	if len(ids) == 0 {
 		return nil, false
 	}
-	f := c.SubFlags(sc)
-	if f == nil || f.NArg() == 0 {
-		return nil, false
-	}
-	r, err := record.Load(c.Root, f.Arg(0))
+	r, err := record.Load(c.Root, ids[0])
 	if err != nil {
 		return nil, false
 	}
-	rest := append([]string(nil), c.Rest...)
-	rest[len(rest)-f.NArg()] = r.Sandbox
-	return append(append(append([]string(nil), c.Globals...), c.Sub), rest...), true
-}
-
-// recorded reports whether command line c (with sc's flags) names a task
-// recorded in its root.
-func recorded(c argv.Command, sc interface{ SetFlags(*flag.FlagSet) }) bool {
-	f := c.SubFlags(sc)
-	return f != nil && f.NArg() > 0 && record.Exists(c.Root, f.Arg(0))
+	return c.Retarget(r.Sandbox), true
 }
 
 // Create records a task and leaves its monitor behind.

@@ -264,14 +264,3 @@ func WaitFor(waitConn, sigConn *urpc.Client, cid string, pid int32) int {
 	}
 	return api.ExitCode(syscall.WaitStatus(status))
 }
-
-// Handles reports whether gvx-sentry's command line c runs one of this
-// package's commands.
-func Handles(c argv.Command) bool {
-	return c.Sub == "exec" || c.Sub == WaitCommand
-}
-
-// Commands returns the subcommands this package implements.
-func Commands() []util.SubCommand {
-	return []util.SubCommand{new(Exec), new(Wait)}
-}

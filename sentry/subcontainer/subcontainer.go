@@ -54,22 +54,24 @@ func IsSubcontainer(spec *specs.Spec) bool {
 	return !specutils.IsRootContainer(spec)
 }
 
-// Commands returns the subcommands this package implements, by name.
-func Commands() []util.SubCommand {
-	return []util.SubCommand{new(Create), new(Start), new(Monitor), new(Delete)}
+// Exists reports whether root holds gVisor's state of container id, and
+// the container is one in a running sandbox (not its root container).
+func Exists(root, id string) bool {
+	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	return err == nil && c.Sandbox != nil && c.Spec != nil && IsSubcontainer(c.Spec)
 }
 
-// Delete deletes a container inside a running sandbox in two cases where
-// runsc's delete does not do what the shim needs:
+// Delete is runsc's delete of a container inside a running sandbox, except
+// in two cases where runsc's does not do what the shim needs:
 //
 //   - Its sandbox has died (kill -9 of a pool or pod sandbox): runsc takes
 //     the container for running while the sandbox process is a zombie not
 //     yet reaped by its parent (for a pool sandbox: init), although the
 //     container's monitor has reported its exit, and then cannot reach the
 //     sandbox. What is left to delete is its state.
-//   - It adopted a warm-pool sandbox: the whole sandbox goes with it, in
-//     this one call rather than the container's delete and then the
-//     sandbox's.
+//   - It adopted a warm-pool sandbox (api.AnnotationPoolSandbox): the whole
+//     sandbox goes with it, in this one call rather than the container's
+//     delete and then the sandbox's.
 type Delete struct {
 	cmd.Delete
 }
@@ -86,7 +88,12 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
-	if sb := c.Spec.Annotations[api.AnnotationPoolSandbox]; sb != "" && sandboxctl.Alive(c) {
+	sb, alive := c.Spec.Annotations[api.AnnotationPoolSandbox], sandboxctl.Alive(c)
+	if sb == "" && alive {
+		// Neither case: runsc's delete.
+		return d.Delete.Execute(ctx, f, args...)
+	}
+	if sb != "" && alive {
 		// Like runsc, refuse a running container unless forced.
 		if argv.Flag(f, "force") != "true" {
 			c.CheckStopped()
@@ -111,16 +118,6 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 		return util.Errorf("deleting container %s: its state is still there", c.ID)
 	}
 	return subcommands.ExitSuccess
-}
-
-// deletesHere reports whether this package's Delete handles container id
-// in root: one in a dead sandbox or one that adopted a pool sandbox.
-func deletesHere(root, id string) bool {
-	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
-	if err != nil || c.Sandbox == nil || c.Spec == nil || !IsSubcontainer(c.Spec) {
-		return false
-	}
-	return c.Spec.Annotations[api.AnnotationPoolSandbox] != "" || !sandboxctl.Alive(c)
 }
 
 // Create is runsc's create for a sub-container, leaving a monitor behind.
@@ -184,26 +181,6 @@ func SpawnMonitor(root, id, command string, terminal bool) (int, error) {
 		m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
 	}
 	return monitor.Spawn(m, root, id)
-}
-
-// Handles reports whether gvx-sentry's command line c runs one of this
-// package's commands: a create whose spec is a sub-container's, a start of
-// a container that has a monitor, a delete it handles, or the monitor.
-func Handles(c argv.Command) bool {
-	sub, rest := c.Sub, c.Rest
-	switch sub {
-	case MonitorCommand:
-		return true
-	case "start":
-		return len(rest) == 1 && monitor.Has(c.Root, rest[0])
-	case "delete":
-		df := c.SubFlags(new(cmd.Delete))
-		return df != nil && df.NArg() == 1 && deletesHere(c.Root, df.Arg(0))
-	case "create":
-		spec, err := c.CreateSpec()
-		return err == nil && IsSubcontainer(spec)
-	}
-	return false
 }
 
 // Start asks a sub-container's monitor to start it.

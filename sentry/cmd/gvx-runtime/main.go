@@ -33,6 +33,19 @@ import (
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
+// fast is what gvx-runtime answers itself, by subcommand: each handler
+// reports whether it took the call; one that does not leaves it to
+// gvx-sentry, which gets the command line as it came. (gvx-runtime's one
+// other command, the waiter of a fast exec (waitCommand), is no runc call:
+// main runs it before parsing anything.)
+var fast = map[string]func(command) (handled bool, err error){
+	"create": command.create, // a task started as a process in a running sandbox: its record and monitor
+	"start":  command.start,  // a container or task whose monitor waits on its start socket
+	"exec":   command.exec,   // a detached exec in a task whose monitor serves execs
+	"kill":   command.kill,   // a started task: its monitor signals the process
+	"delete": command.delete, // a task whose process has exited (or --force)
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == waitCommand {
 		os.Exit(waitMain(os.Args[2:]))
@@ -42,9 +55,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-runtime: %v\n", err)
 		os.Exit(1)
 	}
-	c, ok := parse(os.Args)
-	if ok {
-		handled, err := c.run(sentry)
+	if c, ok := parse(os.Args); ok && fast[c.sub] != nil {
+		c.sentry = sentry
+		handled, err := fast[c.sub](c)
 		if handled {
 			if err != nil {
 				c.fail(err)
@@ -78,6 +91,7 @@ type command struct {
 	log     string
 	sub     string
 	args    []string
+	sentry  string // gvx-sentry's path (main sets it)
 }
 
 // valued are the global flags containerd's runc shim (go-runc) passes with
@@ -121,24 +135,13 @@ func parse(argv []string) (command, bool) {
 	return c, true
 }
 
-// run handles c if it is one of the fast calls; handled is false otherwise.
-func (c command) run(sentry string) (handled bool, err error) {
-	switch c.sub {
-	case "start":
-		if len(c.args) != 1 || !monitor.Has(c.root, c.args[0]) {
-			return false, nil
-		}
-		return true, monitor.RequestStart(c.root, c.args[0])
-	case "create":
-		return c.create(sentry)
-	case "exec":
-		return c.exec()
-	case "kill":
-		return c.kill()
-	case "delete":
-		return c.delete()
+// start handles `start <id>` of a container or task whose monitor waits
+// on its start socket: the monitor starts it.
+func (c command) start() (bool, error) {
+	if len(c.args) != 1 || !monitor.Has(c.root, c.args[0]) {
+		return false, nil
 	}
-	return false, nil
+	return true, monitor.RequestStart(c.root, c.args[0])
 }
 
 // delete handles `delete [--force] <id>` of a task started as a process in
@@ -353,7 +356,7 @@ func waitMain(args []string) int {
 
 // create handles `create --bundle B --pid-file P <id>` of a task started
 // as a process in a running sandbox.
-func (c command) create(sentry string) (bool, error) {
+func (c command) create() (bool, error) {
 	flags, ids, ok := subArgs(c.args, map[string]string{"--bundle": "bundle", "--b": "bundle", "--pid-file": "pid-file"},
 		map[string]string{"--no-pivot": "", "--no-new-keyring": ""})
 	if !ok || len(ids) != 1 || flags["pid-file"] == "" {
@@ -367,7 +370,7 @@ func (c command) create(sentry string) (bool, error) {
 	if err != nil || !record.IsTask(spec) || spec.Process == nil || spec.Process.Terminal {
 		return false, nil
 	}
-	m := exec.Command(sentry, append(append([]string(nil), c.globals[1:]...), record.MonitorCommand, id)...)
+	m := exec.Command(c.sentry, append(append([]string(nil), c.globals[1:]...), record.MonitorCommand, id)...)
 	m.Args[0] = c.globals[0]
 	m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
 	return true, record.Create(c.root, id, dir, spec, m, pidFile)

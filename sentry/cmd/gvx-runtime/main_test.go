@@ -43,8 +43,8 @@ func TestCreateDefersWhatItDoesNotHandle(t *testing.T) {
 		{"--bundle", dir, "t1"}, // no pid file
 		{"--bundle", dir, "--pid-file", dir + "/pid", "t1", "t2"},
 	} {
-		c := command{globals: []string{"gvx-sentry"}, root: t.TempDir(), sub: "create", args: args}
-		if handled, err := c.run("/nonexistent/gvx-sentry"); handled || err != nil {
+		c := command{globals: []string{"gvx-sentry"}, root: t.TempDir(), sub: "create", args: args, sentry: "/nonexistent/gvx-sentry"}
+		if handled, err := fast[c.sub](c); handled || err != nil {
 			t.Errorf("create %q: handled %v, err %v; want it left to gvx-sentry", args, handled, err)
 		}
 	}

@@ -8,6 +8,9 @@
 // (subcontainer: pod containers, warm-pool adoption), and a detached exec
 // that does not pay for two runtime start-ups in a row (fastexec).
 //
+// What runs a command line — one of gvx's commands, or runsc's own — is
+// one table, by subcommand and kind of task (dispatch.go: table, kindOf).
+//
 // The containerd shim execs gvx-sentry exactly as it would exec runc. Global
 // flags the shim wants for every call of a task sit in a file next to the
 // task's link to gvx-sentry (api.FlagsFile), or arrive in the environment
@@ -19,19 +22,12 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gvxrun/gvx/sentry/argv"
-	"github.com/gvxrun/gvx/sentry/bundle"
-	"github.com/gvxrun/gvx/sentry/compat"
-	"github.com/gvxrun/gvx/sentry/exectask"
-	"github.com/gvxrun/gvx/sentry/fastexec"
-	"github.com/gvxrun/gvx/sentry/launcher"
-	"github.com/gvxrun/gvx/sentry/subcontainer"
-	"github.com/gvxrun/gvx/sentry/volmount"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"gvisor.dev/gvisor/runsc/cli"
-	"gvisor.dev/gvisor/runsc/cli/maincli"
-	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/version"
+
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/launcher"
+	"github.com/gvxrun/gvx/sentry/volmount"
 )
 
 // version.Version is set by the linker; referencing it keeps it linked.
@@ -52,45 +48,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(2)
 	}
-	c, ok := argv.Parse(args)
-	if ok {
-		// A task started as a process in a running sandbox: commands that
-		// act on the sandbox on its behalf get the sandbox's id.
-		if rewritten, isTask := exectask.Rewrite(c); isTask {
-			args = rewritten
-			c, ok = argv.Parse(args)
-		}
-	}
-	os.Args = args
-	var own []util.SubCommand
-	switch {
-	case !ok:
-	case exectask.Handles(c):
-		// gvx's own commands for tasks started as a process in a running
-		// sandbox (an image's warm pool).
-		own = exectask.Commands()
-	case c.Sub == "kill":
-		// runsc's kill, saying api.NotRunning when the container or its
-		// sandbox is gone.
-		own = []util.SubCommand{new(Kill)}
-	case subcontainer.Handles(c) || fastexec.Handles(c):
-		// gvx's own commands: create and start of a container in a
-		// running sandbox (pods, the warm pool), and exec.
-		own = append(subcontainer.Commands(), fastexec.Commands()...)
-	}
-	if own != nil {
-		cmds := map[util.SubCommand]string{}
-		for _, c := range own {
-			cmds[c] = ""
-		}
-		cli.Run(nil, cmds, nil)
-		return
-	}
-	if ok && c.Sub == "boot" {
-		// The Sentry runs in this process.
-		compat.Install()
-	}
-	maincli.Main()
+	dispatch(args)
 }
 
 // mountVolumes handles a create/run of a sandbox with ext4lite volumes: the

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/runsc/container"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/exectask"
+	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/fastexec"
+	"github.com/gvxrun/gvx/sentry/internal/statetest"
+	"github.com/gvxrun/gvx/sentry/subcontainer"
+)
+
+// writeBundle writes a bundle whose spec has annotations.
+func writeBundle(t *testing.T, annotations map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	data, err := json.Marshal(specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: annotations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, api.SpecFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// listen binds a monitor's start socket for id in root.
+func listen(t *testing.T, root, id string) {
+	t.Helper()
+	wd, _ := os.Getwd()
+	if err := os.Chdir(root); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Base(api.SentryRoot(root).MonitorSocket(id)))
+	os.Chdir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+}
+
+func TestKindOf(t *testing.T) {
+	root := t.TempDir()
+	pod := map[string]string{api.CRIContainerType: api.CRIRoleContainer, api.CRISandboxID: "sb"}
+	sub, own := writeBundle(t, pod), writeBundle(t, nil)
+	task := writeBundle(t, map[string]string{api.AnnotationPoolExec: "gvxpool-1"})
+	if err := (&record.Record{ID: "task1", Sandbox: "gvxpool-1", Bundle: task}).Save(root); err != nil {
+		t.Fatal(err)
+	}
+	listen(t, root, "task1")
+	listen(t, root, "c1")
+	statetest.Save(t, root, "c2", "sb", os.Getpid(), container.Running, &specs.Spec{Annotations: pod})
+	statetest.Save(t, root, "sb", "sb", os.Getpid(), container.Running, &specs.Spec{})
+	for _, tc := range []struct {
+		args []string
+		want kind
+	}{
+		{[]string{"create", "--bundle", sub, "--pid-file", "p", "c2"}, kindSubcontainer},
+		{[]string{"create", "--bundle", own, "c3"}, kindPlain},
+		{[]string{"create", "--bundle", task, "--pid-file", "/pid", "task2"}, kindTask},
+		{[]string{"create", "--bundle", t.TempDir(), "c4"}, kindPlain}, // no spec: runsc says so
+		{[]string{"start", "c1"}, kindSubcontainer},
+		{[]string{"start", "task1"}, kindTask},
+		{[]string{"start", "c3"}, kindPlain},
+		{[]string{"kill", "task1", "9"}, kindTask},
+		{[]string{"kill", "--all", "task1", "KILL"}, kindTask},
+		{[]string{"kill", "c2", "KILL"}, kindPlain},
+		{[]string{"kill", "other", "9"}, kindPlain},
+		{[]string{"delete", "--force", "task1"}, kindTask},
+		{[]string{"delete", "c2"}, kindSubcontainer},
+		{[]string{"delete", "c2", "sb"}, kindPlain},
+		{[]string{"delete", "sb"}, kindPlain},
+		{[]string{"delete", "other"}, kindPlain},
+		{[]string{"exec", "--detach", "--process", "/p.json", "--pid-file", "/pid", "task1"}, kindTask},
+		{[]string{"exec", "c2", "ls"}, kindPlain},
+		{[]string{"ps", "task1"}, kindTask},
+		{[]string{"state", "other"}, kindPlain},
+		{[]string{subcontainer.MonitorCommand, "c1"}, kindHelper},
+		{[]string{exectask.MonitorCommand, "task1"}, kindHelper},
+		{[]string{fastexec.WaitCommand, "c2"}, kindHelper},
+		{[]string{"boot", "--bundle", own, "sb"}, kindHelper},
+		{[]string{"gofer", "--bundle", sub}, kindPlain},
+		{[]string{"list"}, kindPlain},
+	} {
+		c, ok := argv.Parse(append([]string{"gvx-sentry", "--root", root}, tc.args...))
+		if !ok {
+			t.Fatalf("parse %q", tc.args)
+		}
+		if got := kindOf(c); got != tc.want {
+			t.Errorf("kindOf(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestTable: cli.Run runs a gvx command by its name, which must be the
+// subcommand of its row.
+func TestTable(t *testing.T) {
+	for sub, row := range table {
+		for k, h := range row {
+			if h.cmd != nil && h.cmd.Name() != sub {
+				t.Errorf("table[%s][%v] is gvx's %q", sub, k, h.cmd.Name())
+			}
+			if h.onSandbox && k != kindTask {
+				t.Errorf("table[%s][%v] acts on a task's sandbox", sub, k)
+			}
+		}
+	}
+}
