@@ -1,37 +1,18 @@
-// Package fastexec is gvx-sentry's `exec --detach`, the call containerd's
-// runc shim makes for every exec: it must start the process in the sandbox
-// and leave behind a host process that stands for it (the shim reaps it for
-// the exit status).
-//
-// runsc starts a second runsc that does the exec and waits, and polls for
-// that child's pid file, so every exec pays two runtime start-ups in a row.
-// Here the waiter is spawned first and starts up while this process runs
-// the exec itself; the waiter gets the guest pid over a pipe, waits for the
-// process (forwarding the signals it receives to it) and exits with its
-// status. A terminal, extra file descriptors or a process given by flags
-// instead of a process file go through runsc's own implementation.
 package fastexec
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/abi/linux"
-	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
-	"gvisor.dev/gvisor/pkg/sighandling"
-	"gvisor.dev/gvisor/pkg/urpc"
-	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -39,17 +20,9 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
-	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
-	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
-
-// WaitCommand is the internal subcommand of the waiter.
-const WaitCommand = "gvx-exec-wait"
-
-// pidFD is the waiter's end of the pipe carrying the guest pid.
-const pidFD = 3
 
 // Exec is runsc's exec with a faster detached mode.
 type Exec struct {
@@ -188,79 +161,4 @@ func spawnWaiter(id string) (*os.Process, *os.File, error) {
 		return nil, nil, fmt.Errorf("start waiter: %w", err)
 	}
 	return c.Process, w, nil
-}
-
-// Wait is the waiter: it stands for an exec'd process on the host. It
-// waits with the sandbox's host credentials, not root's.
-type Wait struct {
-	util.InternalSubCommand
-}
-
-// Name implements subcommands.Command.
-func (*Wait) Name() string { return WaitCommand }
-
-// Synopsis implements subcommands.Command.
-func (*Wait) Synopsis() string { return "internal: stands for an exec'd process until it exits" }
-
-// Usage implements subcommands.Command.
-func (*Wait) Usage() string { return WaitCommand + " <container id>\n" }
-
-// SetFlags implements subcommands.Command.
-func (*Wait) SetFlags(*flag.FlagSet) {}
-
-// Execute implements subcommands.Command; the process exits with the exec'd
-// process's status (api.ExitCode).
-func (*Wait) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
-	conf := args[0].(*config.Config)
-	data, err := io.ReadAll(os.NewFile(pidFD, "pid"))
-	pid, perr := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || perr != nil || f.NArg() != 1 {
-		os.Exit(api.ExitKilled) // the exec never started
-	}
-	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: f.Arg(0)}, container.LoadOpts{SkipCheck: true})
-	if err != nil {
-		os.Exit(api.ExitKilled)
-	}
-	WaitAndExit(c, int32(pid))
-	return subcommands.ExitSuccess
-}
-
-// WaitAndExit stands for guest process pid of container c on the host: it
-// connects to the sandbox, keeps only the sandbox's own host credentials,
-// then waits (WaitFor).
-func WaitAndExit(c *container.Container, pid int32) {
-	// Two connections (a wait blocks one), opened while still root: the
-	// control socket is root's. Then only the sandbox's own credentials.
-	waitConn, err := sandboxctl.Connect(c)
-	if err != nil {
-		log.Warningf("exec waiter: %v", err)
-		os.Exit(api.ExitKilled)
-	}
-	sigConn, err := sandboxctl.Connect(c)
-	if err != nil {
-		log.Warningf("exec waiter: %v", err)
-		os.Exit(api.ExitKilled)
-	}
-	sandboxctl.DropPrivileges(c.Spec)
-	os.Exit(WaitFor(waitConn, sigConn, c.ID, pid))
-}
-
-// WaitFor forwards the signals this process receives to guest process pid of
-// container cid (over sigConn), waits for it (over waitConn) and returns the
-// exit code that stands for its status (api.ExitCode; api.ExitKilled when
-// the sandbox goes away).
-func WaitFor(waitConn, sigConn *urpc.Client, cid string, pid int32) int {
-	stop := sighandling.StartSignalForwarding(func(sig linux.Signal) {
-		args := boot.SignalArgs{CID: cid, Signo: int32(sig), PID: pid, Mode: boot.DeliverToProcess}
-		if err := sigConn.Call(boot.ContMgrSignal, &args, nil); err != nil {
-			log.Warningf("exec waiter: forward signal %d: %v", sig, err)
-		}
-	})
-	var status uint32
-	err := waitConn.Call(boot.ContMgrWaitPID, &boot.WaitPIDArgs{PID: pid, CID: cid}, &status)
-	stop()
-	if err != nil {
-		return api.ExitKilled
-	}
-	return api.ExitCode(syscall.WaitStatus(status))
 }

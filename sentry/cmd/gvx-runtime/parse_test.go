@@ -1,14 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"net"
 	"reflect"
-	"strings"
 	"testing"
-
-	"github.com/gvxrun/gvx/api"
-	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
 
 func TestParse(t *testing.T) {
@@ -35,21 +29,6 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestCreateDefersWhatItDoesNotHandle(t *testing.T) {
-	dir := t.TempDir()
-	for _, args := range [][]string{
-		{"--bundle", dir, "--pid-file", dir + "/pid", "t1"},                                // no spec there: gvx-sentry reports it
-		{"--bundle", dir, "--console-socket", "/s.sock", "--pid-file", dir + "/pid", "t1"}, // a terminal
-		{"--bundle", dir, "t1"}, // no pid file
-		{"--bundle", dir, "--pid-file", dir + "/pid", "t1", "t2"},
-	} {
-		c := command{globals: []string{"gvx-sentry"}, root: t.TempDir(), sub: "create", args: args, sentry: "/nonexistent/gvx-sentry"}
-		if handled, err := fast[c.sub](c); handled || err != nil {
-			t.Errorf("create %q: handled %v, err %v; want it left to gvx-sentry", args, handled, err)
-		}
-	}
-}
-
 func TestSubArgs(t *testing.T) {
 	valued := map[string]string{"--pid-file": "pid-file", "--process": "process", "--p": "process"}
 	bools := map[string]string{"--detach": "detach", "--no-pivot": ""}
@@ -71,32 +50,5 @@ func TestSubArgs(t *testing.T) {
 		if ok != tc.ok || (ok && (!reflect.DeepEqual(flags, tc.flags) || !reflect.DeepEqual(pos, tc.pos))) {
 			t.Errorf("subArgs(%q) = %v, %q, %v; want %v, %q, %v", tc.args, flags, pos, ok, tc.flags, tc.pos, tc.ok)
 		}
-	}
-}
-
-// TestKillWhenTheMonitorHangsUp: a monitor that hangs up has exited with
-// the task's process, so the kill reports api.NotRunning.
-func TestKillWhenTheMonitorHangsUp(t *testing.T) {
-	root := t.TempDir()
-	if err := (&record.Record{ID: "t1", Sandbox: "sb", Bundle: "/b", Pid: 7}).Save(root); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("unix", api.SentryRoot(root).MonitorSocket("t1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		_, _ = bufio.NewReader(conn).ReadString('\n')
-		conn.Close()
-	}()
-	c := command{globals: []string{"gvx-runtime"}, root: root, sub: "kill", args: []string{"t1", "9"}}
-	handled, err := c.kill()
-	if !handled || err == nil || !strings.Contains(err.Error(), api.NotRunning) {
-		t.Errorf("kill: handled %v, err %v; want an error saying %q", handled, err, api.NotRunning)
 	}
 }

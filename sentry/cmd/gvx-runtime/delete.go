@@ -1,0 +1,38 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/monitor"
+)
+
+// delete handles `delete [--force] <id>` of a task started as a process in
+// a running sandbox whose process has exited (its monitor is gone) or with
+// --force: it removes the task's record and socket. The sandbox was the
+// task's alone and goes with the shim's release of it (pool.Sandbox.Destroy
+// kills it through its cgroup), so no gvx-sentry start-up is needed here.
+func (c command) delete() (bool, error) {
+	flags, ids, ok := subArgs(c.args, nil, map[string]string{"--force": "force", "--f": "force"})
+	if !ok || len(ids) != 1 {
+		return false, nil
+	}
+	id, force := ids[0], flags["force"] == "true"
+	if !record.Exists(c.root, id) {
+		return false, nil
+	}
+	if !force {
+		if conn, err := monitor.Dial(c.root, id); err == nil {
+			conn.Close()
+			return false, nil // still running: gvx-sentry refuses it
+		}
+	}
+	os.Remove(api.SentryRoot(c.root).MonitorSocket(id))
+	if err := os.Remove(api.SentryRoot(c.root).TaskRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return true, fmt.Errorf("delete task %s: %w", id, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/hostcreds"
+	"github.com/gvxrun/gvx/sentry/monitor"
+)
+
+// exec handles `exec --detach --pid-file P --process F <id>` of a task
+// started as a process in a running sandbox: its monitor executes the
+// process (it holds a control connection to the sandbox), and a waiter —
+// this program again, ≈ 1 ms to start — stands for it on the host.
+func (c command) exec() (bool, error) {
+	flags, ids, ok := subArgs(c.args, map[string]string{"--pid-file": "pid-file", "--process": "process", "--p": "process"},
+		map[string]string{"--detach": "detach", "--d": "detach"})
+	if !ok || len(ids) != 1 {
+		return false, nil // a command line, a console socket, preserved fds, …
+	}
+	id, pidFile, process, detach := ids[0], flags["pid-file"], flags["process"], flags["detach"] == "true"
+	if !detach || pidFile == "" || process == "" {
+		return false, nil
+	}
+	r, err := record.Load(c.root, id)
+	if err != nil {
+		return false, nil // not such a task
+	}
+	data, err := os.ReadFile(process)
+	if err != nil {
+		return false, nil
+	}
+	var p specs.Process
+	if err := json.Unmarshal(data, &p); err != nil || p.Terminal {
+		return false, nil
+	}
+	spec, err := bundle.ReadSpec(r.Bundle)
+	if err != nil {
+		return false, nil
+	}
+	conn, err := monitor.Dial(c.root, id)
+	if err != nil {
+		return false, nil // the task's process has exited: gvx-sentry's exec
+	}
+	defer conn.Close()
+	// Like runsc, hand the sandbox stdio it owns.
+	uid, gid := hostcreds.HostRoot(spec)
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	for _, f := range stdio {
+		if err := f.Chown(uid, gid); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
+			return true, fmt.Errorf("exec: stdio: %w", err)
+		}
+	}
+	reply, err := monitor.Send(conn, monitor.Request{Op: monitor.OpExec, Process: &p}, stdio...)
+	if err != nil {
+		return true, fmt.Errorf("exec in task %s: %w", id, err)
+	}
+	waiter, err := spawnWaiter(c.root, id, reply, uid, gid)
+	if err == nil {
+		err = bundle.WritePidFile(pidFile, waiter.Pid)
+	}
+	if err != nil {
+		if waiter != nil {
+			_ = waiter.Kill()
+		}
+		_, _ = monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: reply.Pid, Signal: int(unix.SIGKILL)})
+		return true, fmt.Errorf("exec in task %s: %w", id, err)
+	}
+	_ = waiter.Release()
+	return true, nil
+}

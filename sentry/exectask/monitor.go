@@ -1,0 +1,180 @@
+package exectask
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/subcommands"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/sentry/control"
+	"gvisor.dev/gvisor/pkg/urpc"
+	"gvisor.dev/gvisor/runsc/boot"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/fastexec"
+	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
+)
+
+// MonitorCommand is the internal subcommand the monitor runs as.
+const MonitorCommand = record.MonitorCommand
+
+// Monitor is the internal command standing for a task's process.
+type Monitor struct {
+	util.InternalSubCommand
+}
+
+// Name implements subcommands.Command.
+func (*Monitor) Name() string { return MonitorCommand }
+
+// Synopsis implements subcommands.Command.
+func (*Monitor) Synopsis() string {
+	return "internal: starts a task's process in a running sandbox and stands for it until it exits"
+}
+
+// Usage implements subcommands.Command.
+func (*Monitor) Usage() string { return MonitorCommand + " <task id>\n" }
+
+// SetFlags implements subcommands.Command.
+func (*Monitor) SetFlags(*flag.FlagSet) {}
+
+// Execute implements subcommands.Command. It never returns: the process
+// exits with the task's status.
+func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	id := f.Arg(0)
+	ln, err := monitor.Listener()
+	if err != nil {
+		log.Warningf("exec monitor: %v", err)
+		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+		os.Exit(1)
+	}
+	defer os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+	var pid int32
+	var sb *container.Container
+	for pid == 0 {
+		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		conn, err := ln.Accept()
+		if err != nil {
+			r, lerr := record.Load(conf.RootDir, id)
+			switch {
+			case lerr != nil:
+				// Deleted before it was started.
+				os.Exit(api.ExitKilled)
+			case r.Killed != 0:
+				os.Exit(api.ExitSignaled(syscall.Signal(r.Killed)))
+			}
+			continue
+		}
+		pid, sb = serveStart(conf, id, conn)
+	}
+	ln.SetDeadline(time.Time{})
+	// Connections opened while still root (the control socket is root's):
+	// the wait for the task's process (which blocks one), signals, and the
+	// task's execs. Then only the sandbox's own credentials.
+	var conns [3]*urpc.Client
+	for i := range conns {
+		if conns[i], err = sandboxctl.Connect(sb); err != nil {
+			log.Warningf("exec monitor: %v", err)
+			os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+			os.Exit(api.ExitKilled)
+		}
+	}
+	waitConn, sigConn, execConn := conns[0], conns[1], conns[2]
+	x := &execServer{sandbox: sb, cid: sb.ID, control: sb.Sandbox.ControlSocketPath, proc: sb.Spec.Process, enableRaw: conf.EnableRaw, exec: execConn, signal: sigConn}
+	if r, err := record.Load(conf.RootDir, id); err == nil {
+		if spec, err := bundle.ReadSpec(r.Bundle); err == nil {
+			x.proc = spec.Process // an exec's default capabilities
+		}
+	}
+	sandboxctl.DropPrivileges(sb.Spec)
+	go x.serve(ln)
+	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
+	ln.Close()
+	os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+	// The sandbox was the task's alone: with its process gone, end it
+	// (gvx-pause and any exec still running, as a container's pid
+	// namespace ends with its init) so that it is torn down while
+	// containerd reports the exit, not when the task is deleted.
+	all := boot.SignalArgs{CID: sb.ID, Signo: int32(unix.SIGKILL), Mode: boot.DeliverToAllProcesses}
+	if err := sigConn.Call(boot.ContMgrSignal, &all, nil); err != nil {
+		log.Debugf("exec monitor: end sandbox %s: %v", sb.ID, err)
+	}
+	os.Exit(code)
+	return subcommands.ExitSuccess
+}
+
+// serveStart answers one request on conn, starting the task's process when
+// asked; it returns its guest pid and its sandbox (0, nil if not started).
+func serveStart(conf *config.Config, id string, conn net.Conn) (int32, *container.Container) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	req, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return 0, nil
+	}
+	if strings.TrimSpace(req) != "start" {
+		fmt.Fprintf(conn, "error: unknown request %q\n", strings.TrimSpace(req))
+		return 0, nil
+	}
+	pid, sb, err := start(conf, id)
+	if err != nil {
+		fmt.Fprintf(conn, "error: %v\n", err)
+		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+		os.Exit(api.ExitKilled)
+	}
+	fmt.Fprintln(conn, "ok")
+	return pid, sb
+}
+
+// start executes the task's process in its sandbox with the monitor's
+// stdio and records its guest pid.
+func start(conf *config.Config, id string) (int32, *container.Container, error) {
+	r, err := record.Load(conf.RootDir, id)
+	if err != nil {
+		return 0, nil, fmt.Errorf("task %s: %w", id, err)
+	}
+	if r.Pid != 0 {
+		return 0, nil, fmt.Errorf("task %s already started", id)
+	}
+	spec, err := bundle.ReadSpec(r.Bundle)
+	if err != nil {
+		return 0, nil, err
+	}
+	sb, err := sandbox(conf.RootDir, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	e, err := fastexec.ExecArgs(spec.Process, nil, conf.EnableRaw)
+	if err != nil {
+		return 0, nil, fmt.Errorf("task %s: process: %w", id, err)
+	}
+	e.FilePayload = control.NewFilePayload(map[int]*os.File{0: os.Stdin, 1: os.Stdout, 2: os.Stderr}, nil)
+	pid, err := sb.Execute(conf, e)
+	if err != nil {
+		return 0, nil, fmt.Errorf("start task %s in sandbox %s: %w", id, r.Sandbox, err)
+	}
+	r.Pid = pid
+	if err := r.Save(conf.RootDir); err != nil {
+		_ = sb.SignalProcess(unix.SIGKILL, pid)
+		return 0, nil, err
+	}
+	return pid, sb, nil
+}

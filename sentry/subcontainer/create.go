@@ -1,0 +1,89 @@
+package subcontainer
+
+import (
+	"context"
+	"os"
+
+	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/runsc/cmd"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+	"gvisor.dev/gvisor/runsc/specutils"
+
+	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/monitor"
+)
+
+// IsSubcontainer reports whether spec describes a container to run inside
+// an existing sandbox rather than a sandbox of its own.
+func IsSubcontainer(spec *specs.Spec) bool {
+	return !specutils.IsRootContainer(spec)
+}
+
+// Create is runsc's create for a sub-container, leaving a monitor behind.
+type Create struct {
+	cmd.Create
+}
+
+// Execute implements subcommands.Command.
+func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	id, spec, err := c.FetchSpec(conf, f)
+	if err != nil {
+		return util.Errorf("reading spec: %v", err)
+	}
+	if !IsSubcontainer(spec) {
+		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
+	}
+	dir := argv.Flag(f, "bundle")
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	cont, err := container.New(conf, container.Args{
+		ID:            id,
+		Spec:          spec,
+		BundleDir:     dir,
+		ConsoleSocket: argv.Flag(f, "console-socket"),
+		UserLog:       argv.Flag(f, "user-log"),
+	})
+	if err != nil {
+		return util.Errorf("creating container: %v", err)
+	}
+	pid, err := SpawnMonitor(conf.RootDir, id, MonitorCommand, spec.Process != nil && spec.Process.Terminal)
+	if err == nil {
+		if p := argv.Flag(f, "pid-file"); p != "" {
+			err = bundle.WritePidFile(p, pid)
+		}
+	}
+	if err != nil {
+		if pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		_ = cont.Destroy()
+		return util.Errorf("creating container %s: %v", id, err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// SpawnMonitor starts gvx-sentry's internal command (a monitor) for
+// container id with this process's stdio and global flags and returns its
+// pid (monitor.Spawn).
+func SpawnMonitor(root, id, command string, terminal bool) (int, error) {
+	m := argv.Self(command, id)
+	if !terminal {
+		// The container's stdio. With a terminal the container has the
+		// pty create set up, and the caller (go-runc) collects create's
+		// output through a pipe until EOF: the monitor must not hold it.
+		m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
+	}
+	return monitor.Spawn(m, root, id)
+}

@@ -1,0 +1,83 @@
+package subcontainer
+
+import (
+	"context"
+
+	"github.com/google/subcommands"
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/runsc/cmd"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
+)
+
+// Exists reports whether root holds gVisor's state of container id, and
+// the container is one in a running sandbox (not its root container).
+func Exists(root, id string) bool {
+	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	return err == nil && c.Sandbox != nil && c.Spec != nil && IsSubcontainer(c.Spec)
+}
+
+// Delete is runsc's delete of a container inside a running sandbox, except
+// in two cases where runsc's does not do what the shim needs:
+//
+//   - Its sandbox has died (kill -9 of a pool or pod sandbox): runsc takes
+//     the container for running while the sandbox process is a zombie not
+//     yet reaped by its parent (for a pool sandbox: init), although the
+//     container's monitor has reported its exit, and then cannot reach the
+//     sandbox. What is left to delete is its state.
+//   - It adopted a warm-pool sandbox (api.AnnotationPoolSandbox): the whole
+//     sandbox goes with it, in this one call rather than the container's
+//     delete and then the sandbox's.
+type Delete struct {
+	cmd.Delete
+}
+
+// Execute implements subcommands.Command.
+func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	id := container.FullID{ContainerID: f.Arg(0)}
+	c, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		return util.Errorf("loading container: %v", err)
+	}
+	sb, alive := c.Spec.Annotations[api.AnnotationPoolSandbox], sandboxctl.Alive(c)
+	if sb == "" && alive {
+		// Neither case: runsc's delete.
+		return d.Delete.Execute(ctx, f, args...)
+	}
+	if sb != "" && alive {
+		// Like runsc, refuse a running container unless forced.
+		if argv.Flag(f, "force") != "true" {
+			c.CheckStopped()
+			if c.Status != container.Stopped {
+				return d.Delete.Execute(ctx, f, args...)
+			}
+		}
+		root, err := container.Load(conf.RootDir, container.FullID{SandboxID: sb, ContainerID: sb}, container.LoadOpts{SkipCheck: true})
+		if err != nil {
+			return util.Errorf("loading pool sandbox %s: %v", sb, err)
+		}
+		if err := root.Destroy(); err != nil {
+			return util.Errorf("destroying pool sandbox %s: %v", sb, err)
+		}
+	}
+	if err := c.Destroy(); err != nil {
+		// Its sandbox is gone; its state files are gone all the same
+		// (checked below).
+		log.Warningf("delete %s of a dead sandbox: %v", c.ID, err)
+	}
+	if _, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true}); err == nil {
+		return util.Errorf("deleting container %s: its state is still there", c.ID)
+	}
+	return subcommands.ExitSuccess
+}

@@ -1,0 +1,159 @@
+package subcontainer
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/subcommands"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/runsc/boot"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
+)
+
+// MonitorCommand is the internal subcommand the monitor runs as.
+const MonitorCommand = "gvx-monitor"
+
+// Monitor is the internal command standing for a sub-container's init.
+type Monitor struct {
+	util.InternalSubCommand
+}
+
+// Name implements subcommands.Command.
+func (*Monitor) Name() string { return MonitorCommand }
+
+// Synopsis implements subcommands.Command.
+func (*Monitor) Synopsis() string {
+	return "internal: stands for a sub-container's init until it exits"
+}
+
+// Usage implements subcommands.Command.
+func (*Monitor) Usage() string { return MonitorCommand + " <container id>\n" }
+
+// SetFlags implements subcommands.Command.
+func (*Monitor) SetFlags(*flag.FlagSet) {}
+
+// Execute implements subcommands.Command. It never returns: the process
+// exits with the container's status.
+func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	conf := args[0].(*config.Config)
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	id := f.Arg(0)
+	sock := api.SentryRoot(conf.RootDir).MonitorSocket(id)
+	ln, err := monitor.Listener()
+	if err != nil {
+		log.Warningf("monitor: %v", err)
+		os.Remove(sock)
+		os.Exit(1)
+	}
+	// The rest runs while containerd goes on to start the task.
+	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		log.Warningf("monitor: load container %s: %v", id, err)
+		os.Remove(sock)
+		os.Exit(1)
+	}
+	joinSandboxCgroup(conf, c)
+
+	started := false
+	for !started {
+		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		conn, err := ln.Accept()
+		if err != nil {
+			if !created(conf.RootDir, id) {
+				// Killed or deleted before it was started.
+				ln.Close()
+				os.Remove(sock)
+				os.Exit(api.ExitKilled)
+			}
+			continue
+		}
+		started = serveStart(conf, c, conn)
+	}
+	ln.Close()
+	os.Remove(sock)
+	// Connect while still root (the control socket is root's), then keep
+	// only the sandbox's own credentials for the wait.
+	conn, err := sandboxctl.Connect(c)
+	if err != nil {
+		log.Warningf("monitor: %v", err)
+		os.Exit(api.ExitKilled)
+	}
+	sandboxctl.DropPrivileges(c.Spec)
+	var ws unix.WaitStatus
+	cid := c.ID
+	if err := conn.Call(boot.ContMgrWait, &cid, &ws); err != nil {
+		log.Warningf("monitor: wait for %s: %v", cid, err)
+		os.Exit(api.ExitKilled)
+	}
+	os.Exit(api.ExitCode(syscall.WaitStatus(ws)))
+	return subcommands.ExitSuccess
+}
+
+// joinSandboxCgroup moves the monitor into its sandbox's cgroups ahead of
+// start, so that the container's gofer, which start spawns, is born there
+// and start does not pay for joining (slow on cgroup v1).
+func joinSandboxCgroup(conf *config.Config, c *container.Container) {
+	if conf.IgnoreCgroups || c.Sandbox == nil || c.Sandbox.CgroupJSON.Cgroup == nil {
+		return
+	}
+	if _, err := c.Sandbox.CgroupJSON.Cgroup.Join(); err != nil {
+		log.Warningf("monitor: join sandbox cgroup: %v", err)
+		return
+	}
+	conf.IgnoreCgroups = true
+}
+
+// serveStart answers one request on conn, starting the container when
+// asked; it reports whether the container was started.
+func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	req, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return false
+	}
+	if strings.TrimSpace(req) != "start" {
+		fmt.Fprintf(conn, "error: unknown request %q\n", strings.TrimSpace(req))
+		return false
+	}
+	// The monitor joined the sandbox's cgroup already (joinSandboxCgroup):
+	// hide it from Start, which would join and restore it again (slow on
+	// cgroup v1). Only the container's own state file loses it, and no
+	// operation on a sub-container uses it (the sandbox's cgroup belongs
+	// to the root container's state).
+	if conf.IgnoreCgroups {
+		c.Sandbox.CgroupJSON.Cgroup = nil
+	}
+	err = c.Start(conf)
+	if err != nil {
+		fmt.Fprintf(conn, "error: %v\n", err)
+		_ = c.Destroy()
+		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(c.ID))
+		os.Exit(1)
+	}
+	fmt.Fprintln(conn, "ok")
+	return true
+}
+
+// created reports whether container id is still waiting to be started.
+func created(root, id string) bool {
+	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	return err == nil && c.Status == container.Created
+}
