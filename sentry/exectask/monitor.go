@@ -1,14 +1,11 @@
 package exectask
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/google/subcommands"
 	"golang.org/x/sys/unix"
@@ -60,32 +57,27 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		return subcommands.ExitUsageError
 	}
 	id := f.Arg(0)
+	sock := api.SentryRoot(conf.RootDir).MonitorSocket(id)
 	ln, err := monitor.Listener()
 	if err != nil {
 		log.Warningf("exec monitor: %v", err)
-		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+		os.Remove(sock)
 		os.Exit(1)
 	}
-	defer os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+	defer os.Remove(sock)
 	var pid int32
 	var sb *container.Container
-	for pid == 0 {
-		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
-		conn, err := ln.Accept()
-		if err != nil {
-			r, lerr := record.Load(conf.RootDir, id)
-			switch {
-			case lerr != nil:
-				// Deleted before it was started.
-				os.Exit(api.ExitKilled)
-			case r.Killed != 0:
-				os.Exit(api.ExitSignaled(syscall.Signal(r.Killed)))
-			}
-			continue
-		}
-		pid, sb = serveStart(conf, id, conn)
+	exit, err := monitor.ServeStart(ln, func() (err error) {
+		pid, sb, err = start(conf, id)
+		return err
+	}, func() (int, bool) { return waiting(conf.RootDir, id) })
+	switch {
+	case errors.Is(err, monitor.ErrNotWaiting):
+		os.Exit(exit)
+	case err != nil:
+		os.Remove(sock)
+		os.Exit(api.ExitKilled)
 	}
-	ln.SetDeadline(time.Time{})
 	// Connections opened while still root (the control socket is root's):
 	// the wait for the task's process (which blocks one), signals, and the
 	// task's execs. Then only the sandbox's own credentials.
@@ -93,7 +85,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	for i := range conns {
 		if conns[i], err = sandboxctl.Connect(sb); err != nil {
 			log.Warningf("exec monitor: %v", err)
-			os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+			os.Remove(sock)
 			os.Exit(api.ExitKilled)
 		}
 	}
@@ -108,7 +100,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	go x.serve(ln)
 	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
 	ln.Close()
-	os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
+	os.Remove(sock)
 	// The sandbox was the task's alone: with its process gone, end it
 	// (gvx-pause and any exec still running, as a container's pid
 	// namespace ends with its init) so that it is torn down while
@@ -121,27 +113,18 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	return subcommands.ExitSuccess
 }
 
-// serveStart answers one request on conn, starting the task's process when
-// asked; it returns its guest pid and its sandbox (0, nil if not started).
-func serveStart(conf *config.Config, id string, conn net.Conn) (int32, *container.Container) {
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(time.Minute))
-	req, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return 0, nil
+// waiting reports whether task id in root still waits to be started; if
+// not, the status its monitor exits with: deleted before it was started,
+// api.ExitKilled; killed, the signal's (api.ExitSignaled).
+func waiting(root, id string) (int, bool) {
+	r, err := record.Load(root, id)
+	switch {
+	case err != nil:
+		return api.ExitKilled, false
+	case r.Killed != 0:
+		return api.ExitSignaled(syscall.Signal(r.Killed)), false
 	}
-	if strings.TrimSpace(req) != "start" {
-		fmt.Fprintf(conn, "error: unknown request %q\n", strings.TrimSpace(req))
-		return 0, nil
-	}
-	pid, sb, err := start(conf, id)
-	if err != nil {
-		fmt.Fprintf(conn, "error: %v\n", err)
-		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(id))
-		os.Exit(api.ExitKilled)
-	}
-	fmt.Fprintln(conn, "ok")
-	return pid, sb
+	return 0, true
 }
 
 // start executes the task's process in its sandbox with the monitor's

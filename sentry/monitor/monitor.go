@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -100,6 +101,59 @@ func RequestStart(root, id string) error {
 		return errors.New(strings.TrimPrefix(reply, "error: "))
 	}
 	return nil
+}
+
+// ErrNotWaiting is what ServeStart returns when the task no longer waits to
+// be started.
+var ErrNotWaiting = errors.New("no longer waiting to be started")
+
+// startPoll is how often ServeStart asks whether the task still waits.
+const startPoll = 200 * time.Millisecond
+
+// ServeStart is the monitor's side of RequestStart: it serves ln, the start
+// socket Listener returns, until the task the monitor stands for is started
+// or will not be. Each connection carries one request: for "start" it calls
+// start and answers "ok" and returns (0, nil), or answers "error: " and
+// start's error and returns that error. Every 200 ms without a request it
+// calls waiting, which reports whether the task still waits to be started
+// and, if not, the status the monitor is to exit with: ServeStart returns
+// it with ErrNotWaiting. It leaves ln open, without a deadline.
+func ServeStart(ln *net.UnixListener, start func() error, waiting func() (exit int, ok bool)) (int, error) {
+	defer ln.SetDeadline(time.Time{})
+	for {
+		ln.SetDeadline(time.Now().Add(startPoll))
+		conn, err := ln.Accept()
+		if err != nil {
+			if exit, ok := waiting(); !ok {
+				return exit, ErrNotWaiting
+			}
+			continue
+		}
+		if done, err := answerStart(conn, start); done {
+			return 0, err
+		}
+	}
+}
+
+// answerStart answers the request on conn, calling start for "start"; done
+// reports whether it did, err is start's error.
+func answerStart(conn net.Conn, start func() error) (done bool, err error) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	req, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return false, nil
+	}
+	if req = strings.TrimSpace(req); req != "start" {
+		fmt.Fprintf(conn, "error: unknown request %q\n", req)
+		return false, nil
+	}
+	if err := start(); err != nil {
+		fmt.Fprintf(conn, "error: %v\n", err)
+		return true, err
+	}
+	fmt.Fprintln(conn, "ok")
+	return true, nil
 }
 
 // listen binds a unix socket at path (which may exceed sun_path: it binds

@@ -148,3 +148,65 @@ func TestParseSignal(t *testing.T) {
 		}
 	}
 }
+
+func TestServeStart(t *testing.T) {
+	root := t.TempDir()
+	ln, err := listen(api.SentryRoot(root).MonitorSocket("t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		exit int
+		err  error
+	}
+	serve := func(start func() error, waiting func() (int, bool)) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			exit, err := ServeStart(ln, start, waiting)
+			done <- result{exit, err}
+		}()
+		return done
+	}
+	waits := func() (int, bool) { return 0, true }
+
+	// An unknown request is answered and the monitor waits on; a start
+	// that succeeds ends it.
+	starts := 0
+	done := serve(func() error { starts++; return nil }, waits)
+	conn, err := Dial(root, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(conn, "stop")
+	if reply, _ := bufio.NewReader(conn).ReadString('\n'); reply != "error: unknown request \"stop\"\n" {
+		t.Errorf("unknown request answered %q", reply)
+	}
+	conn.Close()
+	if err := RequestStart(root, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.exit != 0 || r.err != nil || starts != 1 {
+		t.Errorf("started: ServeStart = %d, %v after %d starts", r.exit, r.err, starts)
+	}
+
+	// A start that fails is answered with its error, which ends it.
+	failed := errors.New("sandbox gvxpool-1 is gone")
+	done = serve(func() error { return failed }, waits)
+	if err := RequestStart(root, "t1"); err == nil || err.Error() != failed.Error() {
+		t.Errorf("failed start: RequestStart = %v", err)
+	}
+	if r := <-done; !errors.Is(r.err, failed) {
+		t.Errorf("failed start: ServeStart = %d, %v", r.exit, r.err)
+	}
+
+	// A task that waits no longer ends it with waiting's status.
+	polls := 0
+	done = serve(func() error { t.Error("started"); return nil }, func() (int, bool) {
+		polls++
+		return 137, polls < 2
+	})
+	if r := <-done; r.exit != 137 || !errors.Is(r.err, ErrNotWaiting) || polls != 2 {
+		t.Errorf("not waiting: ServeStart = %d, %v after %d polls", r.exit, r.err, polls)
+	}
+}

@@ -1,14 +1,10 @@
 package subcontainer
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
+	"errors"
 	"os"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/google/subcommands"
 	"golang.org/x/sys/unix"
@@ -71,20 +67,21 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	}
 	joinSandboxCgroup(conf, c)
 
-	started := false
-	for !started {
-		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
-		conn, err := ln.Accept()
-		if err != nil {
-			if !created(conf.RootDir, id) {
-				// Killed or deleted before it was started.
-				ln.Close()
-				os.Remove(sock)
-				os.Exit(api.ExitKilled)
-			}
-			continue
+	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c) }, func() (int, bool) {
+		if created(conf.RootDir, id) {
+			return 0, true
 		}
-		started = serveStart(conf, c, conn)
+		return api.ExitKilled, false // killed or deleted before it was started
+	})
+	switch {
+	case errors.Is(err, monitor.ErrNotWaiting):
+		ln.Close()
+		os.Remove(sock)
+		os.Exit(exit)
+	case err != nil:
+		_ = c.Destroy()
+		os.Remove(sock)
+		os.Exit(1)
 	}
 	ln.Close()
 	os.Remove(sock)
@@ -120,19 +117,8 @@ func joinSandboxCgroup(conf *config.Config, c *container.Container) {
 	conf.IgnoreCgroups = true
 }
 
-// serveStart answers one request on conn, starting the container when
-// asked; it reports whether the container was started.
-func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool {
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(time.Minute))
-	req, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return false
-	}
-	if strings.TrimSpace(req) != "start" {
-		fmt.Fprintf(conn, "error: unknown request %q\n", strings.TrimSpace(req))
-		return false
-	}
+// start starts container c with the monitor's stdio.
+func start(conf *config.Config, c *container.Container) error {
 	// The monitor joined the sandbox's cgroup already (joinSandboxCgroup):
 	// hide it from Start, which would join and restore it again (slow on
 	// cgroup v1). Only the container's own state file loses it, and no
@@ -141,15 +127,7 @@ func serveStart(conf *config.Config, c *container.Container, conn net.Conn) bool
 	if conf.IgnoreCgroups {
 		c.Sandbox.CgroupJSON.Cgroup = nil
 	}
-	err = c.Start(conf)
-	if err != nil {
-		fmt.Fprintf(conn, "error: %v\n", err)
-		_ = c.Destroy()
-		os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(c.ID))
-		os.Exit(1)
-	}
-	fmt.Fprintln(conn, "ok")
-	return true
+	return c.Start(conf)
 }
 
 // created reports whether container id is still waiting to be started.
