@@ -167,9 +167,5 @@ func (c Command) CreateSpec() (*specs.Spec, error) {
 	if f == nil {
 		return nil, fmt.Errorf("create: bad arguments %q", c.Rest)
 	}
-	dir := Flag(f, "bundle")
-	if dir == "" {
-		dir = "."
-	}
-	return bundle.ReadSpec(dir)
+	return bundle.ReadSpec(bundle.Dir(Flag(f, "bundle")))
 }

@@ -2,12 +2,23 @@
 package bundle
 
 import (
+	"os"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/api"
 )
+
+// Dir is the bundle directory of a create or run whose --bundle flag is
+// flag: flag, or the working directory if it is empty (runc's default).
+func Dir(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	wd, _ := os.Getwd()
+	return wd
+}
 
 // ReadSpec reads the spec of bundle dir (api.ReadSpec into gVisor's
 // runtime-spec version of the Spec type).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
 
@@ -35,10 +36,7 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if spec.Process == nil || spec.Process.Terminal {
 		return util.Errorf("task %s: a process started in a running sandbox needs a process spec without a terminal", id)
 	}
-	dir := argv.Flag(f, "bundle")
-	if dir == "" {
-		dir, _ = os.Getwd()
-	}
+	dir := bundle.Dir(argv.Flag(f, "bundle"))
 	if !record.IsTask(spec) {
 		return util.Errorf("creating task %s: spec has no %s annotation", id, api.AnnotationPoolExec)
 	}

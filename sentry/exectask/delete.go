@@ -13,7 +13,6 @@ import (
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/flag"
 
-	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
@@ -53,8 +52,7 @@ func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 			return util.Errorf("destroying sandbox %s of task %s: %v", r.Sandbox, r.ID, err)
 		}
 	}
-	os.Remove(api.SentryRoot(conf.RootDir).MonitorSocket(r.ID))
-	if err := os.Remove(api.SentryRoot(conf.RootDir).TaskRecord(r.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := record.Remove(conf.RootDir, r.ID); err != nil {
 		return util.Errorf("delete task %s: %v", r.ID, err)
 	}
 	return subcommands.ExitSuccess

@@ -189,18 +189,29 @@ func Dial(root, id string) (*net.UnixConn, error) {
 }
 
 // DialPath connects to the unix socket at path, which may exceed sun_path
-// (it connects through an O_PATH descriptor of the socket).
+// (ShortPath).
 func DialPath(path string) (*net.UnixConn, error) {
+	var conn *net.UnixConn
+	err := ShortPath(path, func(name string) (err error) {
+		conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: name, Net: "unix"})
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		return nil
+	})
+	return conn, err
+}
+
+// ShortPath calls fn with a name of the unix socket at path that fits in a
+// socket address (sun_path, 108 bytes) however long path is: /proc/self/fd/N
+// of an O_PATH descriptor of the socket, open while fn runs.
+func ShortPath(path string, fn func(name string) error) error {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("socket: %w", err)
+		return fmt.Errorf("socket: %w", err)
 	}
 	defer unix.Close(fd)
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	return conn, nil
+	return fn(fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // A monitor of a task started as a process in a running sandbox keeps

@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/control/client"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/urpc"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
+	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
 // Alive reports whether the host process of c's sandbox runs (is neither
@@ -25,18 +25,19 @@ func Alive(c *container.Container) bool {
 	return c.Sandbox != nil && procfs.Alive(int(c.Sandbox.Pid.Load()))
 }
 
-// Connect connects to the control socket of c's sandbox.
+// Connect connects to the control socket of c's sandbox (whose path may
+// exceed sun_path: monitor.ShortPath).
 func Connect(c *container.Container) (*urpc.Client, error) {
-	path := c.Sandbox.ControlSocketPath
-	// The path may exceed sun_path; connect through an O_PATH fd.
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	var conn *urpc.Client
+	err := monitor.ShortPath(c.Sandbox.ControlSocketPath, func(name string) (err error) {
+		conn, err = client.ConnectTo(name)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("control socket of sandbox %s: %w", c.Sandbox.ID, err)
-	}
-	defer unix.Close(fd)
-	conn, err := client.ConnectTo(fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return nil, fmt.Errorf("connect to sandbox %s: %w", c.Sandbox.ID, err)
+		return nil, fmt.Errorf("sandbox %s: control %w", c.Sandbox.ID, err)
 	}
 	return conn, nil
 }

@@ -44,10 +44,7 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if !IsSubcontainer(spec) {
 		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
 	}
-	dir := argv.Flag(f, "bundle")
-	if dir == "" {
-		dir, _ = os.Getwd()
-	}
+	dir := bundle.Dir(argv.Flag(f, "bundle"))
 	cont, err := container.New(conf, container.Args{
 		ID:            id,
 		Spec:          spec,

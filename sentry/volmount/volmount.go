@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/bundle"
 )
 
 // reexecEnv marks the re-executed gvx-sentry running in its own mount
@@ -65,8 +66,7 @@ func CreateBundle(argv []string) (string, bool) {
 			return v, true
 		}
 	}
-	wd, _ := os.Getwd()
-	return wd, true
+	return bundle.Dir(""), true
 }
 
 // InPrivateNamespace reports whether this process is the re-executed one.

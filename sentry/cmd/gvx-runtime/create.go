@@ -16,10 +16,7 @@ func (c command) create() (bool, error) {
 	if !ok || len(ids) != 1 || flags["pid-file"] == "" {
 		return false, nil // a console socket, preserved fds, …
 	}
-	id, dir, pidFile := ids[0], flags["bundle"], flags["pid-file"]
-	if dir == "" {
-		dir, _ = os.Getwd()
-	}
+	id, dir, pidFile := ids[0], bundle.Dir(flags["bundle"]), flags["pid-file"]
 	spec, err := bundle.ReadSpec(dir)
 	if err != nil || !record.IsTask(spec) || spec.Process == nil || spec.Process.Terminal {
 		return false, nil

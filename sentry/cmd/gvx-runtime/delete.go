@@ -1,11 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
 
-	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
@@ -30,8 +27,7 @@ func (c command) delete() (bool, error) {
 			return false, nil // still running: gvx-sentry refuses it
 		}
 	}
-	os.Remove(api.SentryRoot(c.root).MonitorSocket(id))
-	if err := os.Remove(api.SentryRoot(c.root).TaskRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := record.Remove(c.root, id); err != nil {
 		return true, fmt.Errorf("delete task %s: %w", id, err)
 	}
 	return true, nil

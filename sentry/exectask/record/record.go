@@ -7,6 +7,7 @@ package record
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,6 +58,16 @@ func Load(root, id string) (*Record, error) {
 	return &r, nil
 }
 
+// Remove deletes task id's record and its monitor's socket from root (a
+// record already gone is no error).
+func Remove(root, id string) error {
+	os.Remove(api.SentryRoot(root).MonitorSocket(id))
+	if err := os.Remove(api.SentryRoot(root).TaskRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // Save writes r to root (atomically).
 func (r *Record) Save(root string) error {
 	return api.WriteJSON(api.SentryRoot(root).TaskRecord(r.ID), r)
@@ -97,8 +108,7 @@ func Create(root, id, dir string, spec *specs.Spec, m *exec.Cmd, pidFile string)
 		if pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
-		os.Remove(api.SentryRoot(root).TaskRecord(id))
-		os.Remove(api.SentryRoot(root).MonitorSocket(id))
+		_ = Remove(root, id)
 		return fmt.Errorf("task %s: %w", id, err)
 	}
 	return nil
