@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
@@ -21,6 +22,12 @@ import (
 func Exists(root, id string) bool {
 	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
 	return err == nil && c.Sandbox != nil && c.Spec != nil && IsSubcontainer(c.Spec)
+}
+
+// poolSandbox is the warm-pool sandbox a container with spec adopted
+// (api.AnnotationPoolSandbox), or "".
+func poolSandbox(spec *specs.Spec) string {
+	return spec.Annotations[api.AnnotationPoolSandbox]
 }
 
 // Delete is runsc's delete of a container inside a running sandbox, except
@@ -50,7 +57,7 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 	if err != nil {
 		return util.Errorf("loading container: %v", err)
 	}
-	sb, alive := c.Spec.Annotations[api.AnnotationPoolSandbox], sandboxctl.Alive(c)
+	sb, alive := poolSandbox(c.Spec), sandboxctl.Alive(c)
 	if sb == "" && alive {
 		// Neither case: runsc's delete.
 		return d.Delete.Execute(ctx, f, args...)

@@ -67,12 +67,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	}
 	joinSandboxCgroup(conf, c)
 
-	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c) }, func() (int, bool) {
-		if created(conf.RootDir, id) {
-			return 0, true
-		}
-		return api.ExitKilled, false // killed or deleted before it was started
-	})
+	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c) }, func() (int, bool) { return waiting(conf.RootDir, id) })
 	switch {
 	case errors.Is(err, monitor.ErrNotWaiting):
 		ln.Close()
@@ -130,8 +125,13 @@ func start(conf *config.Config, c *container.Container) error {
 	return c.Start(conf)
 }
 
-// created reports whether container id is still waiting to be started.
-func created(root, id string) bool {
+// waiting reports whether container id in root still waits to be started
+// (it is created); if not (killed or deleted before it was started), the
+// status its monitor exits with, api.ExitKilled.
+func waiting(root, id string) (int, bool) {
 	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
-	return err == nil && c.Status == container.Created
+	if err != nil || c.Status != container.Created {
+		return api.ExitKilled, false
+	}
+	return 0, true
 }

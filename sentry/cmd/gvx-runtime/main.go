@@ -36,7 +36,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == waitCommand {
 		os.Exit(waitMain(os.Args[2:]))
 	}
-	sentry, err := sentryPath()
+	var sentry string
+	self, err := os.Executable()
+	if err == nil {
+		sentry, err = sentryPath(self)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-runtime: %v\n", err)
 		os.Exit(1)
@@ -56,12 +60,8 @@ func main() {
 	os.Exit(1)
 }
 
-// sentryPath is gvx-sentry (api.SentryBinary) next to this executable.
-func sentryPath() (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
+// sentryPath is gvx-sentry (api.SentryBinary) next to executable self.
+func sentryPath(self string) (string, error) {
 	p := filepath.Join(filepath.Dir(self), api.SentryBinary)
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("%s next to %s: %w (install both with `make install`)", api.SentryBinary, self, err)

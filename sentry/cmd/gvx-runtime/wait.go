@@ -63,11 +63,11 @@ func waitMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", waitCommand, err)
 		return 2
 	}
-	ctl := os.NewFile(3, "sandbox")
 	waitConn, err := monitor.Dial(root, id)
 	if err != nil {
 		return api.ExitKilled
 	}
+	ctl := os.NewFile(3, "sandbox")
 	err = monitor.Write(waitConn, monitor.Request{Op: monitor.OpWait, Pid: int32(pid)}, ctl)
 	ctl.Close()
 	if err != nil {
