@@ -1,6 +1,10 @@
-// Package argv parses a gvx-sentry command line the way runsc does (global
-// flags, subcommand, the subcommand's arguments) and re-executes gvx-sentry
-// with the same global flags for gvx's helper processes.
+// Package argv parses gvx-sentry command lines the way runsc does.
+//
+// A command line is the program name and its global flags, the subcommand
+// and the subcommand's arguments (Parse); the container id a subcommand
+// names is found with the flags of runsc's command of that name (Args,
+// Retarget). Self re-executes gvx-sentry with the same global flags for
+// gvx's helper processes.
 package argv
 
 import (

@@ -1,7 +1,10 @@
-// Package compat corrects places where gVisor's system calls behave unlike
-// Linux in ways that break the workloads gvx runs. It patches the Sentry's
-// system call tables in the process that is about to boot a sandbox, before
-// any guest code runs.
+// Package compat makes gVisor's system calls behave like Linux's where gvx's
+// workloads need it.
+//
+// It corrects places where gVisor's system calls behave unlike Linux in
+// ways that break the workloads gvx runs, by patching the Sentry's system
+// call tables in the process that is about to boot a sandbox, before any
+// guest code runs.
 package compat
 
 import (

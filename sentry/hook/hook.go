@@ -1,8 +1,9 @@
-// Package hook is gvx's createRuntime hook (the gvx-hook binary), which the
-// shim installs first in every sandbox's spec. It runs on the host during
-// gVisor's create, with the sandbox's pid in the OCI state on stdin: it
-// brings up the loopback interface of a fresh network namespace before
-// gVisor copies the namespace's interfaces.
+// Package hook is gvx's createRuntime hook (the gvx-hook binary).
+//
+// The shim installs it first in every sandbox's spec. It runs on the host
+// during gVisor's create, with the sandbox's pid in the OCI state on
+// stdin: it brings up the loopback interface of a fresh network namespace
+// before gVisor copies the namespace's interfaces.
 package hook
 
 import (

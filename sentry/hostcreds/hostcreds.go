@@ -1,5 +1,7 @@
 // Package hostcreds is about the host credentials of a sandbox's helper
-// processes: the host ids a spec maps the sandbox's root to, and dropping a
+// processes.
+//
+// It knows the host ids a spec maps the sandbox's root to, and drops a
 // process to them. It does not depend on gVisor (gvx-runtime uses it).
 package hostcreds
 

@@ -1,6 +1,9 @@
-// Package launcher holds the small amount of logic gvx-sentry adds in front
-// of gVisor's runsc command line: merging the shim's global flags into the
-// argument vector.
+// Package launcher merges the shim's global flags into gvx-sentry's command
+// line.
+//
+// It is the small amount of logic gvx-sentry adds in front of gVisor's
+// runsc command line: the flags come from the api.FlagsEnv variable, else
+// from the task's api.FlagsFile, and go right after the program name.
 package launcher
 
 import (

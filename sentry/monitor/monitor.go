@@ -1,11 +1,14 @@
-// Package monitor holds the start-socket protocol between gvx-sentry's
-// monitors — the host processes standing for a task's init when the task
-// runs in a sandbox that is already running — and whoever starts the task.
+// Package monitor is the protocol of gvx-sentry's monitors.
 //
-// `create` binds the socket (so that `start` can connect at once) and hands
-// it to the monitor as file descriptor 3; `start` connects, sends "start"
-// and reads "ok" or "error: …". The package does not depend on gVisor, so
-// that gvx-runtime, the small front command, can speak it without loading
+// A monitor is the host process standing for a task's init when the task
+// runs in a sandbox that is already running; whoever starts the task talks
+// to it on its start socket. `create` binds the socket (so that `start`
+// can connect at once) and hands it to the monitor as file descriptor 3
+// (Spawn); `start` connects, sends "start" and reads "ok" or "error: …"
+// (RequestStart; the monitor's side is ServeStart). A monitor of a task
+// started as a process keeps serving the socket for the task's execs
+// (Request, Reply). The package does not depend on gVisor, so that
+// gvx-runtime, the small front command, can speak it without loading
 // gvx-sentry.
 package monitor
 

@@ -1,7 +1,10 @@
-// Package sandboxctl holds what gvx's long-lived helper processes (a
-// container's monitor, an exec's waiter) need to talk to a running sandbox
-// without host privileges: a control connection opened while still root,
-// then dropping to the sandbox's own host credentials.
+// Package sandboxctl lets gvx's helper processes talk to a running sandbox
+// without host privileges.
+//
+// The helpers are long-lived (a container's monitor, an exec's waiter):
+// they open a control connection while still root, then drop to the
+// sandbox's own host credentials. Alive tells whether the sandbox's host
+// process still runs.
 package sandboxctl
 
 import (

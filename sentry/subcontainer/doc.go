@@ -1,6 +1,9 @@
 // Package subcontainer runs a container inside a sandbox that is already
-// running (a sandbox of gvx's warm pool) with the process model
-// containerd's runc shim expects of a runc-compatible runtime:
+// running.
+//
+// The sandbox is a pod's or one of gvx's warm pool, and the container gets
+// the process model containerd's runc shim expects of a runc-compatible
+// runtime:
 //
 //   - `create` creates the container in the sandbox and leaves behind a
 //     monitor process, whose pid it writes to the pid file: the monitor

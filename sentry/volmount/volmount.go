@@ -1,6 +1,8 @@
-// Package volmount mounts gvx's ext4lite volumes for a sandbox inside a
-// private mount namespace, so the host's mount table never shows them and
-// their loop devices disappear with the sandbox.
+// Package volmount mounts gvx's ext4lite volumes in a sandbox's private mount
+// namespace.
+//
+// The host's mount table never shows them, and their loop devices
+// disappear with the sandbox.
 //
 // The shim lists the volumes in the spec annotation api.AnnotationVolumes
 // and turns each into an ordinary bind mount from a staging directory.
@@ -8,8 +10,8 @@
 // new mount namespace (Reexec), attaches each image to an auto-clearing
 // loop device, mounts it idmapped to the sandbox's user namespace at its
 // staging directory (Mount), and only then runs gVisor's create, whose
-// gofer and Sentry inherit that namespace. When the last sandbox process exits, the
-// namespace, the mounts and the loop devices go with it.
+// gofer and Sentry inherit that namespace. When the last sandbox process
+// exits, the namespace, the mounts and the loop devices go with it.
 package volmount
 
 import (

@@ -1,8 +1,9 @@
-// Command gvx-hook is the OCI createRuntime hook the gvx shim puts first
-// in every sandbox's spec (see package hook). It is its own small binary,
-// not a gvx-sentry subcommand, because it runs on every sandbox create and
-// gvx-sentry's start-up (gVisor's package initialisation) costs several
-// milliseconds.
+// Command gvx-hook is the OCI createRuntime hook of gvx's sandboxes.
+//
+// The gvx shim puts it first in every sandbox's spec (see package hook). It
+// is its own small binary, not a gvx-sentry subcommand, because it runs on
+// every sandbox create and gvx-sentry's start-up (gVisor's package
+// initialisation) costs several milliseconds.
 package main
 
 import (

@@ -1,8 +1,9 @@
-// Command gvx-pause is the init of a gvx warm-pool sandbox's root
-// container: it holds the sandbox open until it is told to stop (SIGTERM,
-// SIGINT or SIGHUP). In an image pool's sandbox a task's process is started
-// beside it, and processes that process leaves behind become gvx-pause's
-// children: it reaps them, as an init must.
+// Command gvx-pause is the init of a gvx warm-pool sandbox's root container.
+//
+// It holds the sandbox open until it is told to stop (SIGTERM, SIGINT or
+// SIGHUP). In an image pool's sandbox a task's process is started beside
+// it, and processes that process leaves behind become gvx-pause's children:
+// it reaps them, as an init must.
 package main
 
 import (

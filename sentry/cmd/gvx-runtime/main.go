@@ -1,13 +1,16 @@
-// Command gvx-runtime is the runc-compatible command the gvx shim runs for
-// a task: a small front for gvx-sentry. gvx-sentry carries gVisor and takes
+// Command gvx-runtime is the runc-compatible command the gvx shim runs for a
+// task.
+//
+// It is a small front for gvx-sentry: gvx-sentry carries gVisor and takes
 // ≈ 5 ms to start; gvx-runtime ≈ 1 ms. It answers the calls that need no
-// gVisor code itself — `create` of a task started as a process in a running
-// sandbox (sentry/exectask/record), `start` of a task whose monitor waits
-// on its start socket (sentry/monitor), and a detached `exec` in, a `kill`
-// or a `delete` of a task whose monitor serves execs — and replaces itself
-// with gvx-sentry, next to its own executable, for everything else, keeping its
-// argument vector (argv[0] included: gvx-sentry reads the task's flags file
-// beside it).
+// gVisor code itself (the table fast) — `create` of a task started as a
+// process in a running sandbox (sentry/exectask/record), `start` of a
+// container or task whose monitor waits on its start socket
+// (sentry/monitor), and a detached `exec` in, a `kill` or a `delete` of a
+// task whose monitor serves execs — and replaces itself with gvx-sentry,
+// next to its own executable, for everything else, keeping its argument
+// vector (argv[0] included: gvx-sentry reads the task's flags file beside
+// it).
 package main
 
 import (

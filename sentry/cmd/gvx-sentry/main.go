@@ -1,21 +1,26 @@
-// Command gvx-sentry is gvx's sandbox launcher: gVisor's runsc command line
-// (OCI create/start/exec/kill/delete/state/…, plus the internal gofer and
-// boot subcommands it re-executes itself for) with gvx's defaults applied.
+// Command gvx-sentry is gvx's sandbox launcher, a runc-compatible runsc.
 //
-// gvx additions (the createRuntime hook is the separate gvx-hook): ext4lite volumes
-// mounted in a private mount namespace before gVisor's create (volmount),
-// containers created in a running sandbox with a runc-style init process
-// (subcontainer: pod containers, warm-pool adoption), and a detached exec
-// that does not pay for two runtime start-ups in a row (fastexec).
+// It is gVisor's runsc command line (OCI create/start/exec/kill/delete/
+// state/…, plus the internal gofer and boot subcommands it re-executes
+// itself for) with gvx's defaults applied.
+//
+// gvx additions (the createRuntime hook is the separate gvx-hook): ext4lite
+// volumes mounted in a private mount namespace before gVisor's create
+// (volmount), containers created in a running sandbox with a runc-style
+// init process (subcontainer: pod containers, warm-pool adoption), tasks
+// started as a process in a running sandbox's root container (exectask:
+// image pools), a detached exec that does not pay for two runtime
+// start-ups in a row (fastexec), and a kill that says runc's
+// api.NotRunning when what it signals is gone (kill.go).
 //
 // What runs a command line — one of gvx's commands, or runsc's own — is
 // one table, by subcommand and kind of task (dispatch.go: table, kindOf).
 //
-// The containerd shim execs gvx-sentry exactly as it would exec runc. Global
-// flags the shim wants for every call of a task sit in a file next to the
-// task's link to gvx-sentry (api.FlagsFile), or arrive in the environment
-// (api.FlagsEnv), so that the runc-compatible argument vector stays
-// untouched.
+// The containerd shim execs gvx-sentry exactly as it would exec runc.
+// Global flags the shim wants for every call of a task sit in a file next
+// to the task's link to gvx-sentry (api.FlagsFile), or arrive in the
+// environment (api.FlagsEnv), so that the runc-compatible argument vector
+// stays untouched.
 package main
 
 import (

@@ -1,8 +1,10 @@
-// Package record is what gvx-sentry keeps of a task started as a process in
-// a running sandbox's root container (see package exectask), and its
-// create: a record in the sentry root and a monitor process. It does not
-// depend on gVisor, so that gvx-runtime can create such a task without
-// loading gvx-sentry.
+// Package record is the record of a task started as a process in a running
+// sandbox.
+//
+// That is the task of package exectask: a record in the sentry root, and
+// its create, which writes the record and starts its monitor process. The
+// package does not depend on gVisor, so that gvx-runtime can create such a
+// task without loading gvx-sentry.
 package record
 
 import (
