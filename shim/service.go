@@ -3,7 +3,6 @@ package shim
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -129,21 +128,19 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 }
 
 // Kill signals a process. When the sandbox is already gone or going (it
-// exited, or was killed from outside), gVisor answers "sandbox is not
-// running" or cannot reach the sandbox's control server; containerd
-// expects NotFound then (clients such as nerdctl forward signals after
-// exit, and Delete(WithProcessKill) kills again), not an unknown error.
+// exited, or was killed from outside), containerd expects NotFound
+// (clients such as nerdctl forward signals after exit, and
+// Delete(WithProcessKill) kills again), not an unknown error. gvx-sentry
+// says so in runc's words (api.NotRunning), which the runc task service
+// maps to NotFound itself; a process whose state has meanwhile become
+// stopped, or whose host process is gone, is NotFound too.
 func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty, error) {
 	resp, err := s.TTRPCTaskService.Kill(ctx, r)
-	if err == nil {
-		return resp, nil
+	if err == nil || errdefs.IsNotFound(errgrpc.ToNative(err)) {
+		return resp, err
 	}
-	gone := strings.Contains(err.Error(), "is not running")
-	if !gone {
-		st, serr := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: r.ID, ExecID: r.ExecID})
-		gone = serr == nil && (st.Status == tasktypes.Status_STOPPED || r.ExecID == "" && !procfs.Alive(int(st.Pid)))
-	}
-	if gone {
+	st, serr := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: r.ID, ExecID: r.ExecID})
+	if serr == nil && (st.Status == tasktypes.Status_STOPPED || r.ExecID == "" && !procfs.Alive(int(st.Pid))) {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("process already finished: %w", errdefs.ErrNotFound))
 	}
 	return resp, err
