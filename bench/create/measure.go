@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/gvxrun/gvx/integration/harness"
+)
+
+func throughput(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, n, conc int) (float64, error) {
+	type made struct {
+		cont client.Container
+		task client.Task
+	}
+	var (
+		mu    sync.Mutex
+		all   []made
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, conc)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("burst-%03d", i))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			if err == nil {
+				all = append(all, made{cont, task})
+			}
+		}(i)
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	for _, m := range all {
+		if err := stopSandbox(ctx, m.cont, m.task); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return 0, first
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest) (uss, pss int64, n int, err error) {
+	cont, task, err := startSandbox(ctx, c, img, rt, "idle")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() {
+		if derr := stopSandbox(ctx, cont, task); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	time.Sleep(time.Second) // let start-up settle
+	shim := harness.ParentOf(int(task.Pid()))
+	pids := append([]int{shim}, harness.Descendants(shim)...)
+	if sb := harness.Adopted("gvxbench", "idle"); sb != "" {
+		// An adopted sandbox's processes are not below the shim.
+		sentry, err := harness.SandboxPid(sb)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		pids = append(append(pids, sentry), harness.Descendants(sentry)...)
+	}
+	for _, pid := range pids {
+		u, p, ok := smapsRollup(pid)
+		if ok {
+			uss += u
+			pss += p
+			n++
+		}
+	}
+	return uss, pss, n, nil
+}
+
+func smapsRollup(pid int) (uss, pss int64, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss = v * 1024
+		case "Private_Clean:", "Private_Dirty:":
+			uss += v * 1024
+		}
+	}
+	return uss, pss, true
+}
