@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
