@@ -28,6 +28,7 @@ func TestNames(t *testing.T) {
 		"cli_binary":              api.CLIBinary,
 		"sentry_binary":           api.SentryBinary,
 		"runtime_binary":          api.RuntimeBinary,
+		"runtime_wait_command":    api.RuntimeWaitCommand,
 		"hook_binary":             api.HookBinary,
 		"pause_binary":            api.PauseBinary,
 		"flags_env":               api.FlagsEnv,

@@ -15,6 +15,10 @@ const (
 	PauseBinary   = "gvx-pause"   // a pool sandbox's init
 )
 
+// RuntimeWaitCommand is gvx-runtime's own subcommand (argv[1]) for the
+// host process that stands for a task's exec in an image pool's sandbox.
+const RuntimeWaitCommand = "gvx-runtime-wait"
+
 // FlagsEnv carries the global gvx-sentry flags (space separated, each
 // --name or --name=value) that a caller wants on every call of a sandbox.
 const FlagsEnv = "GVX_SENTRY_FLAGS"

@@ -586,7 +586,7 @@ func TestPoolImageExec(t *testing.T) {
 	checkNoLeaks(t)
 	p := startImagePool(t, 1)
 	cont := newContainerWith(t, c, ctx, img, "imgx1", &runtimeoptions.Options{ConfigPath: p.Config}, coci.WithProcessArgs("sleep", "600"))
-	checkExecs(t, ctx, cont, "gvx-runtime-wait")
+	checkExecs(t, ctx, cont, api.RuntimeWaitCommand)
 }
 
 // TestPoolImageServerRestart: an image pool server killed with SIGKILL

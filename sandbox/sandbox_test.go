@@ -17,7 +17,10 @@ func TestRecord(t *testing.T) {
 	d := api.SandboxDir(filepath.Join(dir, "gvxpool-x"))
 	sb := &Sandbox{ID: "gvxpool-x", Dir: string(d), Root: d.Root(), Pid: 42, Cgroup: "/gvx-pool/gvxpool-x", Flags: "--platform=systrap",
 		Pool: &Pool{Class: "c1", Dir: api.PoolDir(dir), Socket: "/run/p.sock", Image: "gvx.test/busybox:latest", Layers: []string{"/l/2/fs", "/l/1/fs"}}}
-	p := filepath.Join(dir, "sandbox.json")
+	p := d.Record()
+	if err := os.MkdirAll(string(d), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := sb.Save(p); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package hook
 import (
 	"strings"
 	"testing"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestRunRejectsBadState(t *testing.T) {
@@ -10,7 +12,7 @@ func TestRunRejectsBadState(t *testing.T) {
 		{"", "not json", "read OCI state"},
 		{"", `{"pid":0}`, "no pid"},
 		{"--bogus", `{"pid":1}`, "flag provided but not defined"},
-		{"--loopback", `{"pid":2147483646}`, "open network namespace"},
+		{api.HookLoopback, `{"pid":2147483646}`, "open network namespace"},
 	} {
 		var args []string
 		if tc.args != "" {

@@ -15,7 +15,7 @@ import (
 )
 
 // waitCommand is the waiter's internal subcommand.
-const waitCommand = "gvx-runtime-wait"
+const waitCommand = api.RuntimeWaitCommand
 
 // spawnWaiter starts the waiter of exec'd guest process reply.Pid, with a
 // connection to the sandbox's control socket opened here (as root) for it;
