@@ -121,12 +121,6 @@ func (s *service) Stats(ctx context.Context, r *task.StatsRequest) (*task.StatsR
 	return resp, nil
 }
 
-// Checkpoint of whole sandboxes comes with gvx's checkpoint/rollback work;
-// until then it says so instead of failing obscurely inside the runc shim.
-func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest) (*emptypb.Empty, error) {
-	return nil, errgrpc.ToGRPC(fmt.Errorf("gvx: checkpoint is not implemented yet: %w", errdefs.ErrNotImplemented))
-}
-
 // Kill signals a process. When the sandbox is already gone or going (it
 // exited, or was killed from outside), containerd expects NotFound
 // (clients such as nerdctl forward signals after exit, and

@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool/adopt"
@@ -43,13 +44,18 @@ type gvxTask struct {
 	role, pod string
 	pause     *gvxTask
 	mapping   oci.Mapping
-	hook      string        // gvx-hook, when the sandbox's network needs it
-	flags     []string      // gvx-sentry global flags of the task
-	rootVol   *api.Volume   // an ext4 root filesystem, mounted like a volume
-	vols      *taskVolumes  // leased ext4lite volumes (held in memory)
-	binary    string        // the task's gvx-sentry link
-	fault     string        // the step after which to crash (tests)
-	tRootfs   time.Duration // how long the rootfs mount took
+	hook      string               // gvx-hook, when the sandbox's network needs it
+	flags     []string             // gvx-sentry global flags of the task
+	rootVol   *api.Volume          // an ext4 root filesystem, mounted like a volume
+	vols      *taskVolumes         // leased ext4lite volumes (held in memory)
+	mounted   []checkpoint.Mounted // every volume, for checkpoints
+	// restoring is the manifest of the checkpoint in checkpointDir the
+	// task is restored from (nil: a task created afresh).
+	restoring     *checkpoint.Manifest
+	checkpointDir string
+	binary        string        // the task's gvx-sentry link
+	fault         string        // the step after which to crash (tests)
+	tRootfs       time.Duration // how long the rootfs mount took
 }
 
 // newTask reads what a create needs before gvx touches anything: the
@@ -85,6 +91,12 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 	// (on the pod's network namespace) and each application container is
 	// a container inside it, which gvx-sentry runs with a monitor process
 	// standing for its init (see sentry/subcontainer).
+	if r.Checkpoint != "" {
+		if t.restoring, err = checkpoint.ReadManifest(r.Checkpoint); err != nil {
+			return nil, grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("restore %s: %w", r.ID, err))
+		}
+		t.checkpointDir = r.Checkpoint
+	}
 	t.role, t.pod = oci.PodRole(spec)
 	if t.role == oci.RoleContainer {
 		t.pause = pod(t.pod)
@@ -141,11 +153,15 @@ func (t *gvxTask) prepareVolumes(ctx context.Context) error {
 	r := t.rec
 	t.rootVol = ext4Rootfs(t.rootfs, t.layout.Rootfs(r.Namespace, r.ID))
 	mkdir := func(dir string) error { return r.makeDir(dir, 0o711, -1, -1) }
-	vols, err := prepareVolumes(ctx, t.spec, t.layout.Volumes(r.Namespace, r.ID), mkdir, t.rootVol)
+	var restore func(destination, image string) error
+	if t.restoring != nil {
+		restore = func(destination, image string) error { return t.restoreVolume(ctx, destination, image) }
+	}
+	vols, mounted, err := prepareVolumes(ctx, t.spec, t.layout.Volumes(r.Namespace, r.ID), mkdir, t.rootVol, restore)
 	if err != nil {
 		return grpcError(errdefs.ErrInvalidArgument, err)
 	}
-	t.vols = vols
+	t.vols, t.mounted = vols, mounted
 	if vols != nil || t.rootVol != nil {
 		// The sandbox leases its volumes exclusively (containerd its
 		// snapshots), so gVisor may cache their contents without
@@ -240,7 +256,13 @@ func (t *gvxTask) linkSentry(context.Context) error {
 	if err := r.save(); err != nil {
 		return err
 	}
-	binary, err := taskSentry(r.BinDir, r.Sentry, strings.Join(t.flags, " "), r.Adopted || t.role == oci.RoleContainer)
+	flags := t.flagString()
+	if t.restoring != nil && t.restoring.Flags != flags {
+		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf(
+			"checkpoint %s was saved by a sandbox with gvx-sentry flags %q; this task's would be %q: restore it with the runtime configuration it was checkpointed with",
+			t.checkpointDir, t.restoring.Flags, flags))
+	}
+	binary, err := taskSentry(r.BinDir, r.Sentry, flags, r.Adopted || t.role == oci.RoleContainer)
 	t.binary = binary
 	return err
 }
@@ -317,7 +339,7 @@ func (t *gvxTask) prepareSentryRoot(context.Context) error {
 		}
 	default:
 		r.Sandbox = &sandbox.Sandbox{ID: r.ID, Root: root, PidFile: filepath.Join(r.Bundle, process.InitPidFile),
-			Cgroup: t.spec.Linux.CgroupsPath, Flags: strings.Join(t.flags, " ")}
+			Cgroup: t.spec.Linux.CgroupsPath, Flags: t.flagString()}
 	}
 	if err := r.save(); err != nil {
 		return err
@@ -334,6 +356,23 @@ func (t *gvxTask) prepareSentryRoot(context.Context) error {
 	t.req.Options = opts
 	return nil
 }
+
+// restoreVolume puts the volume at destination (image) back as the
+// checkpoint the task restores from holds it.
+func (t *gvxTask) restoreVolume(ctx context.Context, destination, image string) error {
+	v, ok := t.restoring.Volume(destination)
+	if !ok {
+		return fmt.Errorf("restore from %s: the checkpoint has no volume at %s; restore into a task with the volumes it was checkpointed with", t.checkpointDir, destination)
+	}
+	if v.File == "" {
+		return nil // read-only then
+	}
+	return checkpoint.RestoreVolume(ctx, filepath.Join(t.checkpointDir, v.File), image)
+}
+
+// flagString is the task's gvx-sentry global flags as gvx-sentry reads
+// them.
+func (t *gvxTask) flagString() string { return strings.Join(t.flags, " ") }
 
 // release undoes everything the task set up (record.release) and drops
 // its volume leases.

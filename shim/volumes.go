@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -44,8 +45,12 @@ func (v *taskVolumes) release(ctx context.Context) {
 // and rewrites the mount into a bind mount of a staging directory below
 // dir (made with mkdir) that gvx-sentry mounts the image on inside the
 // sandbox's mount namespace; root, if set, is an ext4 root filesystem to
-// mount the same way. It returns nil when the task leases no volume.
-func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(string) error, root *api.Volume) (_ *taskVolumes, retErr error) {
+// mount the same way. A task restored from a checkpoint first has each
+// image put back as the checkpoint holds it (restore, if set, is called
+// with each volume's destination and image). It returns the leases (nil
+// when the task leases no volume) and every volume mounted.
+func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(string) error, root *api.Volume,
+	restore func(destination, image string) error) (_ *taskVolumes, mounted []checkpoint.Mounted, retErr error) {
 	tv := &taskVolumes{}
 	defer func() {
 		if retErr != nil {
@@ -54,49 +59,61 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 	}()
 	var list []api.Volume
 	if root != nil {
+		if restore != nil {
+			if err := restore("/", root.Image); err != nil {
+				return nil, nil, err
+			}
+		}
 		list = append(list, *root)
+		mounted = append(mounted, checkpoint.Mounted{Image: root.Image, Destination: "/", ReadOnly: root.ReadOnly})
 	}
 	n := 0
 	for i, m := range s.Mounts {
 		isVol, ro, err := volumeMount(ctx, m)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !isVol {
 			continue
 		}
+		if restore != nil && !ro {
+			if err := restore(m.Destination, m.Source); err != nil {
+				return nil, nil, err
+			}
+		}
 		lease, err := volume.Acquire(ctx, m.Source, volume.AcquireOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
+			return nil, nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
 		}
 		tv.leases = append(tv.leases, lease)
 		if n == 0 {
 			if err := mkdir(dir); err != nil {
-				return nil, fmt.Errorf("volume staging dir: %w", err)
+				return nil, nil, fmt.Errorf("volume staging dir: %w", err)
 			}
 		}
 		staging := filepath.Join(dir, strconv.Itoa(n))
 		n++
 		if err := os.MkdirAll(staging, 0o711); err != nil {
-			return nil, fmt.Errorf("volume staging dir: %w", err)
+			return nil, nil, fmt.Errorf("volume staging dir: %w", err)
 		}
 		opts := []string{"rbind", "rw"}
 		if ro {
 			opts = []string{"rbind", "ro"}
 		}
 		list = append(list, api.Volume{Image: lease.Path(), Staging: staging, ReadOnly: ro})
+		mounted = append(mounted, checkpoint.Mounted{Image: lease.Path(), Destination: m.Destination, ReadOnly: ro})
 		s.Mounts[i] = specs.Mount{Destination: m.Destination, Type: "bind", Source: staging, Options: opts}
 	}
 	if len(list) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if n == 0 {
 		tv = nil // only the root filesystem: nothing leased
 	}
 	if err := setVolumes(s, list); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return tv, nil
+	return tv, mounted, nil
 }
 
 // setVolumes lists vols in the spec for gvx-sentry to mount.

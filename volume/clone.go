@@ -35,6 +35,11 @@ type CloneOptions struct {
 	// e2fsck -fp on it before use. A source that is not ext4 or is
 	// truncated is refused even with Force.
 	Force bool
+	// Held says the caller holds the source's lease and has frozen the
+	// filesystem on it (a checkpoint of the sandbox using it): the source
+	// is copied although it is leased, and must be clean, as a frozen
+	// ext4 filesystem is.
+	Held bool
 	// Progress, if set, is called from Clone's goroutine as the copy
 	// advances, with bytes done (holes count as done) out of the total;
 	// a reflink reports once, at the end.
@@ -61,10 +66,13 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	}
 	defer sf.Close()
 	if err := lockFile(sf, src, unix.LOCK_SH); err != nil {
-		if !opts.Force {
+		switch {
+		case opts.Held:
+		case opts.Force:
+			log.G(ctx).WithError(err).Warn("clone: forced, copying a volume in use")
+		default:
 			return "", withOp("clone", err)
 		}
-		log.G(ctx).WithError(err).Warn("clone: forced, copying a volume in use")
 	}
 	info, _, err := inspectFile(sf, src)
 	if err != nil {

@@ -47,6 +47,35 @@ func Remove(ctx context.Context, path string) {
 	}
 }
 
+// Procs lists the processes in the cgroup at path (every v1 hierarchy, or
+// the v2 directory), each once.
+func Procs(path string) []int {
+	if path == "" {
+		return nil
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, f := range procsFiles(path) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(field); err == nil && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// procsFiles are the cgroup.procs files of the cgroup at path.
+func procsFiles(path string) []string {
+	files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", path, "cgroup.procs"))
+	return append(files, filepath.Join("/sys/fs/cgroup", path, "cgroup.procs"))
+}
+
 // Kill sends SIGKILL to every process in the cgroup at path (any v1
 // hierarchy, or the v2 directory) and waits, up to timeout, until the
 // cgroup is empty, so that it can be removed. It returns how many processes
@@ -55,8 +84,7 @@ func Kill(path string, timeout time.Duration) (int, error) {
 	if path == "" {
 		return 0, nil
 	}
-	files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", path, "cgroup.procs"))
-	files = append(files, filepath.Join("/sys/fs/cgroup", path, "cgroup.procs"))
+	files := procsFiles(path)
 	seen := map[int]bool{}
 	deadline := time.Now().Add(timeout)
 	for {

@@ -40,13 +40,13 @@ func FromSpec(s *specs.Spec) ([]api.Volume, error) {
 	return api.DecodeVolumes(s.Annotations[api.AnnotationVolumes])
 }
 
-// CreateBundle returns the bundle directory of a runc-style "create" or
-// "run" invocation (argv as gvx-sentry received it), and whether argv is
-// one.
+// CreateBundle returns the bundle directory of a runc-style "create",
+// "run" or "restore" invocation (argv as gvx-sentry received it: each
+// boots a sandbox), and whether argv is one.
 func CreateBundle(argv []string) (string, bool) {
 	sub := -1
 	for i, a := range argv[1:] {
-		if a == "create" || a == "run" {
+		if a == "create" || a == "run" || a == "restore" {
 			sub = i + 1
 			break
 		}

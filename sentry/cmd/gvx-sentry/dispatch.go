@@ -8,6 +8,7 @@ import (
 	"gvisor.dev/gvisor/runsc/cmd/util"
 
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/checkpoint"
 	"github.com/gvxrun/gvx/sentry/compat"
 	"github.com/gvxrun/gvx/sentry/exectask"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
@@ -42,6 +43,12 @@ var table = map[string]map[kind]handler{
 	"exec": {
 		kindPlain: gvx(new(fastexec.Exec)), // runsc's but for a detached process file
 		kindTask:  onSandbox(gvx(new(fastexec.Exec))),
+	},
+	"checkpoint": {
+		kindPlain: gvx(new(checkpoint.Checkpoint)), // runsc's save, taking runc's (CRIU's) flags
+	},
+	"restore": {
+		kindPlain: runsc, // in the mount namespace of its volumes (mountVolumes), like create
 	},
 	"ps":     {kindTask: onSandbox(runsc)},
 	"pause":  {kindTask: onSandbox(runsc)},

@@ -1,0 +1,103 @@
+// Package checkpoint is what a gvx checkpoint holds besides gVisor's state.
+//
+// gVisor saves a sandbox's kernel and memory (gvx-sentry checkpoint: a
+// state file and a pages file). The writable root filesystem layer lives
+// in that memory when it is gvx's default in-memory overlay; everything
+// else a sandbox writes lives in its ext4lite volumes (and an ext4 root
+// filesystem from the ext4lite snapshotter), which the image must hold as
+// they were at the instant the kernel was saved, or the restored processes
+// would remember files that are not there. SaveVolumes copies them while
+// the sandbox is paused — each filesystem frozen, so that what the host
+// kernel still caches is on the image first — by reflink where the host
+// filesystem can (XFS, btrfs), sparsely otherwise; RestoreVolume puts such
+// a copy back. A Manifest in the image directory lists them, with what the
+// restore must match.
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// ManifestFile is the manifest's name in a checkpoint image directory.
+const ManifestFile = "gvx-checkpoint.json"
+
+// volumesDir, in an image directory, holds the volumes' copies.
+const volumesDir = "gvx-volumes"
+
+// manifestVersion is the layout of this package's image directories.
+const manifestVersion = 1
+
+// Manifest describes a checkpoint image directory.
+type Manifest struct {
+	Version int `json:"version"`
+	// Task is the id of the task that was checkpointed.
+	Task string `json:"task"`
+	// Flags are the gvx-sentry global flags the sandbox ran with; a
+	// restore must run with the same.
+	Flags string `json:"flags"`
+	// Docker is docker mode.
+	Docker bool `json:"docker,omitempty"`
+	// Volumes are the sandbox's ext4lite volumes.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is one volume of a checkpointed sandbox.
+type Volume struct {
+	// Destination is where the sandbox mounts it ("/" for an ext4 root
+	// filesystem).
+	Destination string `json:"destination"`
+	// File is its copy, relative to the image directory; "" for a
+	// read-only volume, which the sandbox cannot have changed.
+	File     string `json:"file,omitempty"`
+	ReadOnly bool   `json:"readonly,omitempty"`
+	// Method is how the copy was made (volume.Method).
+	Method string `json:"method,omitempty"`
+}
+
+// Write writes m into image directory dir.
+func (m *Manifest) Write(dir string) error {
+	m.Version = manifestVersion
+	if err := api.WriteJSON(filepath.Join(dir, ManifestFile), m); err != nil {
+		return fmt.Errorf("checkpoint manifest: %w", err)
+	}
+	return nil
+}
+
+// ErrNoManifest means an image directory has no gvx manifest: it was not
+// made by gvx.
+var ErrNoManifest = errors.New("not a gvx checkpoint (no " + ManifestFile + ")")
+
+// ReadManifest reads the manifest of image directory dir.
+func ReadManifest(dir string) (*Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, ErrNoManifest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: manifest: %w", dir, err)
+	}
+	if m.Version != manifestVersion {
+		return nil, fmt.Errorf("checkpoint %s: manifest version %d, this gvx reads %d", dir, m.Version, manifestVersion)
+	}
+	return &m, nil
+}
+
+// Volume returns the manifest's volume mounted at destination.
+func (m *Manifest) Volume(destination string) (Volume, bool) {
+	for _, v := range m.Volumes {
+		if v.Destination == destination {
+			return v, true
+		}
+	}
+	return Volume{}, false
+}

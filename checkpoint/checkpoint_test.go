@@ -1,0 +1,146 @@
+package checkpoint
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gvxrun/gvx/internal/testfs"
+	"github.com/gvxrun/gvx/volume"
+)
+
+// TestMain runs the tests in a private mount namespace (they mount).
+func TestMain(m *testing.M) { os.Exit(testfs.RunPrivate(m, "GVX_CHECKPOINT_TEST_MNTNS")) }
+
+func TestManifest(t *testing.T) {
+	dir := t.TempDir()
+	m := &Manifest{Task: "t1", Flags: "--network=none", Volumes: []Volume{{Destination: "/work", File: "gvx-volumes/0.ext4", Method: "reflink"}, {Destination: "/ro", ReadOnly: true}}}
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Errorf("read %+v, want %+v", got, m)
+	}
+	if v, ok := got.Volume("/work"); !ok || v.File != "gvx-volumes/0.ext4" {
+		t.Errorf("Volume(/work) = %+v, %v", v, ok)
+	}
+	if _, ok := got.Volume("/nope"); ok {
+		t.Error("Volume of a destination it does not have")
+	}
+	if _, err := ReadManifest(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a gvx checkpoint") {
+		t.Errorf("a directory without a manifest: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ManifestFile), []byte(`{"version":99}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "version 99") {
+		t.Errorf("a manifest of another version: %v", err)
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/t\011ab\134`: "/t\tab\\"} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSaveAndRestoreVolume: a volume mounted (as a sandbox has it) is
+// frozen, copied while its writes are still in the host's cache, and the
+// copy put back over the image later restores what was written before the
+// copy and drops what came after.
+func TestSaveAndRestoreVolume(t *testing.T) {
+	testfs.RequireRoot(t)
+	testfs.RequireTools(t, "mkfs.ext4", "debugfs")
+	for _, fs := range []string{"xfs", "ext4"} {
+		t.Run(fs, func(t *testing.T) {
+			ctx := context.Background()
+			dir := testfs.LoopFS(t, fs, "1G")
+			img := filepath.Join(dir, "v.ext4")
+			if _, err := volume.Create(ctx, img, volume.CreateOptions{Size: 64 << 20}); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := volume.Acquire(ctx, img, volume.AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lease.Release()
+			mnt := filepath.Join(t.TempDir(), "mnt")
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			testfs.Sh(t, "mount", "-o", "loop", img, mnt)
+			mounted := true
+			defer func() {
+				if mounted {
+					_ = exec.Command("umount", mnt).Run()
+				}
+			}()
+			if err := os.WriteFile(filepath.Join(mnt, "before"), []byte("1"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// On the volume's filesystem, where a reflink can share its blocks.
+			ckpt := filepath.Join(dir, "ckpt")
+			vols, err := SaveVolumes(ctx, ckpt, []Mounted{{Image: img, Destination: "/work"}, {Image: "/unused.ext4", Destination: "/ro", ReadOnly: true}}, []int{os.Getpid()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(vols) != 2 || vols[0].File == "" || vols[1].File != "" || !vols[1].ReadOnly {
+				t.Fatalf("saved %+v", vols)
+			}
+			if fs == "xfs" && vols[0].Method != string(volume.MethodReflink) {
+				t.Errorf("on XFS the copy was made by %s, want a reflink", vols[0].Method)
+			}
+			// Thawed: the filesystem takes writes again.
+			if err := os.WriteFile(filepath.Join(mnt, "after"), []byte("2"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(mnt, "before")); err != nil {
+				t.Fatal(err)
+			}
+			testfs.Sh(t, "umount", mnt)
+			mounted = false
+			lease.Release()
+			if err := RestoreVolume(ctx, filepath.Join(ckpt, vols[0].File), img); err != nil {
+				t.Fatal(err)
+			}
+			ls := testfs.Sh(t, "debugfs", "-R", "ls /", img)
+			if !strings.Contains(ls, "before") || strings.Contains(ls, "after") {
+				t.Errorf("restored volume lists %q, want before and not after", ls)
+			}
+			if info, err := volume.Inspect(ctx, img); err != nil || !info.Clean {
+				t.Errorf("restored volume: %+v, %v; want a clean image", info, err)
+			}
+			// A volume in use cannot be restored over.
+			l2, err := volume.Acquire(ctx, img, volume.AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l2.Release()
+			if err := RestoreVolume(ctx, filepath.Join(ckpt, vols[0].File), img); err == nil || !strings.Contains(err.Error(), "in use") {
+				t.Errorf("restore over a leased volume: %v, want it refused as in use", err)
+			}
+		})
+	}
+}
+
+func TestSaveVolumeNotMounted(t *testing.T) {
+	testfs.RequireRoot(t)
+	img := filepath.Join(t.TempDir(), "v.ext4")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := SaveVolumes(context.Background(), t.TempDir(), []Mounted{{Image: img, Destination: "/w"}}, []int{os.Getpid()})
+	if err == nil || !strings.Contains(err.Error(), "not mounted") || !strings.Contains(err.Error(), "/w") {
+		t.Errorf("a volume no sandbox process has mounted: %v", err)
+	}
+}

@@ -1,0 +1,126 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/types/runc/options"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/oci"
+)
+
+// Checkpoint saves a task's sandbox into r.Path: gVisor's state (through
+// the runc task service, which runs gvx-sentry checkpoint) and, taken at
+// the same paused instant, a copy of each of its ext4lite volumes, with a
+// manifest (package checkpoint). The sandbox is paused first and resumed
+// afterwards, unless it was paused already or the checkpoint ends the task
+// (options Exit, `ctr c checkpoint` without --leave-running semantics),
+// which is then killed once everything is saved.
+func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest) (*emptypb.Empty, error) {
+	t := s.task(r.ID)
+	if t == nil {
+		return nil, grpcError(errdefs.ErrNotFound, fmt.Errorf("task %s is not this shim's", r.ID))
+	}
+	if err := t.checkpointable(); err != nil {
+		return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", r.ID, err))
+	}
+	opts, err := checkpointOptions(r)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	st, err := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: r.ID})
+	if err != nil {
+		return nil, err
+	}
+	switch st.Status {
+	case tasktypes.Status_RUNNING:
+		if _, err := s.TTRPCTaskService.Pause(ctx, &task.PauseRequest{ID: r.ID}); err != nil {
+			return nil, err
+		}
+		if !opts.Exit {
+			defer func() {
+				if _, err := s.TTRPCTaskService.Resume(ctx, &task.ResumeRequest{ID: r.ID}); err != nil {
+					log.G(ctx).WithError(err).Errorf("gvx shim: resume %s after its checkpoint", r.ID)
+				}
+			}()
+		}
+	case tasktypes.Status_PAUSED:
+	default:
+		return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: the task is %s; only a running or paused task can be checkpointed", r.ID, st.Status))
+	}
+	// gVisor saves and, paused by gvx, the sandbox stays paused: the
+	// volumes are copied at the same instant, and the task ended after
+	// that if asked.
+	exit := opts.Exit
+	opts.Exit = false
+	if r.Options, err = typeurl.MarshalAnyToProto(opts); err != nil {
+		return nil, err
+	}
+	if _, err := s.TTRPCTaskService.Checkpoint(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := t.saveVolumes(ctx, r.Path); err != nil {
+		return nil, grpcError(errdefs.ErrUnknown, fmt.Errorf("checkpoint %s: %w", r.ID, err))
+	}
+	if exit {
+		if _, err := s.TTRPCTaskService.Kill(ctx, &task.KillRequest{ID: r.ID, Signal: uint32(unix.SIGKILL), All: true}); err != nil {
+			return nil, err
+		}
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// checkpointOptions are a checkpoint request's runc options.
+func checkpointOptions(r *task.CheckpointTaskRequest) (*options.CheckpointOptions, error) {
+	opts := &options.CheckpointOptions{}
+	if r.Options == nil {
+		return opts, nil
+	}
+	v, err := typeurl.UnmarshalAny(r.Options)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint options %s: %w", r.Options.GetTypeUrl(), err)
+	}
+	o, ok := v.(*options.CheckpointOptions)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint options: %T, want runc's CheckpointOptions", v)
+	}
+	return o, nil
+}
+
+// checkpointable refuses, naming why, a task gvx cannot checkpoint.
+func (t *gvxTask) checkpointable() error {
+	switch {
+	case t.cfg.Network == "host":
+		return fmt.Errorf("it uses the host's network stack (network = \"host\"): its sockets live in the host kernel, which gVisor cannot save")
+	case t.rec.Adopted:
+		return fmt.Errorf("it runs in a warm-pool sandbox; checkpoint a task that boots its own sandbox")
+	case t.rec.Docker:
+		return fmt.Errorf("it runs in docker mode, whose dockerd socket is published as a host socket (gVisor's --host-uds=create), which gVisor cannot save")
+	case t.role != oci.RoleNone:
+		return fmt.Errorf("it is a member of CRI pod %s; pods are checkpointed as a whole (not yet supported)", t.pod)
+	}
+	return nil
+}
+
+// saveVolumes copies the task's volumes into image directory dir and
+// writes the checkpoint's manifest there.
+func (t *gvxTask) saveVolumes(ctx context.Context, dir string) error {
+	m := &checkpoint.Manifest{Task: t.rec.ID, Flags: t.flagString(), Docker: t.rec.Docker}
+	if len(t.mounted) > 0 {
+		vols, err := checkpoint.SaveVolumes(ctx, dir, t.mounted, cgroups.Procs(t.rec.Sandbox.Cgroup))
+		if err != nil {
+			return err
+		}
+		m.Volumes = vols
+	}
+	return m.Write(dir)
+}
