@@ -1,0 +1,124 @@
+// Package backend is what gvx serve needs from sandboxes.
+//
+// The service's handlers (the E2B control plane, envd, gvx's own routes)
+// are written against these interfaces; `gvx serve` runs them on gvx's Go
+// SDK (package serve/gvxbackend), and unit tests of the protocol packages
+// on fakes.
+package backend
+
+import (
+	"context"
+	"errors"
+	"io"
+	"syscall"
+	"time"
+)
+
+// Template is how a sandbox is made: an image and what it runs with.
+type Template struct {
+	// Name is the template's id and alias (E2B's templateID).
+	Name string `json:"name" toml:"name"`
+	// Image is a containerd image reference or an image archive path.
+	Image string `json:"image" toml:"image"`
+	// Cmd is the sandbox's init (default: sleep forever).
+	Cmd []string `json:"cmd,omitempty" toml:"cmd"`
+	// Env is K=V for every command of the sandbox.
+	Env []string `json:"env,omitempty" toml:"env"`
+	// User is the default user of commands and files (default "user"),
+	// Workdir their default directory (default the user's home).
+	User    string `json:"user,omitempty" toml:"user"`
+	Workdir string `json:"workdir,omitempty" toml:"workdir"`
+	// Resources; zero means the gvx defaults.
+	MemoryMB  int64 `json:"memoryMB,omitempty" toml:"memory_mb"`
+	CPUMillis int64 `json:"cpuMillis,omitempty" toml:"cpu_millis"`
+	DiskMB    int64 `json:"diskMB,omitempty" toml:"disk_mb"`
+	// Docker runs the sandbox in docker mode; Golden, if set, is a golden
+	// ext4lite volume cloned per sandbox to /var/lib/docker.
+	Docker bool   `json:"docker,omitempty" toml:"docker"`
+	Golden string `json:"golden,omitempty" toml:"golden"`
+	// PoolSize sandboxes are kept booted for this template (0: none).
+	PoolSize int `json:"poolSize,omitempty" toml:"pool_size"`
+}
+
+// Backend makes and finds sandboxes.
+type Backend interface {
+	// Create starts sandbox id ([a-z0-9]+) from t with env (K=V) added to
+	// the template's, and returns once it runs commands.
+	Create(ctx context.Context, id string, t Template, env []string) (Sandbox, error)
+	// Attach returns sandbox id, made by an earlier process of the
+	// service from t, if it still runs; ErrNotFound if it does not.
+	Attach(ctx context.Context, id string, t Template) (Sandbox, error)
+	// Destroy removes whatever is left of sandbox id (running or not) by
+	// id alone; nil if nothing is.
+	Destroy(ctx context.Context, id string) error
+	// List returns the ids of every sandbox the backend has, so that the
+	// service can remove those its table does not know.
+	List(ctx context.Context) ([]string, error)
+	// Close releases the backend (not its sandboxes).
+	Close() error
+}
+
+// Sandbox is one running sandbox.
+type Sandbox interface {
+	// Exec starts a command. The process is killed when ctx is done.
+	Exec(ctx context.Context, c Cmd) (Process, error)
+	// Pause freezes every process of the sandbox; Resume thaws them.
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	// Stats is the sandbox's resource use now.
+	Stats(ctx context.Context) (Stats, error)
+	// Close kills the sandbox and releases everything it holds.
+	Close(ctx context.Context) error
+}
+
+// Cmd is a command to run in a sandbox.
+type Cmd struct {
+	Args []string
+	Env  []string // K=V, added to the sandbox's
+	Dir  string
+	User string // a user name or uid[:gid] of the image
+	// Stdin, if set, is the process's standard input (nil: /dev/null).
+	Stdin io.Reader
+	// Stdout and Stderr receive the output as it comes (nil: discarded).
+	Stdout, Stderr io.Writer
+	// Tty runs the process on a terminal of Cols×Rows; its output is
+	// Stdout's.
+	Tty        bool
+	Cols, Rows uint32
+	// Timeout, if positive, kills the process after that long.
+	Timeout time.Duration
+}
+
+// Process is a running command.
+type Process interface {
+	// Signal sends sig to the process.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Resize changes a terminal's size.
+	Resize(ctx context.Context, cols, rows uint32) error
+	// Wait waits for the process to end and its output to be written:
+	// its exit code, 128+n for a death by signal n.
+	Wait(ctx context.Context) (int, error)
+}
+
+// Stats is a sandbox's resource use.
+type Stats struct {
+	CPUUsedPct                 float64
+	MemUsed, MemTotal, MemCache int64
+	DiskUsed, DiskTotal         int64
+	CPUCount                    int
+}
+
+// ErrNotFound says a sandbox is not there (any more).
+var ErrNotFound = errors.New("sandbox not found")
+
+// ErrUnsupported says the backend cannot do what was asked.
+var ErrUnsupported = errors.New("not supported by this backend")
+
+// Preparer is a Backend that prepares templates ahead of creates (imports
+// the image, fills the template's pool).
+type Preparer interface {
+	// Prepare makes t ready; an error says why t cannot be used.
+	Prepare(ctx context.Context, t Template) error
+	// Forget releases what Prepare holds for template name.
+	Forget(ctx context.Context, name string)
+}

@@ -1,0 +1,194 @@
+package serve
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gvxrun/gvx/serve/backend"
+	"github.com/gvxrun/gvx/serve/envd"
+)
+
+//go:embed openapi.json
+var openapiDoc []byte
+
+// apiMux is the control plane: E2B's routes and gvx's (/gvx/v1/…).
+func (s *Service) apiMux() *http.ServeMux {
+	m := http.NewServeMux()
+	a := func(pattern string, h func(http.ResponseWriter, *http.Request, string)) { m.Handle(pattern, s.authed(h)) }
+	// E2B's control plane.
+	a("POST /sandboxes", s.createHandler(15*time.Second))
+	a("POST /v2/sandboxes", s.createHandler(300*time.Second))
+	a("GET /sandboxes", s.listHandler(false))
+	a("GET /v2/sandboxes", s.listHandler(true))
+	a("GET /sandboxes/{id}", s.getHandler)
+	a("DELETE /sandboxes/{id}", s.killHandler)
+	a("POST /sandboxes/{id}/connect", s.connectHandler)
+	a("POST /v2/sandboxes/{id}/connect", s.connectHandler)
+	a("POST /sandboxes/{id}/resume", s.connectHandler)
+	a("POST /sandboxes/{id}/timeout", s.timeoutHandler)
+	a("POST /sandboxes/{id}/refreshes", s.refreshHandler)
+	a("POST /sandboxes/{id}/pause", s.pauseHandler)
+	a("GET /sandboxes/{id}/metrics", s.metricsHandler)
+	m.Handle("POST /sandboxes/{id}/fork", s.authed(s.crHandler("fork (POST /sandboxes/{id}/fork)")))
+	m.Handle("POST /sandboxes/{id}/snapshots", s.authed(s.crHandler("snapshots (POST /sandboxes/{id}/snapshots)")))
+	m.Handle("GET /snapshots", s.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
+		needsCR("snapshots (GET /snapshots)")(w, r)
+	}))
+	// gvx's own routes.
+	a("GET /gvx/v1/templates", s.listTemplates)
+	a("POST /gvx/v1/templates", s.putTemplate)
+	a("GET /gvx/v1/templates/{name}", s.getTemplate)
+	a("DELETE /gvx/v1/templates/{name}", s.deleteTemplate)
+	a("POST /gvx/v1/sandboxes/{id}/reset", s.resetHandler)
+	a("POST /gvx/v1/sandboxes/{id}/checkpoints", s.crHandler("checkpoint (POST /gvx/v1/sandboxes/{id}/checkpoints)"))
+	a("POST /gvx/v1/sandboxes/{id}/rollback", s.crHandler("rollback (POST /gvx/v1/sandboxes/{id}/rollback)"))
+	a("POST /gvx/v1/sandboxes/{id}/fork", s.crHandler("fork (POST /gvx/v1/sandboxes/{id}/fork)"))
+	m.Handle("DELETE /gvx/v1/checkpoints/{handle}", s.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
+		needsCR("release (DELETE /gvx/v1/checkpoints/{handle})")(w, r)
+	}))
+	m.HandleFunc("GET /gvx/v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapiDoc)
+	})
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	m.HandleFunc("GET /metrics", s.promHandler)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, httpErrorf(http.StatusNotFound, "%s %s: no such route (E2B's API, /gvx/v1/…: see GET /gvx/v1/openapi.json)", r.Method, r.URL.Path))
+	})
+	return m
+}
+
+// crHandler answers a checkpoint/restore route: the sandbox must be the
+// key's (404 otherwise), then 501 until gvx has checkpoint/restore.
+func (s *Service) crHandler(what string) func(http.ResponseWriter, *http.Request, string) {
+	return func(w http.ResponseWriter, r *http.Request, key string) {
+		if _, _, err := s.lookup(key, r.PathValue("id")); err != nil {
+			writeError(w, err)
+			return
+		}
+		needsCR(what)(w, r)
+	}
+}
+
+func (s *Service) listTemplates(w http.ResponseWriter, _ *http.Request, _ string) {
+	writeJSON(w, http.StatusOK, s.cfg.Templates.List())
+}
+
+func (s *Service) getTemplate(w http.ResponseWriter, r *http.Request, _ string) {
+	t, ok := s.cfg.Templates.Get(r.PathValue("name"))
+	if !ok {
+		writeError(w, httpErrorf(http.StatusNotFound, "template '%s' not found", r.PathValue("name")))
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func (s *Service) putTemplate(w http.ResponseWriter, r *http.Request, _ string) {
+	var t backend.Template
+	if err := s.readBody(w, r, &t); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := CheckTemplate(t); err != nil {
+		writeError(w, httpErrorf(http.StatusBadRequest, "%v", err))
+		return
+	}
+	if p, ok := s.cfg.Backend.(backend.Preparer); ok {
+		if err := p.Prepare(r.Context(), t); err != nil {
+			writeError(w, httpErrorf(http.StatusBadRequest, "template %s: %v", t.Name, err))
+			return
+		}
+	}
+	if err := s.cfg.Templates.Put(t); err != nil {
+		if _, fixed := err.(errFixed); fixed {
+			writeError(w, httpErrorf(http.StatusConflict, "%v", err))
+			return
+		}
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (s *Service) deleteTemplate(w http.ResponseWriter, r *http.Request, _ string) {
+	name := r.PathValue("name")
+	ok, err := s.cfg.Templates.Delete(name)
+	switch {
+	case !ok:
+		writeError(w, httpErrorf(http.StatusNotFound, "template '%s' not found", name))
+	case err != nil:
+		if _, fixed := err.(errFixed); fixed {
+			writeError(w, httpErrorf(http.StatusConflict, "%v", err))
+			return
+		}
+		writeError(w, err)
+	default:
+		if p, ok := s.cfg.Backend.(backend.Preparer); ok {
+			p.Forget(r.Context(), name)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// resetHandler is POST /gvx/v1/sandboxes/{id}/reset: the sandbox is
+// replaced by a new one from its template, under the same id, token and
+// end time; running commands die with the old one.
+func (s *Service) resetHandler(w http.ResponseWriter, r *http.Request, key string) {
+	e, _, err := s.lookup(key, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.reset(r.Context(), e); err != nil {
+		writeError(w, gone(err, e))
+		return
+	}
+	s.mu.Lock()
+	rec := e.rec
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, s.sandboxBody(rec))
+}
+
+func (s *Service) reset(ctx context.Context, e *entry) error {
+	e.op.Lock()
+	defer e.op.Unlock()
+	s.mu.Lock()
+	if e.gone {
+		s.mu.Unlock()
+		return errGone
+	}
+	rec := e.rec
+	s.mu.Unlock()
+	e.envd.Close()
+	if err := e.sb.Close(ctx); err != nil {
+		_ = s.cfg.Backend.Destroy(ctx, rec.ID)
+	}
+	var env []string
+	for k, v := range rec.EnvVars {
+		env = append(env, k+"="+v)
+	}
+	t0 := time.Now()
+	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, env)
+	if err != nil {
+		s.mu.Lock()
+		e.gone = true
+		delete(s.boxes, rec.ID)
+		s.mu.Unlock()
+		s.save()
+		_ = s.cfg.Backend.Destroy(context.WithoutCancel(ctx), rec.ID)
+		return httpErrorf(http.StatusInternalServerError, "reset sandbox %s: %v (the sandbox is gone)", rec.ID, err)
+	}
+	s.metrics.created(time.Since(t0))
+	s.mu.Lock()
+	e.sb, e.envd = sb, envd.New(sb, defaults(e.tmpl, rec))
+	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
+	s.mu.Unlock()
+	s.save()
+	return nil
+}

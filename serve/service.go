@@ -1,0 +1,432 @@
+// Package serve is gvx serve: a sandbox service speaking E2B's API.
+//
+// One HTTP handler serves E2B's control plane (create, connect, list,
+// timeout, pause, kill, metrics), E2B's in-sandbox protocol (envd, package
+// serve/envd, routed by the E2b-Sandbox-Id header or a <port>-<id>.<domain>
+// Host), and gvx's own routes under /gvx/v1 (templates, reset, and the
+// checkpoint routes that wait for gvx's checkpoint/restore). Sandboxes come
+// from a backend (serve/gvxbackend: gvx's Go SDK). The service keeps its
+// sandbox table in its state directory and, when it starts again, re-adopts
+// the sandboxes that still run and removes the rest.
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/serve/backend"
+	"github.com/gvxrun/gvx/serve/envd"
+)
+
+// Config configures a Service.
+type Config struct {
+	Backend   backend.Backend
+	Keys      *Keys
+	Templates *Templates
+	// StateDir holds the sandbox table (sandboxes.json) and the API's
+	// templates (templates.json).
+	StateDir string
+	// Domain, if set, is returned as the sandboxes' domain, so that the
+	// SDKs' getHost(port) is <port>-<id>.<Domain>.
+	Domain string
+	// MaxTimeout caps a sandbox's timeout (default 24 h); PausedTimeout is
+	// how long a sandbox paused at its end time is kept (default 1 h).
+	MaxTimeout, PausedTimeout time.Duration
+	// MaxBody is the largest control-plane request body (default 1 MiB).
+	MaxBody int64
+}
+
+// State is a sandbox's state.
+type State string
+
+// The states E2B knows.
+const (
+	Running State = "running"
+	Paused  State = "paused"
+)
+
+// record is a sandbox's row of the table, as kept on disk.
+type record struct {
+	ID        string            `json:"sandboxID"`
+	Key       string            `json:"key"` // keyID of the creating key
+	Template  string            `json:"templateID"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	EnvVars   map[string]string `json:"envVars,omitempty"`
+	Token     string            `json:"envdAccessToken"`
+	StartedAt time.Time         `json:"startedAt"`
+	EndAt     time.Time         `json:"endAt"`
+	State     State             `json:"state"`
+	OnTimeout string            `json:"onTimeout"` // kill or pause
+}
+
+// entry is a sandbox the service holds.
+type entry struct {
+	op   sync.Mutex // serialises pause, resume, reset and kill
+	rec  record     // guarded by Service.mu
+	tmpl backend.Template
+	sb   backend.Sandbox
+	envd *envd.Server
+	gone bool // killed; guarded by Service.mu
+}
+
+// Service is a running gvx serve.
+type Service struct {
+	cfg     Config
+	metrics *metrics
+
+	mu    sync.Mutex
+	boxes map[string]*entry
+
+	saveMu sync.Mutex
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// New starts a service: it loads the sandbox table, re-adopts the
+// sandboxes that still run, removes the others (and any sandbox of the
+// backend the table does not know), and starts the reaper of end times.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.MaxTimeout == 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.PausedTimeout == 0 {
+		cfg.PausedTimeout = time.Hour
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	s := &Service{cfg: cfg, boxes: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{}), metrics: newMetrics()}
+	if err := s.restore(ctx); err != nil {
+		return nil, err
+	}
+	go s.reaper()
+	return s, nil
+}
+
+func (s *Service) tablePath() string { return filepath.Join(s.cfg.StateDir, "sandboxes.json") }
+
+// save writes the table (under saveMu, so that writes land in order).
+func (s *Service) save() {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	s.mu.Lock()
+	recs := make([]record, 0, len(s.boxes))
+	for _, e := range s.boxes {
+		recs = append(recs, e.rec)
+	}
+	s.mu.Unlock()
+	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
+	if err := api.WriteJSON(s.tablePath(), recs); err != nil {
+		log.L.WithError(err).Error("gvx serve: the sandbox table could not be saved; a restart may leave sandboxes behind")
+	}
+}
+
+// restore re-adopts or removes what an earlier process left.
+func (s *Service) restore(ctx context.Context) error {
+	var recs []record
+	b, err := os.ReadFile(s.tablePath())
+	switch {
+	case os.IsNotExist(err):
+	case err != nil:
+		return fmt.Errorf("sandbox table: %w", err)
+	default:
+		if err := jsonUnmarshal(b, &recs); err != nil {
+			return fmt.Errorf("sandbox table %s: %w (move it away to start afresh; its sandboxes are then removed)", s.tablePath(), err)
+		}
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		t, ok := s.cfg.Templates.Get(r.Template)
+		var sb backend.Sandbox
+		if ok {
+			sb, err = s.cfg.Backend.Attach(ctx, r.ID, t)
+		} else {
+			err = fmt.Errorf("template %s is gone", r.Template)
+		}
+		if err != nil {
+			log.G(ctx).WithError(err).Infof("gvx serve: sandbox %s of the last run is not adopted; removing it", r.ID)
+			if err := s.cfg.Backend.Destroy(ctx, r.ID); err != nil {
+				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s", r.ID)
+			}
+			continue
+		}
+		known[r.ID] = true
+		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(sb, defaults(t, r))}
+		log.G(ctx).Infof("gvx serve: re-adopted sandbox %s (%s, %s until %s)", r.ID, r.Template, r.State, r.EndAt.Format(time.RFC3339))
+	}
+	ids, err := s.cfg.Backend.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list the backend's sandboxes: %w", err)
+	}
+	for _, id := range ids {
+		if !known[id] {
+			log.G(ctx).Infof("gvx serve: removing sandbox %s, which the table does not know", id)
+			if err := s.cfg.Backend.Destroy(ctx, id); err != nil {
+				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s", id)
+			}
+		}
+	}
+	s.save()
+	return nil
+}
+
+func defaults(t backend.Template, r record) envd.Defaults {
+	d := envd.Defaults{User: t.User, Workdir: t.Workdir}
+	for k, v := range r.EnvVars {
+		d.Env = append(d.Env, k+"="+v)
+	}
+	return d
+}
+
+// Close stops the reaper and the sandboxes' streams. The sandboxes keep
+// running: the next service re-adopts them (or removes them at their end
+// time). With kill set, they are removed now.
+func (s *Service) Close(ctx context.Context, kill bool) {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	var es []*entry
+	for _, e := range s.boxes {
+		es = append(es, e)
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		if kill {
+			_ = s.kill(ctx, e)
+		} else {
+			e.envd.Close()
+		}
+	}
+}
+
+// reaper ends sandboxes at their end time: kill, or pause if asked to.
+func (s *Service) reaper() {
+	defer close(s.done)
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []*entry
+		s.mu.Lock()
+		for _, e := range s.boxes {
+			if !e.gone && !e.rec.EndAt.After(now) {
+				due = append(due, e)
+			}
+		}
+		s.mu.Unlock()
+		for _, e := range due {
+			go s.expire(e)
+		}
+	}
+}
+
+func (s *Service) expire(e *entry) {
+	ctx := context.Background()
+	s.mu.Lock()
+	pause := e.rec.OnTimeout == "pause" && e.rec.State == Running
+	id := e.rec.ID
+	s.mu.Unlock()
+	if pause {
+		if err := s.pause(ctx, e); err == nil || errors.Is(err, errState) {
+			s.mu.Lock()
+			e.rec.EndAt = time.Now().Add(s.cfg.PausedTimeout)
+			s.mu.Unlock()
+			s.save()
+			log.G(ctx).Infof("gvx serve: sandbox %s paused at its end time", id)
+			return
+		}
+	}
+	if err := s.kill(ctx, e); err != nil && !errors.Is(err, errGone) {
+		log.G(ctx).WithError(err).Warnf("gvx serve: sandbox %s at its end time", id)
+		return
+	}
+	s.metrics.expired.Add(1)
+	log.G(ctx).Infof("gvx serve: sandbox %s reached its end time and was removed", id)
+}
+
+var (
+	errGone  = errors.New("sandbox is gone")
+	errState = errors.New("sandbox is not in that state")
+)
+
+// newID is an E2B-shaped sandbox id: i and 20 of [a-z0-9].
+func newID() string {
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = chars[int(b[i])%len(chars)]
+	}
+	return "i" + string(b)
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// createSpec is what a create asks for.
+type createSpec struct {
+	Template  string
+	Timeout   time.Duration
+	Metadata  map[string]string
+	EnvVars   map[string]string
+	OnTimeout string
+}
+
+// create makes a sandbox for key.
+func (s *Service) create(ctx context.Context, key string, spec createSpec) (*entry, error) {
+	t, ok := s.cfg.Templates.Get(spec.Template)
+	if !ok {
+		return nil, httpErrorf(http.StatusNotFound, "template '%s' not found (templates here: %v; add one with POST /gvx/v1/templates or the templates file)", spec.Template, s.cfg.Templates.Names())
+	}
+	now := time.Now()
+	e := &entry{tmpl: t, rec: record{
+		ID: newID(), Key: key, Template: t.Name, Metadata: spec.Metadata, EnvVars: spec.EnvVars,
+		Token: newToken(), StartedAt: now.UTC(), EndAt: now.Add(spec.Timeout).UTC(), State: Running, OnTimeout: spec.OnTimeout,
+	}}
+	// The row is saved before the sandbox exists, so that a crash in
+	// between leaves a row the next start removes.
+	e.gone = true // not served until it runs
+	s.mu.Lock()
+	s.boxes[e.rec.ID] = e
+	s.mu.Unlock()
+	s.save()
+	var env []string
+	for k, v := range spec.EnvVars {
+		env = append(env, k+"="+v)
+	}
+	t0 := time.Now()
+	sb, err := s.cfg.Backend.Create(ctx, e.rec.ID, t, env)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.boxes, e.rec.ID)
+		s.mu.Unlock()
+		s.save()
+		_ = s.cfg.Backend.Destroy(context.WithoutCancel(ctx), e.rec.ID)
+		return nil, httpErrorf(http.StatusInternalServerError, "create sandbox from template %s: %v", t.Name, err)
+	}
+	s.metrics.created(time.Since(t0))
+	e.sb = sb
+	e.envd = envd.New(sb, defaults(t, e.rec))
+	s.mu.Lock()
+	e.gone = false
+	// The end time counts from when the sandbox runs.
+	e.rec.EndAt = time.Now().Add(spec.Timeout).UTC()
+	s.mu.Unlock()
+	s.save()
+	return e, nil
+}
+
+// lookup finds sandbox id for key: a foreign or unknown id is not found.
+func (s *Service) lookup(key, id string) (*entry, record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.boxes[id]
+	if !ok || e.gone || (key != "" && e.rec.Key != key) {
+		return nil, record{}, httpErrorf(http.StatusNotFound, "sandbox %s not found", id)
+	}
+	return e, e.rec, nil
+}
+
+// kill removes a sandbox.
+func (s *Service) kill(ctx context.Context, e *entry) error {
+	e.op.Lock()
+	defer e.op.Unlock()
+	s.mu.Lock()
+	if e.gone {
+		s.mu.Unlock()
+		return errGone
+	}
+	e.gone = true
+	s.mu.Unlock()
+	e.envd.Close()
+	err := e.sb.Close(ctx)
+	s.mu.Lock()
+	delete(s.boxes, e.rec.ID)
+	s.mu.Unlock()
+	s.save()
+	if err != nil {
+		_ = s.cfg.Backend.Destroy(ctx, e.rec.ID)
+		return fmt.Errorf("kill sandbox %s: %w", e.rec.ID, err)
+	}
+	return nil
+}
+
+// pause freezes a running sandbox (errState if it is paused).
+func (s *Service) pause(ctx context.Context, e *entry) error {
+	e.op.Lock()
+	defer e.op.Unlock()
+	s.mu.Lock()
+	st, gone := e.rec.State, e.gone
+	s.mu.Unlock()
+	if gone {
+		return errGone
+	}
+	if st == Paused {
+		return errState
+	}
+	if err := e.sb.Pause(ctx); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", e.rec.ID, err)
+	}
+	s.mu.Lock()
+	e.rec.State = Paused
+	s.mu.Unlock()
+	s.save()
+	return nil
+}
+
+// resume thaws a paused sandbox; false if it was running.
+func (s *Service) resume(ctx context.Context, e *entry) (bool, error) {
+	e.op.Lock()
+	defer e.op.Unlock()
+	s.mu.Lock()
+	st, gone := e.rec.State, e.gone
+	s.mu.Unlock()
+	if gone {
+		return false, errGone
+	}
+	if st == Running {
+		return false, nil
+	}
+	if err := e.sb.Resume(ctx); err != nil {
+		return false, fmt.Errorf("resume sandbox %s: %w", e.rec.ID, err)
+	}
+	s.mu.Lock()
+	e.rec.State = Running
+	s.mu.Unlock()
+	s.save()
+	return true, nil
+}
+
+// setEnd sets a sandbox's end time to now+d (extendOnly: never earlier).
+func (s *Service) setEnd(e *entry, d time.Duration, extendOnly bool) {
+	end := time.Now().Add(d).UTC()
+	s.mu.Lock()
+	if !extendOnly || end.After(e.rec.EndAt) {
+		e.rec.EndAt = end
+	}
+	s.mu.Unlock()
+	s.save()
+}
