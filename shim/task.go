@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -133,6 +134,7 @@ func (t *gvxTask) prepare(ctx context.Context) error {
 // user namespace with the config's default resources.
 func (t *gvxTask) prepareSpec(ctx context.Context) error {
 	clampOOMScore(ctx, t.spec)
+	t.restoreCgroup()
 	m, err := oci.Prepare(t.spec, t.cfg)
 	if err != nil {
 		return grpcError(errdefs.ErrInvalidArgument, err)
@@ -355,6 +357,19 @@ func (t *gvxTask) prepareSentryRoot(context.Context) error {
 	}
 	t.req.Options = opts
 	return nil
+}
+
+// restoreCgroup gives a task restored under another id than the one it
+// was checkpointed as a cgroup of its own: containerd restores the
+// checkpointed spec as it was, whose cgroup path (containerd's
+// /<namespace>/<id>) names the original task — which may still run, and
+// whose sandbox's cgroup is its alone.
+func (t *gvxTask) restoreCgroup() {
+	l := t.spec.Linux
+	if t.restoring == nil || t.restoring.Task == t.rec.ID || l == nil || path.Base(l.CgroupsPath) != t.restoring.Task {
+		return
+	}
+	l.CgroupsPath = path.Join(path.Dir(l.CgroupsPath), t.rec.ID)
 }
 
 // restoreVolume puts the volume at destination (image) back as the

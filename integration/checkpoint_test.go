@@ -1,0 +1,196 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// checkpointGuest is the task the checkpoint tests save and restore: its
+// state is in its memory (a counter bumped by SIGUSR1), in its files (on
+// the in-memory root filesystem and on an ext4lite volume at /work), in a
+// pipe to another process and a file offset (written on SIGUSR2), and in a
+// TCP connection between two processes inside the sandbox (a line sent on
+// each SIGUSR1 to the client).
+const checkpointGuest = `
+echo 1 > /tmp/before; [ -d /work ] && echo 1 > /work/before
+mkfifo /tmp/p; cat /tmp/p > /tmp/pipe.out &
+exec 3>/tmp/p
+exec 4>/tmp/off; printf 12345 >&4
+sleep 100000 | nc -l -p 9000 > /tmp/tcp.out &
+sleep 0.3
+sh -c 'echo $$ > /tmp/client.pid; trap "echo ping" USR1; while true; do sleep 0.05; done' | nc 127.0.0.1 9000 &
+n=0
+trap 'n=$((n+1)); echo $n > /tmp/n' USR1
+trap 'echo x >&3; printf X >&4' USR2
+echo $$ > /tmp/main.pid
+while true; do sleep 0.05; done
+`
+
+var execSeq atomic.Int64
+
+// inTask runs sh -c script in task id and returns its stdout.
+func inTask(t *testing.T, id, script string) string {
+	t.Helper()
+	r, err := e.ctrResult(context.Background(), "task", "exec", "--exec-id", fmt.Sprintf("x%d", execSeq.Add(1)), id, "sh", "-c", script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 {
+		t.Fatalf("exec in %s %q: exit %d: %s", id, script, r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// waitIn waits until script's output in task id is want.
+func waitIn(t *testing.T, id, script, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := e.ctrResult(context.Background(), "task", "exec", "--exec-id", fmt.Sprintf("w%d", execSeq.Add(1)), id, "sh", "-c", script)
+		if err == nil && r.code == 0 && strings.TrimSpace(r.stdout) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in %s, %q never gave %q (last: %q %q)", id, script, want, r.stdout, r.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// removeTask kills and deletes task id and its container.
+func removeTask(t *testing.T, id string) {
+	t.Helper()
+	mustCtr(t, "task", "kill", "-s", "KILL", id)
+	waitStatus(t, id, "STOPPED")
+	mustCtr(t, "task", "rm", id)
+	mustCtr(t, "container", "rm", id)
+}
+
+// TestCheckpointRestore: `ctr c checkpoint --task` of a running task with
+// an ext4lite volume leaves it running; after the task is gone, `ctr c
+// restore --live` brings it back as it was at the checkpoint — files
+// written after it gone and deleted ones back (root filesystem and
+// volume), the in-memory counter at its value, the pipe and the file
+// offset as they were, the TCP connection inside the sandbox still up.
+func TestCheckpointRestore(t *testing.T) {
+	requireEnv(t)
+	img := filepath.Join(volumeDir(t), "ck.ext4")
+	gvx(t, "volume", "create", "--size", "64M", img)
+	checkNoLeaks(t)
+	id, ref := "ckr", "gvx.test/ckr:1"
+	cleanupTask(t, id)
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, volMount(img, "/work")...), busybox, id, "sh", "-c", checkpointGuest)...)
+	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
+	for i := 0; i < 3; i++ {
+		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+		waitIn(t, id, "cat /tmp/n", fmt.Sprint(i+1))
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out", "ping")
+
+	mustCtr(t, "container", "checkpoint", "--task", id, ref)
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Fatalf("after its checkpoint the task is %s, want RUNNING", st)
+	}
+	// Changes after the checkpoint, which the restore must undo.
+	inTask(t, id, "echo 2 > /tmp/after && rm /tmp/before && echo 2 > /work/after && rm /work/before && sync")
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid); sleep 0.2; kill -USR1 $(cat /tmp/main.pid); kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "5")
+	waitIn(t, id, "cat /tmp/off", "12345X")
+	removeTask(t, id)
+
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Fatalf("restored task is %s, want RUNNING", st)
+	}
+	if got := inTask(t, id, "ls /tmp/before /tmp/after /work/before /work/after 2>&1; true"); !strings.Contains(got, "/tmp/before") || !strings.Contains(got, "/work/before") ||
+		strings.Contains(got, "/tmp/after\n") || !strings.Contains(got, "/tmp/after: No such file") || !strings.Contains(got, "/work/after: No such file") {
+		t.Errorf("files after the restore:\n%s\nwant before (rootfs and volume) back and after gone", got)
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "4") // 3 at the checkpoint, one more since
+	inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/off", "12345X") // the offset was 5 again
+	waitIn(t, id, "cat /tmp/pipe.out", "x") // the pipe still reaches cat
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2") // the connection is still up
+	removeTask(t, id)
+	fsckClean(t, img)
+}
+
+// TestCheckpointFork: one checkpoint restored into two new containers
+// gives two sandboxes that diverge: a write in one is invisible in the
+// other and in the original.
+func TestCheckpointFork(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ref := "gvx.test/ckf:1"
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	for _, id := range []string{"ckf", "ckf-a", "ckf-b"} {
+		cleanupTask(t, id)
+	}
+	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, "ckf", "sh", "-c", "echo base > /tmp/x; while true; do sleep 0.1; done")
+	waitIn(t, "ckf", "cat /tmp/x", "base")
+	mustCtr(t, "container", "checkpoint", "--task", "ckf", ref)
+	for _, id := range []string{"ckf-a", "ckf-b"} {
+		mustCtr(t, "container", "restore", "--live", id, ref)
+	}
+	inTask(t, "ckf-a", "echo a > /tmp/x")
+	inTask(t, "ckf-b", "echo b > /tmp/x")
+	for id, want := range map[string]string{"ckf": "base", "ckf-a": "a", "ckf-b": "b"} {
+		if got := strings.TrimSpace(inTask(t, id, "cat /tmp/x")); got != want {
+			t.Errorf("%s sees %q, want %q", id, got, want)
+		}
+	}
+	for _, id := range []string{"ckf", "ckf-a", "ckf-b"} {
+		removeTask(t, id)
+	}
+}
+
+// TestCheckpointRefused: what gvx cannot checkpoint is refused with an
+// error naming why, and the task keeps running; a stopped task cannot be
+// checkpointed.
+func TestCheckpointRefused(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		id, want string
+		opts     []string
+	}{
+		{"ckhost", "host network", []string{"--net-host"}},
+	} {
+		cleanupTask(t, tc.id)
+		mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, tc.opts...), busybox, tc.id, "sleep", "600")...)
+		r, err := e.ctrResult(ctx, "container", "checkpoint", "--task", tc.id, "gvx.test/"+tc.id+":1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("checkpoint of %s: exit %d, %q; want it refused naming %q", tc.id, r.code, r.stderr, tc.want)
+		}
+		if st := taskStatus(t, tc.id); st != "RUNNING" {
+			t.Errorf("%s is %s after the refused checkpoint, want RUNNING", tc.id, st)
+		}
+		inTask(t, tc.id, "true")
+		removeTask(t, tc.id)
+	}
+	cleanupTask(t, "ckstop")
+	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, "ckstop", "true")
+	waitStatus(t, "ckstop", "STOPPED")
+	r, err := e.ctrResult(ctx, "container", "checkpoint", "--task", "ckstop", "gvx.test/ckstop:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 || !strings.Contains(strings.ToLower(r.stderr), "stopped") {
+		t.Errorf("checkpoint of a stopped task: exit %d, %q; want it refused", r.code, r.stderr)
+	}
+	mustCtr(t, "task", "rm", "ckstop")
+	mustCtr(t, "container", "rm", "ckstop")
+}
