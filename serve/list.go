@@ -149,4 +149,3 @@ func (s *Service) listHandler(v2 bool) func(http.ResponseWriter, *http.Request, 
 		writeJSON(w, http.StatusOK, out)
 	}
 }
-

@@ -17,7 +17,9 @@ var openapiDoc []byte
 // apiMux is the control plane: E2B's routes and gvx's (/gvx/v1/…).
 func (s *Service) apiMux() *http.ServeMux {
 	m := http.NewServeMux()
-	a := func(pattern string, h func(http.ResponseWriter, *http.Request, string)) { m.Handle(pattern, s.authed(h)) }
+	a := func(pattern string, h func(http.ResponseWriter, *http.Request, string)) {
+		m.Handle(pattern, s.authed(h))
+	}
 	// E2B's control plane.
 	a("POST /sandboxes", s.createHandler(15*time.Second))
 	a("POST /v2/sandboxes", s.createHandler(300*time.Second))

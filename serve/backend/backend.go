@@ -102,7 +102,7 @@ type Process interface {
 
 // Stats is a sandbox's resource use.
 type Stats struct {
-	CPUUsedPct                 float64
+	CPUUsedPct                  float64
 	MemUsed, MemTotal, MemCache int64
 	DiskUsed, DiskTotal         int64
 	CPUCount                    int

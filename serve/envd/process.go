@@ -390,4 +390,3 @@ func (p *inputPipe) Close() {
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
-

@@ -1,0 +1,224 @@
+// Package fakebackend is a backend for the serve packages' unit tests.
+//
+// Its sandboxes run commands as host processes (real bash, coreutils and
+// findutils, so envd's scripts are exercised for real) and ignore users;
+// only tests import it.
+package fakebackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gvxrun/gvx/serve/backend"
+)
+
+// Backend holds fake sandboxes.
+type Backend struct {
+	mu    sync.Mutex
+	boxes map[string]*Sandbox
+	// CreateDelay is how long a create takes; FailCreate makes it fail.
+	CreateDelay time.Duration
+	FailCreate  error
+	Creates     int
+}
+
+// New makes an empty fake backend.
+func New() *Backend { return &Backend{boxes: map[string]*Sandbox{}} }
+
+// Sandbox is a fake sandbox.
+type Sandbox struct {
+	b      *Backend
+	ID     string
+	Env    []string
+	mu     sync.Mutex
+	paused bool
+	closed bool
+	procs  map[*exec.Cmd]bool
+}
+
+// Create makes a fake sandbox.
+func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env []string) (backend.Sandbox, error) {
+	time.Sleep(b.CreateDelay)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.Creates++
+	if b.FailCreate != nil {
+		return nil, b.FailCreate
+	}
+	if _, ok := b.boxes[id]; ok {
+		return nil, fmt.Errorf("sandbox %s exists", id)
+	}
+	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), env...), procs: map[*exec.Cmd]bool{}}
+	b.boxes[id] = s
+	return s, nil
+}
+
+// Attach finds a fake sandbox.
+func (b *Backend) Attach(_ context.Context, id string, _ backend.Template) (backend.Sandbox, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.boxes[id]
+	if !ok {
+		return nil, backend.ErrNotFound
+	}
+	return s, nil
+}
+
+// Destroy removes a fake sandbox.
+func (b *Backend) Destroy(ctx context.Context, id string) error {
+	b.mu.Lock()
+	s := b.boxes[id]
+	b.mu.Unlock()
+	if s != nil {
+		return s.Close(ctx)
+	}
+	return nil
+}
+
+// List lists the fake sandboxes.
+func (b *Backend) List(context.Context) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []string
+	for id := range b.boxes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Has says whether sandbox id exists.
+func (b *Backend) Has(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.boxes[id]
+	return ok
+}
+
+// Get returns sandbox id.
+func (b *Backend) Get(id string) *Sandbox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.boxes[id]
+}
+
+// Close does nothing.
+func (b *Backend) Close() error { return nil }
+
+// Paused says whether the sandbox is paused.
+func (s *Sandbox) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// Exec runs c as a host process.
+func (s *Sandbox) Exec(ctx context.Context, c backend.Cmd) (backend.Process, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, backend.ErrNotFound
+	}
+	if s.paused {
+		return nil, errors.New("sandbox is paused")
+	}
+	cancel := func() {}
+	if c.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+	}
+	cmd := exec.CommandContext(ctx, c.Args[0], c.Args[1:]...)
+	cmd.Env = append(append(os.Environ(), s.Env...), c.Env...)
+	if st, err := os.Stat(c.Dir); err == nil && st.IsDir() {
+		cmd.Dir = c.Dir
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, err
+	}
+	s.procs[cmd] = true
+	return &proc{s: s, cmd: cmd, cancel: cancel}, nil
+}
+
+type proc struct {
+	s      *Sandbox
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+}
+
+func (p *proc) Signal(_ context.Context, sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+func (p *proc) Resize(context.Context, uint32, uint32) error { return backend.ErrUnsupported }
+
+func (p *proc) Wait(context.Context) (int, error) {
+	err := p.cmd.Wait()
+	p.cancel()
+	p.s.mu.Lock()
+	delete(p.s.procs, p.cmd)
+	p.s.mu.Unlock()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	return 0, nil
+}
+
+// Pause marks the sandbox paused (its processes get SIGSTOP).
+func (s *Sandbox) Pause(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = true
+	for c := range s.procs {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGSTOP)
+	}
+	return nil
+}
+
+// Resume undoes Pause.
+func (s *Sandbox) Resume(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = false
+	for c := range s.procs {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGCONT)
+	}
+	return nil
+}
+
+// Stats reports constant use.
+func (s *Sandbox) Stats(context.Context) (backend.Stats, error) {
+	return backend.Stats{CPUCount: 1, MemUsed: 1 << 20, MemTotal: 512 << 20}, nil
+}
+
+// Close kills the sandbox's processes and forgets it.
+func (s *Sandbox) Close(context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.procs {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGCONT)
+	}
+	s.mu.Unlock()
+	s.b.mu.Lock()
+	delete(s.b.boxes, s.ID)
+	s.b.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,396 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gvxrun/gvx/serve/internal/fakebackend"
+)
+
+type fixture struct {
+	t     *testing.T
+	dir   string
+	b     *fakebackend.Backend
+	svc   *Service
+	hs    *httptest.Server
+	key   string // the first key
+	other string // the second key
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: t.TempDir(), b: fakebackend.New(), key: NewKey(), other: NewKey()}
+	os.WriteFile(filepath.Join(f.dir, "keys"), []byte(f.key+" alice\n"+f.other+" bob\n"), 0o600)
+	os.WriteFile(filepath.Join(f.dir, "templates.toml"), []byte("[[template]]\nname = \"base\"\nimage = \"gvx.test/e2b-base:latest\"\n"), 0o644)
+	f.start()
+	return f
+}
+
+func (f *fixture) start() {
+	f.t.Helper()
+	keys, _, err := LoadKeys(filepath.Join(f.dir, "keys"), false)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ts, err := LoadTemplates(filepath.Join(f.dir, "templates.toml"), filepath.Join(f.dir, "state", "templates.json"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.svc, err = New(context.Background(), Config{Backend: f.b, Keys: keys, Templates: ts, StateDir: filepath.Join(f.dir, "state"), MaxBody: 4096})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.hs = httptest.NewServer(f.svc.Handler())
+	f.t.Cleanup(f.stop)
+}
+
+func (f *fixture) stop() {
+	if f.hs != nil {
+		f.hs.Close()
+		f.svc.Close(context.Background(), false)
+		f.hs = nil
+	}
+}
+
+// do sends a control-plane request with key and decodes the answer.
+func (f *fixture) do(method, path, key, body string, out any) (int, http.Header) {
+	f.t.Helper()
+	req, _ := http.NewRequest(method, f.hs.URL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("X-API-KEY", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			f.t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode, resp.Header
+}
+
+type apiErr struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (f *fixture) create(key, body string) sandboxJSON {
+	f.t.Helper()
+	var sb sandboxJSON
+	if c, _ := f.do("POST", "/v2/sandboxes", key, body, &sb); c != 201 {
+		f.t.Fatalf("create: %d", c)
+	}
+	return sb
+}
+
+func TestLifecycle(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(f.key, `{"templateID":"base","metadata":{"k":"v"}}`)
+	if !strings.HasPrefix(sb.SandboxID, "i") || len(sb.SandboxID) != 21 || sb.EnvdVersion != "0.6.13" || sb.EnvdAccessToken == "" || sb.ClientID == "" {
+		t.Fatalf("create answer: %+v", sb)
+	}
+	var d detailJSON
+	if c, _ := f.do("GET", "/sandboxes/"+sb.SandboxID, f.key, "", &d); c != 200 || d.State != Running || d.Metadata["k"] != "v" || d.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("get: %d %+v", c, d)
+	}
+	end0, _ := time.Parse(time.RFC3339Nano, d.EndAt)
+	if until := time.Until(end0); until < 290*time.Second || until > 301*time.Second {
+		t.Fatalf("v2 default timeout: end in %v, want 300 s", until)
+	}
+	if c, _ := f.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", f.key, `{"timeout":120}`, nil); c != 204 {
+		t.Fatalf("timeout: %d", c)
+	}
+	f.do("GET", "/sandboxes/"+sb.SandboxID, f.key, "", &d)
+	if end, _ := time.Parse(time.RFC3339Nano, d.EndAt); time.Until(end) > 121*time.Second {
+		t.Fatalf("setTimeout can shorten: end in %v", time.Until(end))
+	}
+	if c, _ := f.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", f.key, "{}", nil); c != 204 || !f.b.Get(sb.SandboxID).Paused() {
+		t.Fatalf("pause: %d", c)
+	}
+	var e apiErr
+	if c, _ := f.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", f.key, "{}", &e); c != 409 || e.Code != 409 {
+		t.Fatalf("pause twice: %d %+v", c, e)
+	}
+	if c, _ := f.do("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", f.key, "{}", &sb); c != 201 || f.b.Get(sb.SandboxID).Paused() {
+		t.Fatalf("connect of a paused sandbox: %d", c)
+	}
+	if c, _ := f.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", f.key, `{"timeout":300}`, &sb); c != 200 {
+		t.Fatalf("connect of a running sandbox: %d", c)
+	}
+	var ms []map[string]any
+	if c, _ := f.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", f.key, "", &ms); c != 200 || len(ms) != 1 {
+		t.Fatalf("metrics: %d %v", c, ms)
+	}
+	if c, _ := f.do("DELETE", "/sandboxes/"+sb.SandboxID, f.key, "", nil); c != 204 || f.b.Has(sb.SandboxID) {
+		t.Fatalf("kill: %d", c)
+	}
+	if c, _ := f.do("DELETE", "/sandboxes/"+sb.SandboxID, f.key, "", &e); c != 404 || e.Code != 404 {
+		t.Fatalf("kill twice: %d %+v", c, e)
+	}
+	// v1 create: 15 s default.
+	var sb1 sandboxJSON
+	if c, _ := f.do("POST", "/sandboxes", f.key, `{"templateID":"base"}`, &sb1); c != 201 {
+		t.Fatalf("v1 create: %d", c)
+	}
+	f.do("GET", "/sandboxes/"+sb1.SandboxID, f.key, "", &d)
+	if end, _ := time.Parse(time.RFC3339Nano, d.EndAt); time.Until(end) > 16*time.Second {
+		t.Fatalf("v1 default timeout: end in %v", time.Until(end))
+	}
+}
+
+func TestKeysAndBadInput(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(f.key, `{"templateID":"base"}`)
+	var e apiErr
+	for _, c := range []struct {
+		method, path, key, body string
+		status                  int
+		says                    string
+	}{
+		{"GET", "/v2/sandboxes", "", "", 401, "API key"},
+		{"GET", "/v2/sandboxes", "e2b_00112233445566778899", "", 401, "API key"},
+		{"GET", "/sandboxes/" + sb.SandboxID, f.other, "", 404, "not found"},
+		{"DELETE", "/sandboxes/" + sb.SandboxID, f.other, "", 404, "not found"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/pause", f.other, "{}", 404, "not found"},
+		{"POST", "/v2/sandboxes", f.key, `{"templateID":"nope"}`, 404, "template 'nope' not found"},
+		{"POST", "/v2/sandboxes", f.key, `{"templateID":`, 400, "malformed JSON"},
+		{"POST", "/v2/sandboxes", f.key, `{}`, 400, "templateID is missing"},
+		{"POST", "/v2/sandboxes", f.key, `{"templateID":"base","timeout":-1}`, 400, "timeout"},
+		{"POST", "/v2/sandboxes", f.key, `{"templateID":"base","metadata":{"a":"` + strings.Repeat("x", 5000) + `"}}`, 413, "over 4096 bytes"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/timeout", f.key, `{}`, 400, "timeout is missing"},
+		{"GET", "/v2/sandboxes?state=dead", f.key, "", 400, "state"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/fork", f.key, `{}`, 501, "checkpoint/restore"},
+		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/checkpoints", f.key, `{}`, 501, "checkpoint/restore"},
+		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/rollback", f.other, `{}`, 404, "not found"},
+		{"GET", "/no/such/route", f.key, "", 404, "no such route"},
+	} {
+		e = apiErr{}
+		if st, _ := f.do(c.method, c.path, c.key, c.body, &e); st != c.status || e.Code != c.status || !strings.Contains(e.Message, c.says) {
+			t.Errorf("%s %s: %d %+v, want %d saying %q", c.method, c.path, st, e, c.status, c.says)
+		}
+	}
+	// Still serving, and the foreign key's list is empty.
+	var list []detailJSON
+	if c, _ := f.do("GET", "/v2/sandboxes", f.other, "", &list); c != 200 || len(list) != 0 {
+		t.Fatalf("other key's list: %d %v", c, list)
+	}
+	if c, _ := f.do("GET", "/v2/sandboxes", f.key, "", &list); c != 200 || len(list) != 1 {
+		t.Fatalf("own list: %d %v", c, list)
+	}
+}
+
+func TestListFiltersAndPages(t *testing.T) {
+	f := newFixture(t)
+	var ids []string
+	for i := 0; i < 5; i++ {
+		md := `{"templateID":"base","metadata":{"run":"a"}}`
+		if i%2 == 1 {
+			md = `{"templateID":"base","metadata":{"run":"b"}}`
+		}
+		ids = append(ids, f.create(f.key, md).SandboxID)
+	}
+	f.do("POST", "/sandboxes/"+ids[0]+"/pause", f.key, "", nil)
+	var list []detailJSON
+	f.do("GET", "/v2/sandboxes?metadata=run%3Da", f.key, "", &list)
+	if len(list) != 3 {
+		t.Fatalf("metadata filter: %d sandboxes", len(list))
+	}
+	f.do("GET", "/v2/sandboxes?state=paused", f.key, "", &list)
+	if len(list) != 1 || list[0].SandboxID != ids[0] {
+		t.Fatalf("state filter: %+v", list)
+	}
+	seen := map[string]bool{}
+	next := ""
+	for pages := 0; ; pages++ {
+		q := "/v2/sandboxes?limit=2&order=asc"
+		if next != "" {
+			q += "&nextToken=" + next
+		}
+		_, h := f.do("GET", q, f.key, "", &list)
+		for _, d := range list {
+			seen[d.SandboxID] = true
+		}
+		if next = h.Get("X-Next-Token"); next == "" {
+			if pages != 2 {
+				t.Fatalf("%d pages, want 3", pages+1)
+			}
+			break
+		}
+	}
+	if len(seen) != 5 {
+		t.Fatalf("pages saw %d sandboxes, want 5", len(seen))
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(f.key, `{"templateID":"base","timeout":1}`)
+	keep := f.create(f.key, `{"templateID":"base","timeout":1,"autoPause":true}`)
+	deadline := time.Now().Add(5 * time.Second)
+	for f.b.Has(sb.SandboxID) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if f.b.Has(sb.SandboxID) {
+		t.Fatal("sandbox still there 4 s after its end time")
+	}
+	var e apiErr
+	if c, _ := f.do("GET", "/sandboxes/"+sb.SandboxID, f.key, "", &e); c != 404 {
+		t.Fatalf("expired sandbox: %d", c)
+	}
+	var d detailJSON
+	if c, _ := f.do("GET", "/sandboxes/"+keep.SandboxID, f.key, "", &d); c != 200 || d.State != Paused {
+		t.Fatalf("autoPause sandbox at its end: %d %+v", c, d)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	f := newFixture(t)
+	live := f.create(f.key, `{"templateID":"base"}`)
+	lost := f.create(f.key, `{"templateID":"base"}`)
+	f.stop()
+	// One sandbox died while the service was down; one the table does not
+	// know appeared.
+	f.b.Get(lost.SandboxID).Close(context.Background())
+	f.b.Create(context.Background(), "istray", f.svc.cfg.Templates.List()[0], nil)
+	f.start()
+	var d detailJSON
+	if c, _ := f.do("GET", "/sandboxes/"+live.SandboxID, f.key, "", &d); c != 200 || d.EnvdAccessToken != live.EnvdAccessToken {
+		t.Fatalf("live sandbox after restart: %d", c)
+	}
+	if c, _ := f.do("GET", "/sandboxes/"+lost.SandboxID, f.key, "", nil); c != 404 {
+		t.Fatalf("lost sandbox after restart: %d", c)
+	}
+	if f.b.Has("istray") {
+		t.Fatal("a sandbox the table does not know survived the restart")
+	}
+	// envd of the re-adopted sandbox answers with its old token.
+	req, _ := http.NewRequest("GET", f.hs.URL+"/health", nil)
+	req.Header.Set("E2b-Sandbox-Id", live.SandboxID)
+	resp, _ := http.DefaultClient.Do(req)
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Fatalf("health after restart: %d", resp.StatusCode)
+	}
+}
+
+func TestEnvdRouting(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(f.key, `{"templateID":"base"}`)
+	call := func(host, id, token string) (int, string) {
+		body := []byte(`{"path":"/","depth":1}`)
+		req, _ := http.NewRequest("POST", f.hs.URL+"/filesystem.Filesystem/ListDir", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if host != "" {
+			req.Host = host
+		}
+		if id != "" {
+			req.Header.Set("E2b-Sandbox-Id", id)
+			req.Header.Set("E2b-Sandbox-Port", EnvdPort)
+		}
+		if token != "" {
+			req.Header.Set("X-Access-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if c, b := call("", sb.SandboxID, sb.EnvdAccessToken); c != 200 || !strings.Contains(b, "FILE_TYPE_DIRECTORY") {
+		t.Fatalf("by header: %d %s", c, b)
+	}
+	if c, _ := call("49983-"+sb.SandboxID+".gvx.test", "", sb.EnvdAccessToken); c != 200 {
+		t.Fatalf("by host: %d", c)
+	}
+	if c, _ := call("", sb.SandboxID, "wrong"); c != 401 {
+		t.Fatalf("wrong token: %d", c)
+	}
+	if c, b := call("", "inosuchsandbox", "x"); c != 502 || !strings.Contains(b, "The sandbox was not found") {
+		t.Fatalf("unknown sandbox: %d %s", c, b)
+	}
+	if c, _ := call("8080-"+sb.SandboxID+".gvx.test", "", sb.EnvdAccessToken); c != 502 {
+		t.Fatalf("other port: %d", c)
+	}
+	f.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", f.key, "", nil)
+	if c, b := call("", sb.SandboxID, sb.EnvdAccessToken); c != 502 || !strings.Contains(b, "paused") {
+		t.Fatalf("paused: %d %s", c, b)
+	}
+}
+
+func TestTemplatesAndReset(t *testing.T) {
+	f := newFixture(t)
+	var ts []map[string]any
+	if c, _ := f.do("GET", "/gvx/v1/templates", f.key, "", &ts); c != 200 || len(ts) != 1 {
+		t.Fatalf("templates: %d %v", c, ts)
+	}
+	var e apiErr
+	if c, _ := f.do("POST", "/gvx/v1/templates", f.key, `{"name":"py","image":"gvx.test/py:1","poolSize":2}`, nil); c != 201 {
+		t.Fatalf("add template: %d", c)
+	}
+	if c, _ := f.do("POST", "/gvx/v1/templates", f.key, `{"name":"Bad Name","image":"x"}`, &e); c != 400 || !strings.Contains(e.Message, "template name") {
+		t.Fatalf("bad template: %d %+v", c, e)
+	}
+	if c, _ := f.do("DELETE", "/gvx/v1/templates/base", f.key, "", &e); c != 409 {
+		t.Fatalf("delete a file template: %d", c)
+	}
+	f.create(f.key, `{"templateID":"py"}`)
+	sb := f.create(f.key, `{"templateID":"base"}`)
+	creates := f.b.Creates
+	var after sandboxJSON
+	if c, _ := f.do("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/reset", f.key, "", &after); c != 200 || after.SandboxID != sb.SandboxID || after.EnvdAccessToken != sb.EnvdAccessToken || f.b.Creates != creates+1 {
+		t.Fatalf("reset: %d %+v", c, after)
+	}
+	// API templates survive a restart.
+	f.stop()
+	f.start()
+	if c, _ := f.do("GET", "/gvx/v1/templates/py", f.key, "", nil); c != 200 {
+		t.Fatalf("API template after restart: %d", c)
+	}
+	resp, _ := http.Get(f.hs.URL + "/metrics")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `gvx_serve_sandboxes{state="running"} 2`) {
+		t.Fatalf("metrics:\n%s", b)
+	}
+	resp, _ = http.Get(f.hs.URL + "/gvx/v1/openapi.json")
+	var doc map[string]any
+	json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if doc["openapi"] == nil {
+		t.Fatalf("openapi document: %v", doc)
+	}
+}
+
+func TestKeysFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "keys")
+	_, created, err := LoadKeys(p, true)
+	if err != nil || !keyPattern.MatchString(created) || len(created) != 44 {
+		t.Fatalf("new keys file: %q %v", created, err)
+	}
+	os.Chmod(p, 0o644)
+	if _, _, err := LoadKeys(p, false); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("world-readable keys file: %v", err)
+	}
+	os.Chmod(p, 0o600)
+	os.WriteFile(p, []byte("sk-123\n"), 0o600)
+	if _, _, err := LoadKeys(p, false); err == nil || !strings.Contains(err.Error(), "e2b_<hex>") {
+		t.Fatalf("malformed key: %v", err)
+	}
+}
