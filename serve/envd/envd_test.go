@@ -185,7 +185,10 @@ func TestStdinSignalListConnect(t *testing.T) {
 	}
 	pid = list.Processes[0].PID
 	conn := make(chan []StreamResponse)
-	go func() { m, _ := stream(t, hs, "process.Process/Connect", ConnectRequest{Process: &ProcessSelector{PID: &pid}}, nil); conn <- m }()
+	go func() {
+		m, _ := stream(t, hs, "process.Process/Connect", ConnectRequest{Process: &ProcessSelector{PID: &pid}}, nil)
+		conn <- m
+	}()
 	time.Sleep(200 * time.Millisecond)
 	if c := unary(t, hs, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": pid}, "signal": "SIGNAL_SIGKILL"}, nil); c != 200 {
 		t.Fatalf("SendSignal: %d", c)
@@ -358,4 +361,3 @@ func TestSignature(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
