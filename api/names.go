@@ -69,3 +69,18 @@ const (
 // containerd's clients expect after an exit. gvx-sentry and gvx-runtime
 // say it whenever the sandbox or the task's process is gone.
 const NotRunning = "container not running"
+
+// The files of a gVisor checkpoint image directory (gVisor's names: runsc
+// restore, which gvx-sentry runs, opens them by name; gvx writes them when
+// it drives the sandbox's save itself).
+const (
+	CheckpointStateFile     = "checkpoint.img"
+	CheckpointPagesMetaFile = "pages_meta.img"
+	CheckpointPagesFile     = "pages.img"
+)
+
+// AnnotationRestoreFrom, on a task's spec, makes the shim restore the task
+// from the gvx checkpoint image directory it names instead of booting it
+// afresh (what containerd's WithRestoreImagePath does, for tasks whose
+// runtime options are gvx's rather than runc's).
+const AnnotationRestoreFrom = "dev.gvx.restore-from"

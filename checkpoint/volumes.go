@@ -142,8 +142,15 @@ func unescape(s string) string {
 
 // RestoreVolume makes the image at dst the volume copy src (of a
 // checkpoint), keeping dst's mode and owner: it holds dst's lease
-// meanwhile, so a volume a sandbox uses is refused (volume.ErrInUse).
+// meanwhile, so a volume a sandbox uses is refused (volume.ErrInUse). A
+// dst that does not exist yet is made a clone of src.
 func RestoreVolume(ctx context.Context, src, dst string) error {
+	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		if _, err := volume.Clone(ctx, src, dst, volume.CloneOptions{}); err != nil {
+			return fmt.Errorf("restore volume %s: %w", dst, err)
+		}
+		return nil
+	}
 	lease, err := volume.Acquire(ctx, dst, volume.AcquireOptions{Force: true})
 	if err != nil {
 		return fmt.Errorf("restore volume %s: %w", dst, err)

@@ -92,6 +92,11 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 	// (on the pod's network namespace) and each application container is
 	// a container inside it, which gvx-sentry runs with a monitor process
 	// standing for its init (see sentry/subcontainer).
+	if from := spec.Annotations[api.AnnotationRestoreFrom]; from != "" && r.Checkpoint == "" {
+		// The runc task service restores a task whose request names a
+		// checkpoint instead of booting it.
+		r.Checkpoint = from
+	}
 	if r.Checkpoint != "" {
 		if t.restoring, err = checkpoint.ReadManifest(r.Checkpoint); err != nil {
 			return nil, grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("restore %s: %w", r.ID, err))

@@ -2,7 +2,6 @@ package shim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -69,7 +69,7 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 	}
 	n := 0
 	for i, m := range s.Mounts {
-		isVol, ro, err := volumeMount(ctx, m)
+		isVol, ro, err := oci.VolumeMount(ctx, m)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -138,29 +138,4 @@ func ext4Rootfs(rootfs []mount.Mount, target string) *api.Volume {
 		return nil
 	}
 	return &api.Volume{Image: rootfs[0].Source, Staging: target, ReadOnly: slices.Contains(rootfs[0].Options, "ro")}
-}
-
-// volumeMount reports whether m is an ext4lite volume, and read-only.
-func volumeMount(ctx context.Context, m specs.Mount) (isVolume, readOnly bool, err error) {
-	readOnly = slices.Contains(m.Options, "ro")
-	switch {
-	case m.Type == "ext4":
-		if !filepath.IsAbs(m.Source) {
-			return false, false, fmt.Errorf("volume for %s: source %q must be an absolute path to an ext4 image", m.Destination, m.Source)
-		}
-		return true, readOnly, nil
-	case m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind"):
-		st, err := os.Stat(m.Source)
-		if err != nil || !st.Mode().IsRegular() {
-			return false, false, nil // directories, devices, missing: gVisor's business
-		}
-		if _, err := volume.Inspect(ctx, m.Source); err != nil {
-			if errors.Is(err, volume.ErrNotExt4) || errors.Is(err, volume.ErrTruncated) && st.Size() < 2048 {
-				return false, false, nil // an ordinary file bind mount
-			}
-			return false, false, fmt.Errorf("volume for %s: %w", m.Destination, err)
-		}
-		return true, readOnly, nil
-	}
-	return false, false, nil
 }

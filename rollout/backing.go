@@ -1,0 +1,151 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+
+	"github.com/gvxrun/gvx/sandbox/control"
+)
+
+// backing is the containerd container and task a sandbox (or a spare)
+// runs as.
+type backing struct {
+	id        string
+	container client.Container
+	task      client.Task
+	ctl       *control.Client
+	// out holds back a restored backing's output until it is promoted
+	// (nil for an adopted one, whose IO is its creator's).
+	out *gate
+	// restored says the engine made it (its volumes are the store's).
+	restored bool
+}
+
+// control returns the backing's control connection, dialling it first.
+func (e *Engine) control(ctx context.Context, b *backing) (*control.Client, error) {
+	if b.ctl != nil {
+		return b.ctl, nil
+	}
+	sock, err := e.controlSocket(namespaceOf(ctx), b.id)
+	if err != nil {
+		return nil, err
+	}
+	if b.ctl, err = control.Dial(sock); err != nil {
+		return nil, err
+	}
+	return b.ctl, nil
+}
+
+// destroy kills and deletes b's task and container, and removes the
+// volumes the engine made for it.
+func (e *Engine) destroy(ctx context.Context, b *backing) error {
+	var errs []error
+	if b.ctl != nil {
+		b.ctl.Close()
+	}
+	if b.task != nil {
+		// A paused sandbox must run to die of its SIGKILL.
+		if st, err := b.task.Status(ctx); err == nil && st.Status == client.Paused {
+			_ = b.task.Resume(ctx)
+		}
+		wait, werr := b.task.Wait(ctx)
+		if err := b.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("kill %s: %w", b.id, err))
+		}
+		if werr == nil {
+			select {
+			case <-wait:
+			case <-time.After(10 * time.Second):
+				errs = append(errs, fmt.Errorf("%s did not exit after SIGKILL", b.id))
+			}
+		}
+		if _, err := b.task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete task %s: %w", b.id, err))
+		}
+	}
+	if b.container != nil {
+		if err := b.container.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container %s: %w", b.id, err))
+		}
+	}
+	if b.restored {
+		if err := os.RemoveAll(e.store.volumeDir(b.id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.out != nil {
+		b.out.close()
+	}
+	return errors.Join(errs...)
+}
+
+// gate is a restored backing's output: held back until open, then passed
+// through.
+type gate struct {
+	mu             sync.Mutex
+	stdout, stderr io.Writer // nil until open
+	held           []held
+	heldBytes      int
+}
+
+type held struct {
+	err  bool
+	data []byte
+}
+
+// maxHeld bounds what a gate holds back; beyond it, output is dropped
+// (a spare is paused right after its restore: it writes little).
+const maxHeld = 1 << 20
+
+func (g *gate) writer(isErr bool) io.Writer { return gateWriter{g, isErr} }
+
+type gateWriter struct {
+	g     *gate
+	isErr bool
+}
+
+func (w gateWriter) Write(p []byte) (int, error) {
+	g := w.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case w.isErr && g.stderr != nil:
+		return g.stderr.Write(p)
+	case !w.isErr && g.stdout != nil:
+		return g.stdout.Write(p)
+	}
+	if g.heldBytes+len(p) <= maxHeld {
+		g.held = append(g.held, held{w.isErr, bytes.Clone(p)})
+		g.heldBytes += len(p)
+	}
+	return len(p), nil
+}
+
+// open passes output through to stdout and stderr from now on, after what
+// was held back.
+func (g *gate) open(stdout, stderr io.Writer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, h := range g.held {
+		if h.err {
+			_, _ = stderr.Write(h.data)
+		} else {
+			_, _ = stdout.Write(h.data)
+		}
+	}
+	g.held, g.heldBytes = nil, 0
+	g.stdout, g.stderr = stdout, stderr
+}
+
+// close drops what is held back and discards what comes.
+func (g *gate) close() { g.open(io.Discard, io.Discard) }

@@ -1,0 +1,160 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/sandbox/control"
+)
+
+// Checkpoint saves sb's whole state — kernel, memory and volumes, taken at
+// one paused instant — and returns its handle once it is saved. The
+// sandbox runs on.
+func (e *Engine) Checkpoint(ctx context.Context, sb *Sandbox) (*Handle, error) {
+	h, err := e.CheckpointAsync(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Wait(ctx, h.ID); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// CheckpointAsync is Checkpoint returning at the paused instant: the handle
+// names that instant's state, which the engine saves meanwhile with the
+// sandbox kept paused (gVisor serialises its kernel and copies its memory,
+// then the volumes are copied). Calls on the sandbox (and Rollback or Fork
+// to the handle) wait until it is saved; Wait reports how the save went. An
+// RL loop thus pays the pause, not the save, on its critical path.
+func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, error) {
+	sb.mu.Lock()
+	unlock := true
+	defer func() {
+		if unlock {
+			sb.mu.Unlock()
+		}
+	}()
+	if sb.cur == nil {
+		return nil, fmt.Errorf("checkpoint %s: the sandbox was destroyed", sb.ID)
+	}
+	b := sb.cur
+	info, err := b.container.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+	}
+	spec, err := b.container.Spec(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+	}
+	flags, err := os.ReadFile(filepath.Join(e.layout.SentryRoot(b.id), api.FlagsFile))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: its gvx-sentry flags: %w (is it a gvx task?)", sb.ID, err)
+	}
+	ctl, err := e.control(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+	}
+	h, err := e.store.newHandle(Handle{Parent: sb.parent, Lineage: sb.lineage, Sandbox: sb.ID, Image: info.Image, Snapshotter: info.Snapshotter})
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := ctl.Pause(); err != nil {
+		_ = e.store.remove(h.ID)
+		return nil, fmt.Errorf("checkpoint %s: pause: %w", sb.ID, err)
+	}
+	p := e.pending(h.ID)
+	unlock = false
+	e.background(ctx, "checkpoint "+h.ID, func(bctx context.Context) error {
+		defer sb.mu.Unlock()
+		err := e.save(bctx, ctl, h, b.id, string(flags), spec)
+		h.Paused = time.Since(t0)
+		if rerr := ctl.Resume(); rerr != nil && err == nil {
+			err = fmt.Errorf("resume: %w", rerr)
+		}
+		if err == nil {
+			err = e.store.save(h)
+		}
+		if err != nil {
+			_ = e.store.remove(h.ID)
+			err = fmt.Errorf("checkpoint %s of %s: %w", h.ID, sb.ID, err)
+		} else {
+			sb.parent = h.ID
+			e.fillSpares(bctx, h)
+		}
+		p.finish(err)
+		return err
+	})
+	return h, nil
+}
+
+// save saves paused backing id (control connection ctl, flags and spec as
+// it runs with) into h's image directory: gVisor's state — which flushes
+// what gVisor caches of the volumes to them, the kernel staying paused by
+// the caller's Pause — then the volumes, the manifest and the spec.
+func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, flags string, spec *specs.Spec) error {
+	dir := e.store.ImageDir(h.ID)
+	files, err := createImageFiles(dir)
+	if err != nil {
+		return err
+	}
+	defer closeAll(files)
+	if err := ctl.Checkpoint(files[0], files[1], files[2], true); err != nil {
+		return err
+	}
+	m := &checkpoint.Manifest{Task: id, Flags: flags}
+	if vols := volumesOf(ctx, spec.Mounts); len(vols) > 0 {
+		saved, err := checkpoint.SaveVolumes(ctx, dir, vols, cgroups.Procs(spec.Linux.CgroupsPath))
+		if err != nil {
+			return err
+		}
+		m.Volumes = saved
+	}
+	if err := m.Write(dir); err != nil {
+		return err
+	}
+	return writeSpec(filepath.Join(e.store.handleDir(h.ID), specFile), spec)
+}
+
+// createImageFiles creates gVisor's image files in dir: state, pages
+// metadata, pages.
+func createImageFiles(dir string) ([]*os.File, error) {
+	var files []*os.File
+	for _, name := range []string{api.CheckpointStateFile, api.CheckpointPagesMetaFile, api.CheckpointPagesFile} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		if err != nil {
+			closeAll(files)
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// volumesOf lists the ext4lite volumes among a container spec's mounts.
+func volumesOf(ctx context.Context, mounts []specsMount) []checkpoint.Mounted {
+	var out []checkpoint.Mounted
+	for _, m := range mounts {
+		isVol, ro, err := oci.VolumeMount(ctx, m)
+		if err == nil && isVol {
+			out = append(out, checkpoint.Mounted{Image: m.Source, Destination: m.Destination, ReadOnly: ro})
+		}
+	}
+	return out
+}

@@ -1,0 +1,271 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// Options configure an Engine.
+type Options struct {
+	// StoreDir holds checkpoints and the volumes of restored sandboxes;
+	// put it on the volumes' filesystem (XFS or btrfs) for reflink copies.
+	StoreDir string
+	// StateDir is gvx's state_dir ("": the default).
+	StateDir string
+	// Runtime and RuntimeOptions are what restored backings run with
+	// (default: gvx's runtime, no options).
+	Runtime        string
+	RuntimeOptions any
+	// Spares is how many restored, paused backings the engine keeps ready
+	// for each handle (0: a rollback restores then).
+	Spares int
+}
+
+// Engine checkpoints, rolls back and forks sandboxes.
+type Engine struct {
+	c      *client.Client
+	store  *Store
+	layout api.Layout
+	opts   Options
+	seq    atomic.Int64
+
+	mu     sync.Mutex
+	spares map[string][]*backing // ready spares by handle id
+	saving map[string]*pending   // checkpoints being saved, by handle id
+	bg     sync.WaitGroup        // background restores and teardowns
+	closed bool
+}
+
+// New returns an engine on containerd client c.
+func New(c *client.Client, o Options) (*Engine, error) {
+	st, err := OpenStore(o.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	if o.StateDir == "" {
+		o.StateDir = api.DefaultStateDir
+	}
+	if o.Runtime == "" {
+		o.Runtime = api.RuntimeType
+	}
+	if o.Spares < 0 {
+		return nil, fmt.Errorf("rollout: Spares %d: want 0 or more", o.Spares)
+	}
+	return &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, saving: map[string]*pending{}}, nil
+}
+
+// pending is a checkpoint being saved.
+type pending struct {
+	done chan struct{}
+	err  error
+}
+
+func (p *pending) finish(err error) {
+	p.err = err
+	close(p.done)
+}
+
+// pending registers handle id's save.
+func (e *Engine) pending(id string) *pending {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := &pending{done: make(chan struct{})}
+	e.saving[id] = p
+	return p
+}
+
+// Wait waits until handle id is saved and says how that went (nil for a
+// handle saved earlier, or by another engine).
+func (e *Engine) Wait(ctx context.Context, id string) error {
+	e.mu.Lock()
+	p := e.saving[id]
+	e.mu.Unlock()
+	if p == nil {
+		_, err := e.store.Get(id)
+		return err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	e.mu.Lock()
+	delete(e.saving, id)
+	e.mu.Unlock()
+	return p.err
+}
+
+// Store is the engine's checkpoint store.
+func (e *Engine) Store() *Store { return e.store }
+
+// Sandbox is a sandbox the engine keeps: a stable id with a backing
+// container that rollbacks replace.
+type Sandbox struct {
+	// ID is the sandbox's id (its first backing's container id).
+	ID string
+	e  *Engine
+
+	mu      sync.Mutex
+	cur     *backing
+	lineage string
+	parent  string // the handle its state descends from
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// Container is the sandbox's current backing container.
+func (sb *Sandbox) Container() client.Container {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.cur.container
+}
+
+// Task is the current backing container's task.
+func (sb *Sandbox) Task() client.Task {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.cur.task
+}
+
+// Parent is the handle the sandbox's state descends from ("" if none).
+func (sb *Sandbox) Parent() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.parent
+}
+
+// Attach sends the sandbox's output from now on (and what a restored
+// backing held back) to stdout and stderr. A sandbox's output before a
+// rollback or fork goes wherever its first task's IO went.
+func (sb *Sandbox) Attach(stdout, stderr io.Writer) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.stdout, sb.stderr = stdout, stderr
+	if sb.cur.out != nil {
+		sb.cur.out.open(stdout, stderr)
+	}
+}
+
+// Adopt hands the running task of containerd container id to the engine:
+// the engine may checkpoint it, and destroys it when the sandbox is rolled
+// back (its successor is a new container) or destroyed.
+func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
+	ctr, err := e.c.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", id, err)
+	}
+	task, err := ctr.Task(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", id, err)
+	}
+	b := &backing{id: id, container: ctr, task: task}
+	return &Sandbox{ID: id, e: e, cur: b, lineage: id}, nil
+}
+
+// Destroy ends the sandbox: its backing is killed and removed with its
+// volumes. Its checkpoints stay in the store until released.
+func (e *Engine) Destroy(ctx context.Context, sb *Sandbox) error {
+	sb.mu.Lock()
+	b := sb.cur
+	sb.cur = nil
+	sb.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	return e.destroy(ctx, b)
+}
+
+// Release removes handle id from the store, with its spares; sandboxes
+// restored from it are unaffected.
+func (e *Engine) Release(ctx context.Context, id string) error {
+	if _, err := e.store.Get(id); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	spares := e.spares[id]
+	delete(e.spares, id)
+	e.mu.Unlock()
+	var errs []error
+	for _, b := range spares {
+		errs = append(errs, e.destroy(ctx, b))
+	}
+	errs = append(errs, e.store.remove(id))
+	return errors.Join(errs...)
+}
+
+// Close waits for the engine's background work and destroys its spares.
+// The sandboxes it keeps are the caller's to destroy.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.bg.Wait()
+	e.mu.Lock()
+	all := e.spares
+	e.spares = map[string][]*backing{}
+	e.mu.Unlock()
+	var errs []error
+	for _, list := range all {
+		for _, b := range list {
+			errs = append(errs, e.destroy(ctx, b))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// background runs fn (a restore, a teardown) after the caller returns;
+// Close waits for it.
+func (e *Engine) background(ctx context.Context, what string, fn func(context.Context) error) {
+	e.bg.Add(1)
+	ctx = namespaces.WithNamespace(context.Background(), namespaceOf(ctx))
+	go func() {
+		defer e.bg.Done()
+		if err := fn(ctx); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx rollout: %s", what)
+		}
+	}()
+}
+
+func namespaceOf(ctx context.Context) string {
+	ns, _ := namespaces.Namespace(ctx)
+	return ns
+}
+
+// newID is a fresh container id derived from base.
+func (e *Engine) newID(base string) string {
+	return base + "-" + strconv.FormatInt(e.seq.Add(1), 36) + strconv.FormatInt(time.Now().UnixNano()%46656, 36)
+}
+
+// controlSocket reads where container id's sandbox serves its control
+// RPCs from gVisor's state file of it.
+func (e *Engine) controlSocket(ns, id string) (string, error) {
+	root := api.SentryRoot(filepath.Join(e.layout.SentryRoot(id), ns))
+	data, err := os.ReadFile(root.SandboxState(id))
+	if err != nil {
+		return "", fmt.Errorf("sandbox state of %s: %w", id, err)
+	}
+	var st struct {
+		Sandbox struct {
+			ControlSocketPath string `json:"controlSocketPath"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil || st.Sandbox.ControlSocketPath == "" {
+		return "", fmt.Errorf("sandbox state of %s: no control socket (%v)", id, err)
+	}
+	return st.Sandbox.ControlSocketPath, nil
+}

@@ -1,0 +1,153 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/oci"
+)
+
+type specsMount = specs.Mount
+
+// Labels on the containers the engine restores.
+const (
+	labelHandle = "dev.gvx.rollout.handle" // the handle restored
+	labelRole   = "dev.gvx.rollout.role"   // "spare" or "sandbox"
+)
+
+func writeSpec(path string, spec *specs.Spec) error {
+	if err := api.WriteJSON(path, spec); err != nil {
+		return fmt.Errorf("checkpoint spec: %w", err)
+	}
+	return nil
+}
+
+func readSpec(path string) (*specs.Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("checkpoint spec %s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// restore boots a new backing, container id, from handle h: the
+// checkpointed spec, its volumes pointed at copies of the checkpoint's of
+// its own, restored by the shim. A spare is paused right away; its output
+// is held back either way until the gate opens.
+func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) (_ *backing, retErr error) {
+	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	spec.Annotations[api.AnnotationRestoreFrom] = e.store.ImageDir(h.ID)
+	n := 0
+	for i, m := range spec.Mounts {
+		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
+			spec.Mounts[i].Type = "ext4"
+			spec.Mounts[i].Source = filepath.Join(e.store.volumeDir(id), strconv.Itoa(n)+".ext4")
+			n++
+		}
+	}
+	if n > 0 {
+		if err := os.MkdirAll(e.store.volumeDir(id), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	image, err := e.c.GetImage(ctx, h.Image)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: its image: %w", h.ID, err)
+	}
+	role := "sandbox"
+	if spare {
+		role = "spare"
+	}
+	b := &backing{id: id, out: &gate{}, restored: true}
+	defer func() {
+		if retErr != nil {
+			_ = e.destroy(ctx, b)
+		}
+	}()
+	b.container, err = e.c.NewContainer(ctx, id,
+		client.WithImage(image),
+		client.WithSnapshotter(h.Snapshotter),
+		client.WithNewSnapshot(id, image),
+		client.WithSpec(spec),
+		client.WithRuntime(e.opts.Runtime, e.opts.RuntimeOptions),
+		client.WithContainerLabels(map[string]string{labelHandle: h.ID, labelRole: role}))
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
+	}
+	b.task, err = b.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))))
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
+	}
+	if err := b.task.Start(ctx); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
+	}
+	if spare {
+		ctl, err := e.control(ctx, b)
+		if err == nil {
+			err = ctl.Pause()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("restore %s: pause the spare: %w", h.ID, err)
+		}
+	}
+	return b, nil
+}
+
+// fillSpares restores, in the background, spares of h until the engine
+// keeps Options.Spares of them.
+func (e *Engine) fillSpares(ctx context.Context, h *Handle) {
+	e.mu.Lock()
+	missing := e.opts.Spares - len(e.spares[h.ID])
+	e.mu.Unlock()
+	for i := 0; i < missing; i++ {
+		e.background(ctx, "restore a spare of "+h.ID, func(ctx context.Context) error {
+			b, err := e.restore(ctx, h, e.newID(h.ID), true)
+			if err != nil {
+				return err
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if _, err := e.store.Get(h.ID); err != nil || e.closed {
+				// Released (or closing) meanwhile.
+				go func() { _ = e.destroy(context.WithoutCancel(ctx), b) }()
+				return nil
+			}
+			e.spares[h.ID] = append(e.spares[h.ID], b)
+			log.G(ctx).Debugf("gvx rollout: spare %s of %s ready", b.id, h.ID)
+			return nil
+		})
+	}
+}
+
+// takeSpare takes a ready spare of handle id (nil if none).
+func (e *Engine) takeSpare(id string) *backing {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	list := e.spares[id]
+	if len(list) == 0 {
+		return nil
+	}
+	b := list[0]
+	e.spares[id] = list[1:]
+	return b
+}

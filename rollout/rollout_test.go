@@ -1,0 +1,79 @@
+package rollout
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStore(t *testing.T) {
+	if _, err := OpenStore("relative"); err == nil {
+		t.Error("a relative store directory was accepted")
+	}
+	s, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.newHandle(Handle{Lineage: "sb1", Sandbox: "sb1", Image: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.ImageDir(a.ID), "pages.img"), bytes.Repeat([]byte{1}, 64<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Not listed until saved.
+	if l, _ := s.List(); len(l) != 0 {
+		t.Errorf("an unsaved handle is listed: %v", l)
+	}
+	if err := s.save(a); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Millisecond)
+	b, _ := s.newHandle(Handle{Parent: a.ID, Lineage: "sb1", Sandbox: "sb1"})
+	if err := s.save(b); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.List()
+	if err != nil || len(l) != 2 || l[0].ID != a.ID || l[1].Parent != a.ID {
+		t.Fatalf("List = %+v, %v; want a then its child b", l, err)
+	}
+	if n := s.Bytes(a.ID); n < 64<<10 {
+		t.Errorf("Bytes(%s) = %d, want at least the 64 KiB written", a.ID, n)
+	}
+	if err := s.remove(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a.ID, "", "../x", "ck-nope"} {
+		if _, err := s.Get(id); !errors.Is(err, ErrUnknownHandle) {
+			t.Errorf("Get(%q) = %v, want ErrUnknownHandle", id, err)
+		}
+	}
+	if _, err := os.Stat(s.ImageDir(a.ID)); !os.IsNotExist(err) {
+		t.Errorf("a released handle's files are still there: %v", err)
+	}
+}
+
+func TestGate(t *testing.T) {
+	g := &gate{}
+	out, errw := g.writer(false), g.writer(true)
+	out.Write([]byte("o1 "))
+	errw.Write([]byte("e1 "))
+	var stdout, stderr bytes.Buffer
+	g.open(&stdout, &stderr)
+	out.Write([]byte("o2"))
+	if stdout.String() != "o1 o2" || stderr.String() != "e1 " {
+		t.Errorf("stdout %q stderr %q; want what was held back, then what came", stdout.String(), stderr.String())
+	}
+	big := &gate{}
+	big.writer(false).Write(bytes.Repeat([]byte("x"), maxHeld))
+	big.writer(false).Write([]byte("dropped"))
+	var b bytes.Buffer
+	big.open(&b, &b)
+	if b.Len() != maxHeld || strings.Contains(b.String(), "dropped") {
+		t.Errorf("held %d bytes, want at most %d", b.Len(), maxHeld)
+	}
+}
