@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gvxrun/gvx/internal/loopdev"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -43,14 +44,13 @@ func (r *Runner) StartEpisode(ctx context.Context, id, image, golden, vol string
 
 // Close ends the episode at once and removes its volume unless keep.
 func (e *Episode) Close(ctx context.Context, keep bool) error {
-	ctx = e.nsContext(ctx)
 	if err := e.Kill(ctx); err != nil {
 		return err
 	}
-	if keep {
+	if keep || e.Volume == "" {
 		return nil
 	}
-	if err := waitDetached(ctx, e.Volume); err != nil {
+	if err := loopdev.WaitDetached(ctx, e.Volume); err != nil {
 		return fmt.Errorf("episode %s: %w", e.ID, err)
 	}
 	if err := os.Remove(e.Volume); err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gvxrun/gvx/internal/loopdev"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -45,7 +46,7 @@ func (r *Runner) BuildGolden(ctx context.Context, o GoldenOptions) (_ GoldenResu
 			_ = os.Remove(o.Out)
 		}
 	}()
-	id := fmt.Sprintf("gvx-golden-%d", time.Now().UnixNano())
+	id := fmt.Sprintf("gvxgolden%d", time.Now().UnixNano())
 	r.logf("golden: starting seed sandbox %s from %s", id, o.Image)
 	sb, err := r.Start(ctx, id, o.Image, o.Out)
 	if err != nil {
@@ -73,7 +74,7 @@ func (r *Runner) BuildGolden(ctx context.Context, o GoldenOptions) (_ GoldenResu
 	if err := sb.Stop(ctx, time.Minute); err != nil {
 		return res, fmt.Errorf("golden: %w", err)
 	}
-	if err := waitDetached(ctx, o.Out); err != nil {
+	if err := loopdev.WaitDetached(ctx, o.Out); err != nil {
 		return res, fmt.Errorf("golden: %w", err)
 	}
 	r.logf("golden: verifying %s", o.Out)

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	sdk "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/integration/harness"
@@ -36,11 +36,11 @@ func dindEnv(t *testing.T) (*dind.Runner, context.Context) {
 	if _, err := os.Stat(archive); err != nil {
 		t.Skipf("dind image not built (%v): run `make images`", err)
 	}
-	c, err := client.New(e.Socket())
+	c, err := sdk.Connect(context.Background(), sdk.Options{Containerd: e.Socket(), Namespace: testNS})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { c.Close(context.Background()) })
 	ctx := namespaces.WithNamespace(context.Background(), testNS)
 	dindOnce.Do(func() {
 		if _, _, dindErr = e.ctr(ctx, "images", "import", archive); dindErr != nil {
@@ -74,7 +74,7 @@ func dindEnv(t *testing.T) (*dind.Runner, context.Context) {
 func sbRun(t *testing.T, ctx context.Context, sb *dind.Sandbox, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code, err := sb.Exec(ctx, fmt.Sprintf("x%d", time.Now().UnixNano()), &out, &errb, "sh", "-c", script)
+	code, err := sb.Exec(ctx, &out, &errb, "sh", "-c", script)
 	if err != nil || code != 0 {
 		t.Fatalf("in %s: %q: exit %d, %v\nstdout: %s\nstderr: %s", sb.ID, script, code, err, out.String(), errb.String())
 	}
@@ -293,10 +293,10 @@ func TestDockerBlastRadius(t *testing.T) {
 	sbRun(t, ctx, other.Sandbox, "docker run -d --name keep gvx.test/busybox:latest sleep 600 >/dev/null && echo mine > /var/lib/docker/other-was-here")
 
 	var out, errb bytes.Buffer
-	_, _ = victim.Exec(ctx, "priv", &out, &errb, "sh", "-c",
+	_, _ = victim.Exec(ctx, &out, &errb, "sh", "-c",
 		"docker run --privileged --rm -v /:/host gvx.test/busybox:latest sh -c 'rm -rf --no-preserve-root /host/ 2>/dev/null; ls /host | wc -l'")
 	t.Logf("after the privileged wipe, the victim's / has %s entries left", strings.TrimSpace(out.String()))
-	_, _ = victim.Exec(ctx, "rmrf", &out, &errb, "/bin/busybox", "rm", "-rf", "--no-preserve-root", "/")
+	_, _ = victim.Exec(ctx, &out, &errb, "/bin/busybox", "rm", "-rf", "--no-preserve-root", "/")
 
 	if b, err := os.ReadFile(sentinel); err != nil || string(b) != "host" {
 		t.Errorf("host file damaged: %q, %v", b, err)
@@ -351,7 +351,7 @@ func TestDockerEightEpisodes(t *testing.T) {
 		go func(i int, ep *dind.Episode) {
 			defer wg.Done()
 			var out, errb bytes.Buffer
-			code, err := ep.Exec(ctx, "w", &out, &errb, "sh", "-c",
+			code, err := ep.Exec(ctx, &out, &errb, "sh", "-c",
 				fmt.Sprintf("docker run --rm --pull never gvx.test/busybox:latest echo ep-%d > /var/lib/docker/mark && sync && cat /var/lib/docker/mark", i))
 			if err != nil || code != 0 || !strings.Contains(out.String(), fmt.Sprintf("ep-%d", i)) {
 				errs[i] = fmt.Errorf("episode %d: exit %d %v: %s %s", i, code, err, out.String(), errb.String())

@@ -19,10 +19,10 @@ import (
 	"sync"
 	"time"
 
-	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/volume"
@@ -54,8 +54,10 @@ type flow struct {
 	dir  string // where golden and episode volumes live
 	cold bool   // empty volume + docker load instead of a clone
 	// pool, if set, is a docker pool the episodes' sandboxes come from
-	// (waited for to be full before each sequential episode).
-	pool *harness.Pool
+	// (waited for to be full before each sequential episode), and runner
+	// the runner whose sandboxes adopt its sandboxes.
+	pool   *harness.Pool
+	runner *dind.Runner
 }
 
 func run(runs, conc int) error {
@@ -98,7 +100,12 @@ func run(runs, conc int) error {
 	}
 	defer cleanup2()
 
-	r := &dind.Runner{Client: c}
+	sdk, err := gvx.Connect(ctx, gvx.Options{Containerd: ctrd.Socket(), Namespace: "gvxbench"})
+	if err != nil {
+		return err
+	}
+	defer sdk.Close(ctx)
+	r := &dind.Runner{Client: sdk}
 	bb := filepath.Join(images, "busybox.tar")
 	progress(fmt.Sprintf("starting a docker pool of %d sandboxes", conc))
 	pl, err := harness.StartPoolWithConfig(ctx, bins.GVX, work, conc, "[docker]\nenabled = true\n")
@@ -110,6 +117,12 @@ func run(runs, conc int) error {
 			progress(err.Error())
 		}
 	}()
+	// Episodes whose runtime config is the pool's adopt its sandboxes.
+	pooledSDK, err := gvx.Connect(ctx, gvx.Options{Containerd: ctrd.Socket(), Namespace: "gvxbench", RuntimeConfig: pl.Config})
+	if err != nil {
+		return err
+	}
+	defer pooledSDK.Close(ctx)
 	for _, dir := range []string{xfs, ext4} {
 		progress("building a golden volume in " + dir)
 		if _, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: filepath.Join(dir, "golden.ext4"), Size: 4 << 30, Image: dindImage, Load: []string{bb}}); err != nil {
@@ -119,7 +132,7 @@ func run(runs, conc int) error {
 	flows := []flow{
 		{name: "reflink clone (XFS)", dir: xfs},
 		{name: "sparse copy (ext4, no reflink)", dir: ext4},
-		{name: "reflink clone + warm docker pool", dir: xfs, pool: pl},
+		{name: "reflink clone + warm docker pool", dir: xfs, pool: pl, runner: &dind.Runner{Client: pooledSDK}},
 		{name: "cold: empty volume + docker load", dir: xfs, cold: true},
 	}
 	fmt.Printf("episode reset: golden 4 GiB volume with busybox preloaded; dind = Debian docker.io 20.10 in gVisor; %d sequential runs, then %d at once\n\n", runs, conc)
@@ -165,10 +178,8 @@ func run(runs, conc int) error {
 
 // episode resets one episode and measures it, then tears it down.
 func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample, error) {
-	if f.pool != nil {
-		pooled := *r
-		pooled.RuntimeOptions = &runtimeoptions.Options{ConfigPath: f.pool.Config}
-		r = &pooled
+	if f.runner != nil {
+		r = f.runner
 	}
 	vol := filepath.Join(f.dir, id+".ext4")
 	var s sample
@@ -214,7 +225,7 @@ func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample
 	if err == nil {
 		var out, errb bytes.Buffer
 		t1 := time.Now()
-		code, err = ep.Exec(ctx, "cli", &out, &errb, "docker", "run", "--rm", "--pull", "never", busybox, "true")
+		code, err = ep.Exec(ctx, &out, &errb, "docker", "run", "--rm", "--pull", "never", busybox, "true")
 		s.cliRun = time.Since(t1)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("docker CLI run exited %d: %s", code, errb.String())

@@ -8,12 +8,9 @@ import (
 	"strings"
 	"time"
 
-	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
-	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/urfave/cli/v3"
 
-	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/volume"
 )
@@ -27,46 +24,19 @@ func containerdFlags() []cli.Flag {
 	}
 }
 
-// runner connects to containerd and returns a dind.Runner and a context in
-// the chosen namespace.
-func runner(ctx context.Context, cmd *cli.Command) (*dind.Runner, context.Context, func(), error) {
-	c, err := client.New(cmd.String("address"))
+// runner connects to containerd through gvx's SDK and returns a
+// dind.Runner on it.
+func runner(ctx context.Context, cmd *cli.Command) (*dind.Runner, func(), error) {
+	c, err := gvx.Connect(ctx, gvx.Options{
+		Containerd:    cmd.String("address"),
+		Namespace:     cmd.String("namespace"),
+		RuntimeConfig: cmd.String("runtime-config"),
+		Progress:      os.Stderr,
+	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect to containerd at %s: %w (is it running? set --address)", cmd.String("address"), err)
+		return nil, nil, err
 	}
-	cfg, err := config.Load(cmd.String("runtime-config"))
-	if err != nil {
-		c.Close()
-		return nil, nil, nil, err
-	}
-	r := &dind.Runner{Client: c, StateDir: cfg.StateDir, Progress: os.Stderr}
-	if p := cmd.String("runtime-config"); p != "" {
-		r.RuntimeOptions = &runtimeoptions.Options{ConfigPath: p}
-	}
-	return r, namespaces.WithNamespace(ctx, cmd.String("namespace")), func() { c.Close() }, nil
-}
-
-// resolveImage imports an image archive given as a file path and returns
-// the image name to run; a name is returned as is.
-func resolveImage(ctx context.Context, r *dind.Runner, image string) (string, error) {
-	st, err := os.Stat(image)
-	if err != nil || st.IsDir() {
-		return image, nil
-	}
-	f, err := os.Open(image)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	fmt.Fprintf(os.Stderr, "importing %s into containerd\n", image)
-	imgs, err := r.Client.Import(ctx, f)
-	if err != nil {
-		return "", fmt.Errorf("import %s: %w", image, err)
-	}
-	if len(imgs) == 0 {
-		return "", fmt.Errorf("import %s: the archive names no image", image)
-	}
-	return imgs[0].Name, nil
+	return &dind.Runner{Client: c, Progress: os.Stderr}, func() { _ = c.Close(context.WithoutCancel(ctx)) }, nil
 }
 
 func goldenCommand() *cli.Command {
@@ -91,17 +61,13 @@ func goldenCommand() *cli.Command {
 				if err != nil {
 					return usageError(cmd, "--size: "+err.Error())
 				}
-				r, ctx, done, err := runner(ctx, cmd)
+				r, done, err := runner(ctx, cmd)
 				if err != nil {
 					return err
 				}
 				defer done()
-				image, err := resolveImage(ctx, r, cmd.String("image"))
-				if err != nil {
-					return err
-				}
 				t0 := time.Now()
-				res, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: args[0], Size: size, Image: image, Load: cmd.StringSlice("load")})
+				res, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: args[0], Size: size, Image: cmd.String("image"), Load: cmd.StringSlice("load")})
 				if err != nil {
 					return err
 				}
@@ -125,7 +91,7 @@ func episodeCommand() *cli.Command {
 			Flags: append(containerdFlags(),
 				&cli.StringFlag{Name: "golden", Required: true, Usage: "golden volume to clone"},
 				&cli.StringFlag{Name: "volume", Usage: "the episode's volume file (default: ID.ext4 next to the golden volume)"},
-				&cli.StringFlag{Name: "image", Value: "gvx.test/dind:latest", Usage: "dind image name in containerd"},
+				&cli.StringFlag{Name: "image", Value: "gvx.test/dind:latest", Usage: "dind image name in containerd, or an image archive to import"},
 			),
 			Action: func(ctx context.Context, cmd *cli.Command) error {
 				args, err := needArgs(cmd, "ID")
@@ -136,7 +102,7 @@ func episodeCommand() *cli.Command {
 				if vol == "" {
 					vol = filepath.Join(filepath.Dir(cmd.String("golden")), args[0]+".ext4")
 				}
-				r, ctx, done, err := runner(ctx, cmd)
+				r, done, err := runner(ctx, cmd)
 				if err != nil {
 					return err
 				}
@@ -162,7 +128,7 @@ func episodeCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				r, ctx, done, err := runner(ctx, cmd)
+				r, done, err := runner(ctx, cmd)
 				if err != nil {
 					return err
 				}

@@ -23,6 +23,7 @@ func main() {
 			episodeCommand(),
 			snapshotterCommand(),
 			poolCommand(),
+			containerdCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

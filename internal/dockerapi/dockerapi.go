@@ -1,4 +1,6 @@
-package dind
+// Package dockerapi is a minimal client of the Docker Engine API over a
+// Unix socket: the few calls gvx makes to a sandbox's inner dockerd.
+package dockerapi
 
 import (
 	"bufio"
@@ -15,16 +17,16 @@ import (
 	"time"
 )
 
-// Docker talks to one inner dockerd over its host-side Unix socket, with
+// Client talks to one inner dockerd over its host-side Unix socket, with
 // the few Docker Engine API calls gvx needs.
-type Docker struct {
+type Client struct {
 	Socket string
 	http   *http.Client
 }
 
-// NewDocker returns a client for the dockerd listening on socket.
-func NewDocker(socket string) *Docker {
-	return &Docker{Socket: socket, http: &http.Client{Transport: &http.Transport{
+// New returns a client for the dockerd listening on socket.
+func New(socket string) *Client {
+	return &Client{Socket: socket, http: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
@@ -33,7 +35,7 @@ func NewDocker(socket string) *Docker {
 }
 
 // Ping asks dockerd whether it is ready.
-func (d *Docker) Ping(ctx context.Context) error {
+func (d *Client) Ping(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/_ping", nil)
 	if err != nil {
 		return err
@@ -51,7 +53,7 @@ func (d *Docker) Ping(ctx context.Context) error {
 
 // WaitReady polls until dockerd answers, the context ends or stop reports
 // that waiting is pointless (e.g. the sandbox exited).
-func (d *Docker) WaitReady(ctx context.Context, stop func() error) error {
+func (d *Client) WaitReady(ctx context.Context, stop func() error) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -78,7 +80,7 @@ func (d *Docker) WaitReady(ctx context.Context, stop func() error) error {
 
 // Load streams an image archive (docker-save or OCI layout) into dockerd
 // (`docker load`) and returns the names it loaded.
-func (d *Docker) Load(ctx context.Context, archive io.Reader) ([]string, error) {
+func (d *Client) Load(ctx context.Context, archive io.Reader) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://docker/images/load?quiet=1", archive)
 	if err != nil {
 		return nil, err
@@ -126,7 +128,7 @@ func (d *Docker) Load(ctx context.Context, archive io.Reader) ([]string, error) 
 }
 
 // Images lists the repo:tag names dockerd has.
-func (d *Docker) Images(ctx context.Context) ([]string, error) {
+func (d *Client) Images(ctx context.Context) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/images/json", nil)
 	if err != nil {
 		return nil, err
@@ -152,7 +154,7 @@ func (d *Docker) Images(ctx context.Context) ([]string, error) {
 // Run runs image with cmd to completion through the Engine API (create,
 // start, wait, remove: what `docker run --rm` does) and returns its exit
 // code. It is how a harness drives an episode from the host.
-func (d *Docker) Run(ctx context.Context, image string, cmd ...string) (int, error) {
+func (d *Client) Run(ctx context.Context, image string, cmd ...string) (int, error) {
 	body, err := json.Marshal(map[string]any{"Image": image, "Cmd": cmd, "AttachStdout": false, "AttachStderr": false})
 	if err != nil {
 		return -1, err
@@ -183,7 +185,7 @@ func (d *Docker) Run(ctx context.Context, image string, cmd ...string) (int, err
 
 // call sends one Engine API request with an optional JSON body and decodes
 // a JSON answer into out (if not nil).
-func (d *Docker) call(ctx context.Context, method, path string, body []byte, out any) error {
+func (d *Client) call(ctx context.Context, method, path string, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

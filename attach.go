@@ -1,0 +1,116 @@
+package gvx
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+)
+
+// Info describes a sandbox of the client's namespace.
+type Info struct {
+	ID      string
+	Image   string // Config.Image it was made from
+	Status  Status
+	Created time.Time
+	Docker  bool
+	Pool    string // the pool it came from, if any
+	Cmd     []string
+	Labels  map[string]string // the user's (Config.Labels)
+}
+
+// List returns the client's namespace's sandboxes (those made by this
+// SDK), oldest first.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	ctx = c.Context(ctx)
+	conts, err := c.ctrd.Containers(ctx, fmt.Sprintf("labels.%q", LabelSandbox))
+	if err != nil {
+		return nil, newError("list", "", nil, err)
+	}
+	var out []Info
+	for _, cont := range conts {
+		info, err := cont.Info(ctx, client.WithoutRefreshedMetadata)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		i := Info{ID: info.ID, Image: info.Labels[LabelImage], Created: info.CreatedAt, Docker: info.Labels[LabelDocker] == "true",
+			Pool: info.Labels[LabelPool], Status: StatusStopped, Labels: userLabels(info.Labels)}
+		if spec, err := cont.Spec(ctx); err == nil && spec.Process != nil {
+			i.Cmd = spec.Process.Args
+		}
+		if task, err := cont.Task(ctx, nil); err == nil {
+			if st, err := task.Status(ctx); err == nil {
+				i.Status = statusOf(st.Status)
+			}
+		}
+		out = append(out, i)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Created.Before(out[b].Created) })
+	return out, nil
+}
+
+// Attach returns sandbox id, made earlier (by this or another program),
+// whether it still runs or not: its init's stdio is not reattached, the
+// rest (Exec, files, Pause, Close, …) works. ErrNotFound if there is no
+// such sandbox.
+func (c *Client) Attach(ctx context.Context, id string) (*Sandbox, error) {
+	ctx = c.Context(ctx)
+	if !ValidID(id) {
+		return nil, errorf("attach", id, ErrNotFound, "not a sandbox id ([a-z0-9]+)")
+	}
+	cont, err := c.ctrd.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, newError("attach", id, nil, err)
+	}
+	s := &Sandbox{c: c, id: id, container: cont, exited: make(chan struct{})}
+	if err := s.load(ctx); err != nil {
+		return nil, err
+	}
+	if s.info.Labels[LabelSandbox] == "" {
+		return nil, errorf("attach", id, ErrNotFound, "container %s was not made by gvx's SDK", id)
+	}
+	s.cfg = Config{ID: id, Image: s.info.Labels[LabelImage], Docker: s.info.Labels[LabelDocker] == "true", Labels: userLabels(s.info.Labels)}
+	task, err := cont.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		close(s.exited)
+		return s, nil
+	}
+	if err != nil {
+		return nil, newError("attach", id, nil, err)
+	}
+	s.task = task
+	if err := s.watch(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Remove removes whatever is left of sandbox id, running or not, with
+// everything it owns; it is not an error if there is nothing.
+func (c *Client) Remove(ctx context.Context, id string) error {
+	s, err := c.Attach(ctx, id)
+	if err != nil {
+		if kindOf(err) == ErrNotFound {
+			return nil
+		}
+		return err
+	}
+	return s.Close(ctx)
+}
+
+// Labels are the sandbox's user labels (Config.Labels).
+func (s *Sandbox) Labels() map[string]string { return userLabels(s.info.Labels) }
+
+// userLabels drops gvx's own labels.
+func userLabels(l map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		if len(k) < 8 || k[:8] != "dev.gvx." {
+			out[k] = v
+		}
+	}
+	return out
+}

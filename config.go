@@ -1,0 +1,113 @@
+package gvx
+
+import (
+	"io"
+	"time"
+)
+
+// Config describes a sandbox: what it runs, on what, with what.
+type Config struct {
+	// ID names the sandbox (ValidID: [a-z0-9]+ works everywhere). Empty:
+	// a random one ("gvx" and 12 more lower-case letters and digits).
+	ID string
+	// Image is a containerd image reference (in the client's namespace),
+	// or the path of an OCI or docker image archive (a .tar), which is
+	// imported once: later sandboxes of the same unchanged file reuse it.
+	Image string
+	// Entrypoint and Cmd replace the image's, as docker's --entrypoint
+	// and command do: Cmd alone keeps the image's entrypoint; an
+	// Entrypoint drops the image's cmd. Both empty: the image's own.
+	Entrypoint []string
+	Cmd        []string
+	// Env (K=V) is added to the image's; a key given here wins.
+	Env []string
+	// Workdir is the working directory (default the image's, else /).
+	Workdir string
+	// User runs the init and, by default, every Exec and file call: a
+	// name or uid (with an optional :group or :gid) of the image.
+	User string
+	// Hostname, if set, is the sandbox's (sandboxes of an image pool keep
+	// the pool's; a hostname makes a pooled sandbox a container).
+	Hostname string
+	// TTY gives the init a terminal; its output then arrives on Stdout.
+	TTY bool
+	// Stdin, Stdout and Stderr are the init's standard streams (nil: none,
+	// discarded, discarded). A Stdin at EOF closes the init's stdin.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Mounts are ext4lite volumes and read-only binds of host paths.
+	Mounts []Mount
+	// Resources cap the sandbox (zero: the gvx config's defaults).
+	Resources Resources
+	// Network is the sandbox's network: NetworkNone (the default,
+	// loopback only) is the only mode until gvx's networking lands.
+	Network NetworkMode
+	// Docker runs the sandbox in docker mode (what dockerd needs inside,
+	// and its socket on the host: Sandbox.DockerSocket); New then returns
+	// once the inner dockerd answers. The image's init must start dockerd
+	// (gvx's dind image does; see README "Docker inside gvx").
+	Docker bool
+	// Publish makes guest Unix sockets reachable on the host.
+	Publish []Publish
+	// Timeout, if positive, is the sandbox's lifetime: it is killed that
+	// long after New returns (Run then returns ErrTimeout).
+	Timeout time.Duration
+	// Labels are kept with the sandbox (List and Attach return them).
+	// Keys starting with "dev.gvx." are gvx's own.
+	Labels map[string]string
+}
+
+// MountType is the kind of a Mount.
+type MountType string
+
+const (
+	// MountVolume is an ext4lite volume: an ext4 image file mounted at
+	// Target inside the sandbox only (see README "Volumes").
+	MountVolume MountType = "volume"
+	// MountBind is a read-only bind mount of a host file or directory.
+	MountBind MountType = "bind"
+)
+
+// Mount puts a host file into the sandbox.
+type Mount struct {
+	Type MountType
+	// Source is the host path: the ext4 image file of a volume, the file
+	// or directory of a bind.
+	Source string
+	// Target is the absolute path in the sandbox.
+	Target string
+	// ReadOnly mounts a volume read-only (binds always are).
+	ReadOnly bool
+	// Clone gives the sandbox its own copy of a volume (a reflink clone
+	// where the filesystem can, a sparse copy elsewhere), made next to
+	// Source and deleted when the sandbox is closed: Source, typically a
+	// golden volume, is only read.
+	Clone bool
+}
+
+// Resources cap what a sandbox may use. Zero means no cap of that kind
+// beyond the gvx config's defaults.
+type Resources struct {
+	// MemoryBytes caps the sandbox's memory (guest memory and gVisor's).
+	MemoryBytes int64
+	// CPUMillis caps its CPU time in thousandths of a core (2000 = 2 cores).
+	CPUMillis int64
+	// Pids caps the number of host tasks of the sandbox (gVisor's threads
+	// and the guest's processes together).
+	Pids int64
+	// DiskBytes caps what can be written to the root filesystem (its
+	// writes live in sandbox memory; volumes have their own size).
+	DiskBytes int64
+}
+
+// NetworkMode is a sandbox's network.
+type NetworkMode string
+
+// NetworkNone gives the sandbox loopback only.
+const NetworkNone NetworkMode = "none"
+
+// Publish makes a Unix socket that the guest creates at GuestPath
+// reachable on the host at HostPath.
+type Publish struct {
+	HostPath, GuestPath string
+}

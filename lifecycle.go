@@ -1,0 +1,267 @@
+package gvx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
+	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+)
+
+// Status is a sandbox's state.
+type Status string
+
+// Sandbox states, as containerd reports its task's.
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+	StatusUnknown Status = "unknown"
+)
+
+// Run waits until the sandbox's init exits and its output is written, and
+// returns its exit status (128+n for a death by signal n). After
+// Config.Timeout it returns ErrTimeout (with 137). Run does not Close.
+func (s *Sandbox) Run(ctx context.Context) (int, error) {
+	select {
+	case <-s.exited:
+	case <-ctx.Done():
+		return -1, newError("run", s.id, nil, ctx.Err())
+	}
+	if s.task != nil && s.task.IO() != nil {
+		s.task.IO().Wait()
+	}
+	code := int(s.status.ExitCode())
+	if err := s.status.Error(); err != nil {
+		return code, newError("run", s.id, nil, err)
+	}
+	if s.timedOut.Load() {
+		return code, errorf("run", s.id, ErrTimeout, "the sandbox was killed at the end of its %s timeout", s.cfg.Timeout)
+	}
+	return code, nil
+}
+
+// Exited is closed once the sandbox's init has exited.
+func (s *Sandbox) Exited() <-chan struct{} { return s.exited }
+
+// Signal sends sig to the sandbox's init.
+func (s *Sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
+	if s.task == nil {
+		return newError("signal", s.id, ErrNotRunning, nil)
+	}
+	if err := s.task.Kill(s.c.Context(ctx), sig); err != nil {
+		return newError("signal", s.id, nil, err)
+	}
+	return nil
+}
+
+// Resize sets the size of the init's terminal (Config.TTY).
+func (s *Sandbox) Resize(ctx context.Context, cols, rows uint32) error {
+	if s.task == nil {
+		return newError("resize", s.id, ErrNotRunning, nil)
+	}
+	if err := s.task.Resize(s.c.Context(ctx), cols, rows); err != nil {
+		return newError("resize", s.id, nil, err)
+	}
+	return nil
+}
+
+// CloseStdin closes the init's standard input.
+func (s *Sandbox) CloseStdin(ctx context.Context) error {
+	if s.task == nil {
+		return newError("close stdin", s.id, ErrNotRunning, nil)
+	}
+	if err := s.task.CloseIO(s.c.Context(ctx), client.WithStdinCloser); err != nil {
+		return newError("close stdin", s.id, nil, err)
+	}
+	return nil
+}
+
+// Pause freezes every process of the sandbox; Resume thaws them.
+func (s *Sandbox) Pause(ctx context.Context) error {
+	if s.task == nil {
+		return newError("pause", s.id, ErrNotRunning, nil)
+	}
+	if err := s.task.Pause(s.c.Context(ctx)); err != nil {
+		return newError("pause", s.id, nil, err)
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox.
+func (s *Sandbox) Resume(ctx context.Context) error {
+	if s.task == nil {
+		return newError("resume", s.id, ErrNotRunning, nil)
+	}
+	if err := s.task.Resume(s.c.Context(ctx)); err != nil {
+		return newError("resume", s.id, nil, err)
+	}
+	return nil
+}
+
+// Status is the sandbox's state now.
+func (s *Sandbox) Status(ctx context.Context) (Status, error) {
+	if s.task == nil {
+		return StatusStopped, nil
+	}
+	st, err := s.task.Status(s.c.Context(ctx))
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return StatusStopped, nil
+		}
+		return StatusUnknown, newError("status", s.id, nil, err)
+	}
+	return statusOf(st.Status), nil
+}
+
+func statusOf(st client.ProcessStatus) Status {
+	switch st {
+	case client.Created:
+		return StatusCreated
+	case client.Running:
+		return StatusRunning
+	case client.Paused, client.Pausing:
+		return StatusPaused
+	case client.Stopped:
+		return StatusStopped
+	}
+	return StatusUnknown
+}
+
+// Stats is a sandbox's resource use, from its host cgroup (gVisor's
+// processes and the guest's together).
+type Stats struct {
+	CPUNanos    uint64 // CPU time used so far
+	MemoryBytes uint64 // memory in use (including page cache)
+	MemoryCache uint64 // of which page cache
+	MemoryLimit uint64 // its cap (0 or huge: none)
+	Pids        uint64 // host tasks (threads) now
+}
+
+// Stats reads the sandbox's resource use now.
+func (s *Sandbox) Stats(ctx context.Context) (Stats, error) {
+	if s.task == nil {
+		return Stats{}, newError("stats", s.id, ErrNotRunning, nil)
+	}
+	m, err := s.task.Metrics(s.c.Context(ctx))
+	if err != nil {
+		return Stats{}, newError("stats", s.id, nil, err)
+	}
+	data, err := typeurl.UnmarshalAny(m.Data)
+	if err != nil {
+		return Stats{}, newError("stats", s.id, nil, err)
+	}
+	var st Stats
+	switch d := data.(type) {
+	case *v1.Metrics:
+		if d.CPU != nil && d.CPU.Usage != nil {
+			st.CPUNanos = d.CPU.Usage.Total
+		}
+		if d.Memory != nil {
+			st.MemoryCache = d.Memory.Cache
+			if d.Memory.Usage != nil {
+				st.MemoryBytes, st.MemoryLimit = d.Memory.Usage.Usage, d.Memory.Usage.Limit
+			}
+		}
+		if d.Pids != nil {
+			st.Pids = d.Pids.Current
+		}
+	case *v2.Metrics:
+		if d.CPU != nil {
+			st.CPUNanos = d.CPU.UsageUsec * 1000
+		}
+		if d.Memory != nil {
+			st.MemoryBytes, st.MemoryLimit, st.MemoryCache = d.Memory.Usage, d.Memory.UsageLimit, d.Memory.File
+		}
+		if d.Pids != nil {
+			st.Pids = d.Pids.Current
+		}
+	default:
+		return Stats{}, errorf("stats", s.id, ErrUnsupported, "metrics of type %T", data)
+	}
+	return st, nil
+}
+
+// Close kills the sandbox and releases everything it holds: its task
+// (the gVisor sandbox, its processes, mounts, cgroups), its container and
+// snapshot, volume clones, published sockets and stdio fifos. It is
+// idempotent and finishes even if ctx is cancelled.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.closeErr = s.teardown(ctx)
+		if s.onClose != nil {
+			if err := s.onClose(ctx); err != nil && s.closeErr == nil {
+				s.closeErr = err
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// teardown removes whatever exists of the sandbox.
+func (s *Sandbox) teardown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(s.c.Context(context.WithoutCancel(ctx)), 2*time.Minute)
+	defer cancel()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	var errs []error
+	if s.task != nil {
+		if err := s.killTask(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.container != nil {
+		if err := s.container.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container: %w", err))
+		}
+	}
+	if err := s.releaseOwned(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return newError("close", s.id, nil, err)
+	}
+	return nil
+}
+
+// killTask kills the init (thawing a paused sandbox first), waits for it
+// and deletes the task.
+func (s *Sandbox) killTask(ctx context.Context) error {
+	if st, err := s.task.Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
+		_ = s.task.Resume(ctx)
+	}
+	select {
+	case <-s.exited:
+	default:
+		if err := s.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).Debugf("gvx: close %s: kill", s.id)
+		}
+		if s.watched {
+			select {
+			case <-s.exited:
+			case <-time.After(30 * time.Second):
+				log.G(ctx).Warnf("gvx: close %s: the init did not exit 30 s after SIGKILL; deleting the task anyway", s.id)
+			}
+		}
+	}
+	if _, err := s.task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete task: %w", err)
+	}
+	return nil
+}
+
+// cleanup undoes a New that failed half-way.
+func (s *Sandbox) cleanup(ctx context.Context) {
+	if err := s.teardown(ctx); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx: cleaning up sandbox %s after a failed create", s.id)
+	}
+}

@@ -1,0 +1,305 @@
+package gvx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+
+	"github.com/gvxrun/gvx/api"
+	poolclient "github.com/gvxrun/gvx/pool/client"
+)
+
+// PoolConfig describes a pool: sandboxes of one template kept booted.
+type PoolConfig struct {
+	// Name identifies the pool in the client's namespace ([a-z0-9]+).
+	Name string
+	// Template is what every sandbox of the pool is; its ID and stdio are
+	// set per Acquire.
+	Template Config
+	// Size is how many booted sandboxes the pool keeps ready (1–1024).
+	Size int
+}
+
+// AcquireOptions are what differs between sandboxes of one pool.
+type AcquireOptions struct {
+	ID             string            // default random
+	Env            []string          // added to the template's
+	Labels         map[string]string // added to the template's
+	Stdout, Stderr io.Writer
+}
+
+// Pool keeps sandboxes of a template booted ahead of demand: a `gvx pool
+// serve` of its own (docs/pool.md), whose sandboxes New adopts instead of
+// booting one. A template of an image, with no terminal, volumes, docker
+// mode, published sockets or hostname, gets an image pool: a sandbox is
+// then handed out with the template's init already started as a process
+// in it (create to first exec ≈ 55–70 ms). Each sandbox serves once: Release
+// destroys it and the pool boots a fresh one.
+type Pool struct {
+	c      *Client
+	cfg    PoolConfig
+	dir    string
+	config string
+	socket string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    syncBuffer
+
+	mu     sync.Mutex
+	out    map[*Sandbox]AcquireOptions
+	closed bool
+}
+
+// NewPool starts a pool and returns once its server answers (its
+// sandboxes boot in the background: WaitReady waits for them).
+func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr error) {
+	t := pc.Template
+	if t.ID == "" {
+		t.ID = "template"
+	}
+	if err := validate(t); err != nil {
+		return nil, newError("new pool", pc.Name, ErrInvalid, fmt.Errorf("Template: %w", err))
+	}
+	if !ValidID(pc.Name) {
+		return nil, errorf("new pool", pc.Name, ErrInvalid, "Name %q: use lower-case letters and digits", pc.Name)
+	}
+	if pc.Size < 1 || pc.Size > 1024 {
+		return nil, errorf("new pool", pc.Name, ErrInvalid, "Size %d: want 1 to 1024", pc.Size)
+	}
+	bin, err := c.binDir()
+	if err != nil {
+		return nil, err
+	}
+	img, err := c.resolver().Resolve(c.Context(ctx), t.Image)
+	if err != nil {
+		return nil, newError("new pool", pc.Name, nil, err)
+	}
+	p := &Pool{c: c, cfg: pc, dir: filepath.Join(c.opts.StateDir, "pools", c.opts.Namespace, pc.Name), exited: make(chan struct{}), out: map[*Sandbox]AcquireOptions{}}
+	p.config, p.socket = filepath.Join(p.dir, "config.toml"), filepath.Join(p.dir, "pool.sock")
+	if err := os.MkdirAll(filepath.Dir(p.dir), 0o711); err != nil {
+		return nil, newError("new pool", pc.Name, nil, err)
+	}
+	if err := os.Mkdir(p.dir, 0o711); err != nil {
+		kind := error(nil)
+		if errors.Is(err, os.ErrExist) {
+			kind = ErrExists
+			err = fmt.Errorf("%w: another pool of this name runs in namespace %s (or a crashed one left %s: remove it)", err, c.opts.Namespace, p.dir)
+		}
+		return nil, newError("new pool", pc.Name, kind, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = p.stop()
+			_ = os.RemoveAll(p.dir)
+		}
+	}()
+	rc := c.cfg
+	rc.Pool.Size, rc.Pool.Socket = pc.Size, p.socket
+	rc.Docker.Enabled = t.Docker
+	rc.Resources.MemoryBytes, rc.Resources.CPUMillis = t.Resources.MemoryBytes, t.Resources.CPUMillis
+	rc.SentryFlags = append(slices.Clone(rc.SentryFlags), sandboxFlags(c.cfg, t)...)
+	if imagePoolable(t) && rc.RootfsOverlay == "memory" {
+		rc.Pool.Image, rc.Pool.Containerd, rc.Pool.Namespace, rc.Pool.Snapshotter = img.Name(), c.opts.Containerd, c.opts.Namespace, c.opts.Snapshotter
+	}
+	body, err := encodeConfig(rc)
+	if err != nil {
+		return nil, newError("new pool", pc.Name, ErrInvalid, err)
+	}
+	if err := os.WriteFile(p.config, body, 0o644); err != nil {
+		return nil, newError("new pool", pc.Name, nil, err)
+	}
+	p.cmd = exec.Command(filepath.Join(bin, api.CLIBinary), "pool", "serve", "--config", p.config)
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	// Its own process group (a terminal's Ctrl-C is the program's to
+	// handle), and SIGTERM if the program dies first: the server then
+	// destroys the sandboxes it has ready.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := p.cmd.Start(); err != nil {
+		return nil, errorf("new pool", pc.Name, ErrUnavailable, "start gvx pool serve: %w", err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	c.progressf("pool %s: %d sandboxes of %s", pc.Name, pc.Size, t.Image)
+	for {
+		if _, err := poolclient.Query(ctx, p.socket); err == nil {
+			return p, nil
+		}
+		select {
+		case <-p.exited:
+			return nil, errorf("new pool", pc.Name, ErrUnavailable, "gvx pool serve exited at start: %s", p.log.Bytes())
+		case <-ctx.Done():
+			return nil, newError("new pool", pc.Name, nil, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// imagePoolable reports whether sandboxes of t can start as a process in
+// an image pool's sandbox (pool/adopt.ProcessBlocker).
+func imagePoolable(t Config) bool {
+	return !t.TTY && len(t.Mounts) == 0 && !t.Docker && len(t.Publish) == 0 && t.Hostname == ""
+}
+
+// Acquire returns a sandbox of the pool's template: a booted one from
+// the pool, or, when none is ready, one booted now.
+func (p *Pool) Acquire(ctx context.Context, o AcquireOptions) (*Sandbox, error) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, newError("acquire from pool", p.cfg.Name, ErrClosed, nil)
+	}
+	cfg := p.cfg.Template
+	cfg.ID, cfg.Stdout, cfg.Stderr = o.ID, o.Stdout, o.Stderr
+	cfg.Env = append(slices.Clone(cfg.Env), o.Env...)
+	if len(o.Labels) > 0 {
+		l := map[string]string{}
+		for k, v := range cfg.Labels {
+			l[k] = v
+		}
+		for k, v := range o.Labels {
+			l[k] = v
+		}
+		cfg.Labels = l
+	}
+	sb, err := p.c.newSandbox(ctx, cfg, &runtimeoptions.Options{ConfigPath: p.config}, p.cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.out[sb] = o
+	p.mu.Unlock()
+	sb.onClose = func(context.Context) error {
+		p.mu.Lock()
+		delete(p.out, sb)
+		p.mu.Unlock()
+		return nil
+	}
+	return sb, nil
+}
+
+// Release closes a sandbox of the pool (sandboxes serve once).
+func (p *Pool) Release(ctx context.Context, sb *Sandbox) error { return sb.Close(ctx) }
+
+// Reset closes sb and acquires a fresh sandbox with the same id and
+// options.
+func (p *Pool) Reset(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
+	p.mu.Lock()
+	o, ok := p.out[sb]
+	p.mu.Unlock()
+	if !ok {
+		return nil, errorf("reset", sb.ID(), ErrInvalid, "not a sandbox of pool %s (or already released)", p.cfg.Name)
+	}
+	o.ID = sb.ID()
+	if err := sb.Close(ctx); err != nil {
+		return nil, err
+	}
+	return p.Acquire(ctx, o)
+}
+
+// PoolStatus is a pool's fill level.
+type PoolStatus struct {
+	Size, Ready int
+	// Booted and Claimed count since the pool started.
+	Booted, Claimed int
+	// Image is set for an image pool.
+	Image string
+}
+
+// Status asks the pool's server how full it is.
+func (p *Pool) Status(ctx context.Context) (PoolStatus, error) {
+	st, err := poolclient.Query(ctx, p.socket)
+	if err != nil {
+		return PoolStatus{}, newError("pool status", p.cfg.Name, ErrUnavailable, err)
+	}
+	return PoolStatus{Size: st.Size, Ready: st.Ready, Booted: st.Booted, Claimed: st.Claimed, Image: st.Image}, nil
+}
+
+// WaitReady waits until n sandboxes are ready.
+func (p *Pool) WaitReady(ctx context.Context, n int) error {
+	for {
+		st, err := p.Status(ctx)
+		if err == nil && st.Ready >= n {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return errorf("pool", p.cfg.Name, ErrUnavailable, "gvx pool serve exited: %s", p.log.Bytes())
+		case <-ctx.Done():
+			return newError("pool", p.cfg.Name, nil, fmt.Errorf("%d of %d ready: %w", st.Ready, n, ctx.Err()))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the pool's server (which destroys the sandboxes it has
+// ready) and removes its files; sandboxes acquired from it run on, each
+// its own, until closed. Acquire fails after Stop.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	var errs []error
+	if err := p.stop(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return newError("stop pool", p.cfg.Name, nil, err)
+	}
+	return nil
+}
+
+// Close closes the sandboxes acquired from the pool and still open, and
+// stops the pool (Stop).
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	var open []*Sandbox
+	for sb := range p.out {
+		open = append(open, sb)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, sb := range open {
+		if err := sb.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := p.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// stop ends the pool server: SIGTERM, SIGKILL after a minute.
+func (p *Pool) stop() error {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("gvx pool serve did not stop within a minute of SIGTERM: %s", p.log.Bytes())
+	}
+}
