@@ -101,6 +101,10 @@ func (s *Service) putTemplate(w http.ResponseWriter, r *http.Request, _ string) 
 		writeError(w, httpErrorf(http.StatusBadRequest, "%v", err))
 		return
 	}
+	if err := s.templateIdle(t.Name); err != nil {
+		writeError(w, err)
+		return
+	}
 	if p, ok := s.cfg.Backend.(backend.Preparer); ok {
 		if err := p.Prepare(r.Context(), t); err != nil {
 			writeError(w, httpErrorf(http.StatusBadRequest, "template %s: %v", t.Name, err))
@@ -120,6 +124,10 @@ func (s *Service) putTemplate(w http.ResponseWriter, r *http.Request, _ string) 
 
 func (s *Service) deleteTemplate(w http.ResponseWriter, r *http.Request, _ string) {
 	name := r.PathValue("name")
+	if err := s.templateIdle(name); err != nil {
+		writeError(w, err)
+		return
+	}
 	ok, err := s.cfg.Templates.Delete(name)
 	switch {
 	case !ok:
@@ -192,5 +200,22 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
 	s.mu.Unlock()
 	s.save()
+	return nil
+}
+
+// templateIdle is a 409 while sandboxes of template name are alive (its
+// pool, replaced or removed with it, holds them).
+func (s *Service) templateIdle(name string) error {
+	s.mu.Lock()
+	n := 0
+	for _, e := range s.boxes {
+		if e.rec.Template == name {
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		return httpErrorf(http.StatusConflict, "template %s has %d sandboxes: kill them before changing or removing it", name, n)
+	}
 	return nil
 }

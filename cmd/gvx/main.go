@@ -24,6 +24,7 @@ func main() {
 			snapshotterCommand(),
 			poolCommand(),
 			containerdCommand(),
+			serveCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

@@ -3,7 +3,8 @@
 // E2B_TEMPLATE, default "base"). Run by integration/serve_test.go; every
 // step asserts on its result and prints one line; any failure exits 1.
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, NotFoundError } from 'e2b'
+// E2B_MODULE: where the e2b package is (the test's npm cache); default 'e2b'.
+const { Sandbox, CommandExitError, NotFoundError } = await import(process.env.E2B_MODULE || 'e2b')
 
 const template = process.env.E2B_TEMPLATE || 'base'
 const steps = []

@@ -1,0 +1,442 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// served is a running `gvx serve` on the harness's containerd.
+type served struct {
+	t      *testing.T
+	dir    string // its state directory
+	url    string
+	key    string
+	other  string // a second key
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer
+}
+
+// startGvxServe runs gvx serve with the test templates: base (the e2b base
+// image) and swebench (the example's image, one sandbox pooled).
+func startGvxServe(t *testing.T, dir string) *served {
+	t.Helper()
+	s := &served{t: t, dir: dir}
+	if _, err := os.Stat(filepath.Join(dir, "keys")); os.IsNotExist(err) {
+		s.key, s.other = newKey(), newKey()
+		if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(s.key+" a\n"+s.other+" b\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\n\n[[template]]\nname = \"swebench\"\nimage = %q\n",
+			filepath.Join(e.images, "e2b-base.tar"), filepath.Join(e.images, "swebench.tar"))
+		if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		b, _ := os.ReadFile(filepath.Join(dir, "keys"))
+		f := strings.Fields(string(b))
+		s.key, s.other = f[0], f[2]
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = l.Addr().String()
+	l.Close()
+	s.url = "http://" + s.addr
+	s.stderr = &bytes.Buffer{}
+	s.cmd = exec.Command(filepath.Join(e.gvxBin, "gvx"), "serve", "--listen", "tcp://"+s.addr,
+		"--state-dir", filepath.Join(dir, "state"), "--keys", filepath.Join(dir, "keys"),
+		"--templates", filepath.Join(dir, "templates.toml"), "--containerd", e.Socket())
+	s.cmd.Env = append(os.Environ(), "PATH="+e.path())
+	s.cmd.Stdout, s.cmd.Stderr = s.stderr, s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(s.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) || s.cmd.ProcessState != nil {
+			s.stop(syscall.SIGKILL)
+			t.Fatalf("gvx serve did not answer: %v\n%s", err, s.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s
+}
+
+func newKey() string {
+	b := make([]byte, 20)
+	f, _ := os.Open("/dev/urandom")
+	_, _ = io.ReadFull(f, b)
+	f.Close()
+	return fmt.Sprintf("e2b_%x", b)
+}
+
+// stop ends gvx serve with sig (SIGTERM: a clean stop; SIGKILL: a crash).
+func (s *served) stop(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+	if testing.Verbose() {
+		s.t.Logf("gvx serve's log:\n%s", s.stderr)
+	}
+}
+
+// call sends a control-plane request and decodes the answer into out.
+func (s *served) call(method, path, key, body string, out any) int {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("X-API-KEY", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			s.t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+type e2bSandbox struct {
+	SandboxID       string `json:"sandboxID"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+	State           string `json:"state"`
+}
+
+type e2bError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (s *served) create(key, body string) e2bSandbox {
+	s.t.Helper()
+	var sb e2bSandbox
+	if c := s.call("POST", "/v2/sandboxes", key, body, &sb); c != 201 {
+		s.t.Fatalf("create %s: %d\n%s", body, c, s.stderr)
+	}
+	return sb
+}
+
+// run runs cmd in sandbox sb through envd's process.Process/Start, as the
+// SDKs do, and returns its exit code and stdout.
+func (s *served) run(sb e2bSandbox, cmd string) (int, string, error) {
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", cmd}}, "stdin": false})
+	var body bytes.Buffer
+	body.WriteByte(0)
+	_ = binary.Write(&body, binary.BigEndian, uint32(len(msg)))
+	body.Write(msg)
+	req, _ := http.NewRequest("POST", s.url+"/process.Process/Start", &body)
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	req.Header.Set("Connect-Timeout-Ms", "60000")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1, "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return -1, "", fmt.Errorf("start: %d %s", resp.StatusCode, b)
+	}
+	var out strings.Builder
+	code := -1
+	for {
+		var h [5]byte
+		if _, err := io.ReadFull(resp.Body, h[:]); err != nil {
+			return -1, out.String(), fmt.Errorf("stream: %w", err)
+		}
+		m := make([]byte, binary.BigEndian.Uint32(h[1:]))
+		if _, err := io.ReadFull(resp.Body, m); err != nil {
+			return -1, out.String(), err
+		}
+		if h[0] == 2 {
+			if string(m) != "{}" {
+				return -1, out.String(), fmt.Errorf("end-stream: %s", m)
+			}
+			return code, out.String(), nil
+		}
+		var ev struct {
+			Event struct {
+				Data *struct{ Stdout string }
+				End  *struct{ ExitCode int }
+			}
+		}
+		_ = json.Unmarshal(m, &ev)
+		if d := ev.Event.Data; d != nil && d.Stdout != "" {
+			b, _ := base64.StdEncoding.DecodeString(d.Stdout)
+			out.Write(b)
+		}
+		if ev.Event.End != nil {
+			code = ev.Event.End.ExitCode
+		}
+	}
+}
+
+// npmModules installs the pinned e2b SDK (integration/e2b's lockfile)
+// once into ~/.cache/gvx/npm/<hash of the lockfile> and returns its
+// node_modules.
+func npmModules(t *testing.T) string {
+	t.Helper()
+	lock, err := os.ReadFile("e2b/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, _ := os.UserHomeDir()
+	dir := filepath.Join(home, ".cache", "gvx", "npm", fmt.Sprintf("e2b-%x", sha256.Sum256(lock))[:20])
+	mods := filepath.Join(dir, "node_modules")
+	if _, err := os.Stat(filepath.Join(mods, "e2b", "package.json")); err == nil {
+		return mods
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Fatal("npm is missing: install Node.js 20 (Debian: apt-get install nodejs npm)")
+	}
+	tmp := dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"package.json", "package-lock.json"} {
+		b, _ := os.ReadFile(filepath.Join("e2b", f))
+		if err := os.WriteFile(filepath.Join(tmp, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("installing the e2b SDK from the npm registry into %s (once per lockfile)", dir)
+	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		t.Fatal(err)
+	}
+	return mods
+}
+
+// node runs script (a file of this repository) with the cached SDK and
+// the e2b environment pointing at s.
+func (s *served) node(t *testing.T, script string, env ...string) (string, error) {
+	t.Helper()
+	mods := npmModules(t)
+	abs, _ := filepath.Abs(script)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", abs)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url, "E2B_SANDBOX_URL="+s.url, "E2B_API_KEY="+s.key,
+		"E2B_MODULE="+filepath.Join(mods, "e2b", "dist", "index.mjs"))
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestServeE2BSDK drives gvx serve with the official e2b JS SDK.
+func TestServeE2BSDK(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	s := startGvxServe(t, t.TempDir())
+	defer s.stop(syscall.SIGTERM)
+	out, err := s.node(t, "e2b/sdk.mjs")
+	t.Logf("e2b SDK:\n%s", out)
+	if err != nil {
+		t.Fatalf("the e2b SDK's steps failed: %v\ngvx serve's log:\n%s", err, s.stderr)
+	}
+	if !strings.Contains(out, "13 passed, 0 failed") {
+		t.Fatalf("not every step ran:\n%s", out)
+	}
+	var list []e2bSandbox
+	if c := s.call("GET", "/v2/sandboxes", s.key, "", &list); c != 200 || len(list) != 0 {
+		t.Fatalf("sandboxes left: %d %v", c, list)
+	}
+}
+
+// TestServeService: expiry, key isolation, bad input, concurrency.
+func TestServeService(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	s := startGvxServe(t, t.TempDir())
+	defer s.stop(syscall.SIGTERM)
+
+	// TTL: a sandbox with a 2 s timeout is gone a little after.
+	short := s.create(s.key, `{"templateID":"base","timeout":2}`)
+	t0 := time.Now()
+	for s.call("GET", "/sandboxes/"+short.SandboxID, s.key, "", nil) == 200 {
+		if time.Since(t0) > 15*time.Second {
+			t.Fatal("sandbox still there 15 s after its 2 s timeout")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("a 2 s sandbox was removed %v after create returned", time.Since(t0).Round(10*time.Millisecond))
+
+	sb := s.create(s.key, `{"templateID":"base","metadata":{"who":"a"}}`)
+	// Key isolation: the other key sees nothing of it.
+	var e2 e2bError
+	if c := s.call("GET", "/sandboxes/"+sb.SandboxID, s.other, "", &e2); c != 404 || e2.Code != 404 {
+		t.Fatalf("foreign get: %d %+v", c, e2)
+	}
+	if c := s.call("DELETE", "/sandboxes/"+sb.SandboxID, s.other, "", &e2); c != 404 {
+		t.Fatalf("foreign kill: %d", c)
+	}
+	var list []e2bSandbox
+	if s.call("GET", "/v2/sandboxes", s.other, "", &list); len(list) != 0 {
+		t.Fatalf("foreign list: %v", list)
+	}
+	// Bad input: each a 4xx naming the problem; the service keeps serving.
+	for _, c := range []struct {
+		method, path, key, body string
+		status                  int
+		says                    string
+	}{
+		{"POST", "/v2/sandboxes", s.key, `{"templateID":"nosuch"}`, 404, "template 'nosuch' not found"},
+		{"POST", "/v2/sandboxes", s.key, `{"templateID":"base"`, 400, "malformed JSON"},
+		{"POST", "/v2/sandboxes", s.key, `{"templateID":"base","metadata":{"x":"` + strings.Repeat("y", 2<<20) + `"}}`, 413, "request body over"},
+		{"GET", "/v2/sandboxes", "e2b_0123456789abcdef0123", "", 401, "API key"},
+		{"GET", "/v2/sandboxes", "", "", 401, "API key"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/pause", s.other, "", 404, "not found"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/timeout", s.key, `{"timeout":"soon"}`, 400, "malformed JSON"},
+		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/checkpoints", s.key, "", 501, "checkpoint/restore"},
+	} {
+		e2 = e2bError{}
+		if got := s.call(c.method, c.path, c.key, c.body, &e2); got != c.status || e2.Code != c.status || !strings.Contains(e2.Message, c.says) {
+			t.Errorf("%s %s: %d %+v, want %d saying %q", c.method, c.path, got, e2, c.status, c.says)
+		}
+	}
+	if code, out, err := s.run(sb, "echo still; whoami"); err != nil || code != 0 || out != "still\nuser\n" {
+		t.Fatalf("after bad input: %d %q %v", code, out, err)
+	}
+	s.call("DELETE", "/sandboxes/"+sb.SandboxID, s.key, "", nil)
+
+	// 64 concurrent commands over 16 sandboxes.
+	var boxes []e2bSandbox
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	t0 = time.Now()
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := s.create(s.key, `{"templateID":"base"}`)
+			mu.Lock()
+			boxes = append(boxes, b)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.Logf("16 sandboxes created concurrently in %v", time.Since(t0).Round(time.Millisecond))
+	errs := make(chan error, 64)
+	t0 = time.Now()
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			b := boxes[i%16]
+			code, out, err := s.run(b, fmt.Sprintf("echo cmd-%d; exit %d", i, i%3))
+			if err == nil && (code != i%3 || out != fmt.Sprintf("cmd-%d\n", i)) {
+				err = fmt.Errorf("command %d in %s: exit %d, stdout %q", i, b.SandboxID, code, out)
+			}
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("64 concurrent commands over 16 sandboxes in %v", time.Since(t0).Round(time.Millisecond))
+	for _, b := range boxes {
+		if c := s.call("DELETE", "/sandboxes/"+b.SandboxID, s.key, "", nil); c != 204 {
+			t.Errorf("kill %s: %d", b.SandboxID, c)
+		}
+	}
+}
+
+// TestServeRestart: sandboxes outlive a crash of the service and are
+// re-adopted; one the table lost is removed.
+func TestServeRestart(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	s := startGvxServe(t, dir)
+	a := s.create(s.key, `{"templateID":"base"}`)
+	b := s.create(s.key, `{"templateID":"base","timeout":3}`)
+	if code, _, err := s.run(a, "echo kept > ~/state.txt"); err != nil || code != 0 {
+		t.Fatalf("write: %d %v", code, err)
+	}
+	s.stop(syscall.SIGKILL) // a crash: nothing cleaned up
+	time.Sleep(4 * time.Second)
+	s = startGvxServe(t, dir)
+	defer s.stop(syscall.SIGTERM)
+	var d e2bSandbox
+	if c := s.call("GET", "/sandboxes/"+a.SandboxID, s.key, "", &d); c != 200 || d.State != "running" {
+		t.Fatalf("re-adopted sandbox: %d %+v\n%s", c, d, s.stderr)
+	}
+	if code, out, err := s.run(a, "cat ~/state.txt"); err != nil || code != 0 || out != "kept\n" {
+		t.Fatalf("re-adopted sandbox's file: %d %q %v", code, out, err)
+	}
+	// b's end time passed while the service was down: it is removed.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.call("GET", "/sandboxes/"+b.SandboxID, s.key, "", nil) == 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("a sandbox whose end time passed during the restart is still there")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if c := s.call("DELETE", "/sandboxes/"+a.SandboxID, s.key, "", nil); c != 204 {
+		t.Fatalf("kill: %d", c)
+	}
+}
+
+// TestServeSwebench runs the example episode with the JS SDK and with
+// the Python client.
+func TestServeSwebench(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	s := startGvxServe(t, t.TempDir())
+	defer s.stop(syscall.SIGTERM)
+	out, err := s.node(t, "../examples/swebench/episode.mjs")
+	t.Logf("episode.mjs:\n%s", out)
+	if err != nil || !strings.Contains(out, "solved by 2-middle-two.diff") {
+		t.Fatalf("episode.mjs: %v\n%s", err, s.stderr)
+	}
+	py := exec.Command("python3", "../examples/swebench/episode.py")
+	py.Env = append(os.Environ(), "E2B_API_URL="+s.url, "E2B_API_KEY="+s.key, "PYTHONPATH=../clients/python")
+	pout, err := py.CombinedOutput()
+	t.Logf("episode.py:\n%s", pout)
+	if err != nil || !strings.Contains(string(pout), "solved by 2-middle-two.diff") {
+		t.Fatalf("episode.py: %v", err)
+	}
+}

@@ -1,0 +1,294 @@
+// Package gvxbackend runs gvx serve's sandboxes on gvx's Go SDK.
+//
+// Each E2B sandbox is one gvx.Sandbox in the service's containerd
+// namespace ("gvx-serve"), labelled with its template, so that a later
+// service can find (Attach) or remove it by id; commands are the SDK's
+// streaming execs.
+package gvxbackend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/serve/backend"
+)
+
+// Namespace is the containerd namespace of gvx serve's sandboxes.
+const Namespace = "gvx-serve"
+
+// LabelTemplate is the label naming a sandbox's template.
+const LabelTemplate = "gvx-serve.template"
+
+// Options configure the backend.
+type Options struct {
+	// Containerd, RuntimeConfig, StateDir and Progress are the SDK's
+	// (gvx.Options); an empty Containerd runs the SDK's embedded one.
+	Containerd, RuntimeConfig, StateDir string
+	Progress                            io.Writer
+}
+
+// Backend makes sandboxes through a gvx.Client, from a template's pool
+// when it has one.
+type Backend struct {
+	c *gvx.Client
+
+	mu    sync.Mutex
+	pools map[string]*gvx.Pool // template name → its pool
+}
+
+// New connects to containerd (the embedded one by default).
+func New(ctx context.Context, o Options) (*Backend, error) {
+	c, err := gvx.Connect(ctx, gvx.Options{Containerd: o.Containerd, Namespace: Namespace,
+		RuntimeConfig: o.RuntimeConfig, StateDir: o.StateDir, Progress: o.Progress})
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{c: c, pools: map[string]*gvx.Pool{}}, nil
+}
+
+// Client is the SDK client the backend uses.
+func (b *Backend) Client() *gvx.Client { return b.c }
+
+// config is the sandbox Config of template t.
+func config(id string, t backend.Template, env []string) gvx.Config {
+	cmd := t.Cmd
+	if len(cmd) == 0 {
+		cmd = []string{"sleep", "infinity"}
+	}
+	cfg := gvx.Config{
+		ID: id, Image: t.Image, Entrypoint: cmd, Env: append(append([]string(nil), t.Env...), env...),
+		Resources: gvx.Resources{MemoryBytes: t.MemoryMB << 20, CPUMillis: t.CPUMillis, DiskBytes: t.DiskMB << 20},
+		Docker:    t.Docker,
+		Labels:    map[string]string{LabelTemplate: t.Name},
+	}
+	if t.Golden != "" {
+		cfg.Mounts = []gvx.Mount{{Type: gvx.MountVolume, Source: t.Golden, Target: "/var/lib/docker", Clone: true}}
+	}
+	return cfg
+}
+
+// Create starts sandbox id from t: from t's pool if it has one (a booted
+// sandbox, or one booted now when none is ready), else booted now.
+func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env []string) (backend.Sandbox, error) {
+	b.mu.Lock()
+	p := b.pools[t.Name]
+	b.mu.Unlock()
+	var sb *gvx.Sandbox
+	var err error
+	if p != nil {
+		sb, err = p.Acquire(ctx, gvx.AcquireOptions{ID: id, Env: env})
+	} else {
+		sb, err = b.c.New(ctx, config(id, t, env))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &sandbox{sb: sb}, nil
+}
+
+// Attach finds sandbox id of an earlier service.
+func (b *Backend) Attach(ctx context.Context, id string, _ backend.Template) (backend.Sandbox, error) {
+	sb, err := b.c.Attach(ctx, id)
+	if errors.Is(err, gvx.ErrNotFound) {
+		return nil, backend.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st, err := sb.Status(ctx); err != nil || (st != gvx.StatusRunning && st != gvx.StatusPaused) {
+		_ = sb.Close(ctx)
+		return nil, fmt.Errorf("sandbox %s is %s: %w", id, st, backend.ErrNotFound)
+	}
+	return &sandbox{sb: sb}, nil
+}
+
+// Destroy removes what is left of sandbox id.
+func (b *Backend) Destroy(ctx context.Context, id string) error {
+	sb, err := b.c.Attach(ctx, id)
+	if errors.Is(err, gvx.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return sb.Close(ctx)
+}
+
+// List returns the ids of the service's sandboxes.
+func (b *Backend) List(ctx context.Context) ([]string, error) {
+	infos, err := b.c.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, in := range infos {
+		if _, ok := in.Labels[LabelTemplate]; ok {
+			ids = append(ids, in.ID)
+		}
+	}
+	return ids, nil
+}
+
+// Prepare starts t's pool when t asks for one (PoolSize > 0), replacing
+// the pool of an earlier template of that name. A pool that cannot start
+// is logged and the template served without one (sandboxes boot at
+// create).
+func (b *Backend) Prepare(ctx context.Context, t backend.Template) error {
+	b.Forget(ctx, t.Name)
+	if t.PoolSize == 0 {
+		return nil
+	}
+	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, nil), Size: t.PoolSize})
+	if err != nil {
+		if errors.Is(err, gvx.ErrInvalid) {
+			return err
+		}
+		log.G(ctx).WithError(err).Warnf("gvx serve: template %s has no pool; its sandboxes boot at create", t.Name)
+		return nil
+	}
+	b.mu.Lock()
+	b.pools[t.Name] = p
+	b.mu.Unlock()
+	return nil
+}
+
+// poolName is a pool name ([a-z0-9]+) for template name.
+func poolName(name string) string {
+	var out []byte
+	for _, c := range []byte(name) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			out = append(out, c)
+		}
+	}
+	h := sha256.Sum256([]byte(name))
+	return "serve" + string(out) + hex.EncodeToString(h[:3])
+}
+
+// WaitReady waits until template name's pool has n sandboxes ready (nil
+// at once for a template without a pool).
+func (b *Backend) WaitReady(ctx context.Context, name string, n int) error {
+	b.mu.Lock()
+	p := b.pools[name]
+	b.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.WaitReady(ctx, n)
+}
+
+// Forget closes template name's pool, if it has one: its ready
+// sandboxes and those acquired from it (gvx.Pool.Close closes both; the
+// service forgets a template only when none of its sandboxes is left).
+func (b *Backend) Forget(ctx context.Context, name string) {
+	b.mu.Lock()
+	p := b.pools[name]
+	delete(b.pools, name)
+	b.mu.Unlock()
+	if p != nil {
+		if err := p.Close(ctx); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx serve: close the pool of template %s", name)
+		}
+	}
+}
+
+// Close closes the SDK client. The sandboxes stay for the next service,
+// and so do the pools' servers until this process exits (they stop with
+// it, destroying their ready sandboxes): gvx.Pool.Close would also close
+// the sandboxes acquired from them.
+func (b *Backend) Close() error {
+	return b.c.Close(context.Background())
+}
+
+// ClosePools closes every pool and the sandboxes acquired from them
+// (gvx serve --kill-on-exit).
+func (b *Backend) ClosePools(ctx context.Context) {
+	b.mu.Lock()
+	var names []string
+	for n := range b.pools {
+		names = append(names, n)
+	}
+	b.mu.Unlock()
+	for _, n := range names {
+		b.Forget(ctx, n)
+	}
+}
+
+type sandbox struct {
+	sb *gvx.Sandbox
+
+	mu      sync.Mutex
+	lastCPU uint64
+	lastAt  time.Time
+}
+
+func (s *sandbox) Exec(ctx context.Context, c backend.Cmd) (backend.Process, error) {
+	p, err := s.sb.Start(ctx, c.Args, gvx.ExecOptions{
+		Env: c.Env, Dir: c.Dir, User: c.User, Stdin: c.Stdin,
+		Stdout: orDiscard(c.Stdout), Stderr: orDiscard(c.Stderr),
+		TTY: c.Tty, Cols: c.Cols, Rows: c.Rows, Timeout: c.Timeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &process{p: p}, nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func (s *sandbox) Pause(ctx context.Context) error  { return s.sb.Pause(ctx) }
+func (s *sandbox) Resume(ctx context.Context) error { return s.sb.Resume(ctx) }
+func (s *sandbox) Close(ctx context.Context) error  { return s.sb.Close(ctx) }
+
+// Stats is the sandbox's use now; the CPU share is over the time since
+// the last call.
+func (s *sandbox) Stats(ctx context.Context) (backend.Stats, error) {
+	st, err := s.sb.Stats(ctx)
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := backend.Stats{CPUCount: 1, MemUsed: int64(st.MemoryBytes), MemCache: int64(st.MemoryCache), MemTotal: int64(st.MemoryLimit)}
+	now := time.Now()
+	if !s.lastAt.IsZero() && st.CPUNanos >= s.lastCPU {
+		out.CPUUsedPct = 100 * float64(st.CPUNanos-s.lastCPU) / float64(now.Sub(s.lastAt).Nanoseconds())
+	}
+	s.lastCPU, s.lastAt = st.CPUNanos, now
+	return out, nil
+}
+
+type process struct{ p *gvx.Process }
+
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error { return p.p.Signal(ctx, sig) }
+
+func (p *process) Resize(ctx context.Context, cols, rows uint32) error {
+	return p.p.Resize(ctx, cols, rows)
+}
+
+// Wait returns the exit code; a kill by timeout or by Kill is a code
+// (137), not an error.
+func (p *process) Wait(ctx context.Context) (int, error) {
+	r, err := p.p.Wait(ctx)
+	if err != nil && (errors.Is(err, gvx.ErrTimeout) || errors.Is(err, gvx.ErrNotRunning)) && r.ExitCode >= 0 {
+		return r.ExitCode, nil
+	}
+	if err != nil && ctx.Err() == nil && r.ExitCode > 0 {
+		return r.ExitCode, nil
+	}
+	return r.ExitCode, err
+}
