@@ -65,7 +65,7 @@ $(RUNSC_BIN)/runsc:
 	@echo "tools: building runsc $(GVISOR_VERSION) (the peer for benchmarks)"
 	cd sentry && $(GO) build -o $@.tmp gvisor.dev/gvisor/runsc && mv $@.tmp $@
 
-images: $(IMAGES)/busybox.tar $(IMAGES)/pause.tar $(IMAGES)/dind.tar
+images: $(IMAGES)/busybox.tar $(IMAGES)/pause.tar $(IMAGES)/dind.tar $(IMAGES)/e2b-base.tar $(IMAGES)/swebench.tar
 
 $(IMAGES)/busybox.tar: hack/mkimage-busybox.sh hack/oci-archive.sh
 	hack/mkimage-busybox.sh $@
@@ -87,12 +87,32 @@ $(IMAGES)/dind.tar: $(DIND_CACHED)
 	@mkdir -p $(IMAGES)
 	ln -f $< $@ 2>/dev/null || cp $< $@
 
+# gvx serve's template images (E2B's base: bash, coreutils, user 1000), and
+# the swebench example's (python3, patch, its repository), cached by recipe.
+E2B_HASH := $(shell cat hack/mkimage-e2b.sh hack/oci-archive.sh | sha256sum | cut -c1-16)
+SWE_HASH := $(shell cat hack/mkimage-e2b.sh hack/oci-archive.sh $$(find examples/swebench/image -type f | sort) | sha256sum | cut -c1-16)
+
+$(CACHE)/images/e2b-base-$(E2B_HASH).tar:
+	hack/mkimage-e2b.sh $@ gvx.test/e2b-base:latest
+
+$(CACHE)/images/swebench-$(SWE_HASH).tar:
+	hack/mkimage-e2b.sh $@ gvx.test/swebench:latest "python3 patch" examples/swebench/image
+
+$(IMAGES)/e2b-base.tar: $(CACHE)/images/e2b-base-$(E2B_HASH).tar
+	@mkdir -p $(IMAGES)
+	ln -f $< $@ 2>/dev/null || cp $< $@
+
+$(IMAGES)/swebench.tar: $(CACHE)/images/swebench-$(SWE_HASH).tar
+	@mkdir -p $(IMAGES)
+	ln -f $< $@ 2>/dev/null || cp $< $@
+
 demo: deps build tools images
 	CONTAINERD_BIN=$(CONTAINERD_BIN) GVX_BIN=$(BIN) IMAGES=$(IMAGES) hack/demo.sh
 
 unit:
 	cd api && $(GO) test ./...
 	$(GO) test ./...
+	cd clients/python && python3 -m unittest discover -s tests
 	cd sentry && $(GO) test ./launcher/... ./hook/... ./volmount/... ./subcontainer/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./exectask/... ./monitor/... ./hostcreds/... ./cmd/gvx-runtime/... ./cmd/gvx-sentry/... ./checkpoint/...
 
 integration: deps build tools images
