@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // served is a running `gvx serve` on the harness's containerd.
@@ -204,47 +205,20 @@ func (s *served) run(sb e2bSandbox, cmd string) (int, string, error) {
 	}
 }
 
-// npmModules installs the pinned e2b SDK (integration/e2b's lockfile)
-// once into ~/.cache/gvx/npm/<hash of the lockfile> and returns its
-// node_modules.
+// npmModules is the pinned e2b SDK (integration/e2b's lockfile),
+// installed once into ~/.cache/gvx/npm.
 func npmModules(t *testing.T) string {
 	t.Helper()
-	lock, err := os.ReadFile("e2b/package-lock.json")
+	mods, err := harness.NPMModules("e2b", "e2b", testWriter{t})
 	if err != nil {
-		t.Fatal(err)
-	}
-	home, _ := os.UserHomeDir()
-	dir := filepath.Join(home, ".cache", "gvx", "npm", fmt.Sprintf("e2b-%x", sha256.Sum256(lock))[:20])
-	mods := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(mods, "e2b", "package.json")); err == nil {
-		return mods
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Fatal("npm is missing: install Node.js 20 (Debian: apt-get install nodejs npm)")
-	}
-	tmp := dir + ".tmp"
-	_ = os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"package.json", "package-lock.json"} {
-		b, _ := os.ReadFile(filepath.Join("e2b", f))
-		if err := os.WriteFile(filepath.Join(tmp, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("installing the e2b SDK from the npm registry into %s (once per lockfile)", dir)
-	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
-	_ = os.RemoveAll(dir)
-	if err := os.Rename(tmp, dir); err != nil {
 		t.Fatal(err)
 	}
 	return mods
 }
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
 
 // node runs script (a file of this repository) with the cached SDK and
 // the e2b environment pointing at s.

@@ -88,7 +88,16 @@ func (s *Service) getTemplate(w http.ResponseWriter, r *http.Request, _ string) 
 		writeError(w, httpErrorf(http.StatusNotFound, "template '%s' not found", r.PathValue("name")))
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	out := struct {
+		backend.Template
+		Pool *backend.PoolStatus `json:"pool,omitempty"`
+	}{Template: t}
+	if pr, ok := s.cfg.Backend.(backend.PoolReporter); ok {
+		if st, has, err := pr.PoolStatus(r.Context(), t.Name); err == nil && has {
+			out.Pool = &st
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Service) putTemplate(w http.ResponseWriter, r *http.Request, _ string) {

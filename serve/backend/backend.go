@@ -122,3 +122,16 @@ type Preparer interface {
 	// Forget releases what Prepare holds for template name.
 	Forget(ctx context.Context, name string)
 }
+
+// PoolStatus is a template's pool's fill level.
+type PoolStatus struct {
+	Size  int `json:"size"`
+	Ready int `json:"ready"`
+}
+
+// PoolReporter is a Backend that can say how full a template's pool is.
+type PoolReporter interface {
+	// PoolStatus is template name's pool's fill level; ok is false if it
+	// has no pool.
+	PoolStatus(ctx context.Context, name string) (st PoolStatus, ok bool, err error)
+}

@@ -174,16 +174,16 @@ func poolName(name string) string {
 	return "serve" + string(out) + hex.EncodeToString(h[:3])
 }
 
-// WaitReady waits until template name's pool has n sandboxes ready (nil
-// at once for a template without a pool).
-func (b *Backend) WaitReady(ctx context.Context, name string, n int) error {
+// PoolStatus is template name's pool's fill level.
+func (b *Backend) PoolStatus(ctx context.Context, name string) (backend.PoolStatus, bool, error) {
 	b.mu.Lock()
 	p := b.pools[name]
 	b.mu.Unlock()
 	if p == nil {
-		return nil
+		return backend.PoolStatus{}, false, nil
 	}
-	return p.WaitReady(ctx, n)
+	st, err := p.Status(ctx)
+	return backend.PoolStatus{Size: st.Size, Ready: st.Ready}, true, err
 }
 
 // Forget closes template name's pool, if it has one: its ready
