@@ -218,7 +218,10 @@ func npmModules(t *testing.T) string {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 // node runs script (a file of this repository) with the cached SDK and
 // the e2b environment pointing at s.

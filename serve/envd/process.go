@@ -185,14 +185,16 @@ func (s *Server) reap(p *proc) {
 	case code != 0:
 		end.Error = end.Status
 	}
-	p.mu.Lock()
-	p.end = end
-	p.mu.Unlock()
-	p.publish(&ProcessEvent{End: end})
+	// The process leaves the table before its end is sent: a client
+	// that got the end and signals it again must get not_found.
 	s.mu.Lock()
 	delete(s.procs, p.pid)
 	s.mu.Unlock()
+	p.mu.Lock()
+	p.end = end
+	p.mu.Unlock()
 	close(p.done)
+	p.publish(&ProcessEvent{End: end})
 }
 
 // relay sends q's events on st until the end event or the client goes,
@@ -306,6 +308,11 @@ func (s *Server) sendSignal(ctx context.Context, _ *http.Request, req *SendSigna
 	p, err := s.find(req.Process)
 	if err != nil {
 		return nil, err
+	}
+	select {
+	case <-p.done:
+		return nil, connect.Errorf(connect.NotFound, "process with %s has ended", req.Process)
+	default:
 	}
 	sig := syscall.Signal(req.Signal)
 	if sig <= 0 || sig > 64 {
