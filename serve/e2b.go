@@ -309,6 +309,6 @@ func (s *Service) metricsHandler(w http.ResponseWriter, r *http.Request, key str
 // needsCR answers the routes that need gvx's checkpoint/restore.
 func needsCR(what string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, httpErrorf(http.StatusNotImplemented, "%s needs gvx's checkpoint/restore of sandboxes, which this build of gvx does not have yet (see docs/serve.md)", what))
+		writeError(w, httpErrorf(http.StatusNotImplemented, "%s needs checkpoint/restore of sandboxes in gvx's Go SDK (gvx.Sandbox), which it does not have yet: package rollout does C/R on containerd tasks, the SDK does not expose it (see docs/serve.md)", what))
 	}
 }

@@ -78,7 +78,8 @@ type entry struct {
 	tmpl backend.Template
 	sb   backend.Sandbox
 	envd *envd.Server
-	gone bool // killed; guarded by Service.mu
+	gone     bool // killed; guarded by Service.mu
+	expiring bool // the reaper is at it; guarded by Service.mu
 }
 
 // Service is a running gvx serve.
@@ -92,6 +93,7 @@ type Service struct {
 	saveMu sync.Mutex
 	stop   chan struct{}
 	done   chan struct{}
+	expiry sync.WaitGroup // expire calls under way
 }
 
 // New starts a service: it loads the sandbox table, re-adopts the
@@ -199,6 +201,7 @@ func defaults(t backend.Template, r record) envd.Defaults {
 func (s *Service) Close(ctx context.Context, kill bool) {
 	close(s.stop)
 	<-s.done
+	s.expiry.Wait()
 	s.mu.Lock()
 	var es []*entry
 	for _, e := range s.boxes {
@@ -229,18 +232,28 @@ func (s *Service) reaper() {
 		var due []*entry
 		s.mu.Lock()
 		for _, e := range s.boxes {
-			if !e.gone && !e.rec.EndAt.After(now) {
+			if !e.gone && !e.expiring && !e.rec.EndAt.After(now) {
+				e.expiring = true
 				due = append(due, e)
 			}
 		}
 		s.mu.Unlock()
 		for _, e := range due {
-			go s.expire(e)
+			s.expiry.Add(1)
+			go func() {
+				defer s.expiry.Done()
+				s.expire(e)
+			}()
 		}
 	}
 }
 
 func (s *Service) expire(e *entry) {
+	defer func() {
+		s.mu.Lock()
+		e.expiring = false
+		s.mu.Unlock()
+	}()
 	ctx := context.Background()
 	s.mu.Lock()
 	pause := e.rec.OnTimeout == "pause" && e.rec.State == Running
@@ -256,7 +269,9 @@ func (s *Service) expire(e *entry) {
 			return
 		}
 	}
-	if err := s.kill(ctx, e); err != nil && !errors.Is(err, errGone) {
+	if err := s.kill(ctx, e); errors.Is(err, errGone) {
+		return
+	} else if err != nil {
 		log.G(ctx).WithError(err).Warnf("gvx serve: sandbox %s at its end time", id)
 		return
 	}
