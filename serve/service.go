@@ -73,11 +73,11 @@ type record struct {
 
 // entry is a sandbox the service holds.
 type entry struct {
-	op   sync.Mutex // serialises pause, resume, reset and kill
-	rec  record     // guarded by Service.mu
-	tmpl backend.Template
-	sb   backend.Sandbox
-	envd *envd.Server
+	op       sync.Mutex // serialises pause, resume, reset and kill
+	rec      record     // guarded by Service.mu
+	tmpl     backend.Template
+	sb       backend.Sandbox
+	envd     *envd.Server
 	gone     bool // killed; guarded by Service.mu
 	expiring bool // the reaper is at it; guarded by Service.mu
 }
