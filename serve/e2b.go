@@ -150,21 +150,8 @@ func (s *Service) createHandler(def time.Duration) func(http.ResponseWriter, *ht
 // deprecated /resume: 201 after resuming a paused sandbox, 200 for a
 // running one, whose end time is only ever extended.
 func (s *Service) connectHandler(w http.ResponseWriter, r *http.Request, key string) {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	d, err := s.timeout(req.Timeout, 300*time.Second)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
+	e, d, ok := s.sandboxAndTimeout(w, r, key, 300*time.Second, false)
+	if !ok {
 		return
 	}
 	resumed, err := s.resume(r.Context(), e)
@@ -181,6 +168,39 @@ func (s *Service) connectHandler(w http.ResponseWriter, r *http.Request, key str
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, s.sandboxBody(rec))
+}
+
+// sandboxAndTimeout reads a {"timeout": s} (or refreshes' {"duration":
+// s}) body and finds the key's sandbox of the path; on an error it
+// answers and returns false.
+func (s *Service) sandboxAndTimeout(w http.ResponseWriter, r *http.Request, key string, def time.Duration, required bool) (*entry, time.Duration, bool) {
+	var req struct {
+		Timeout  *int64 `json:"timeout"`
+		Duration *int64 `json:"duration"`
+	}
+	if err := s.readBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return nil, 0, false
+	}
+	secs := req.Timeout
+	if secs == nil {
+		secs = req.Duration
+	}
+	if secs == nil && required {
+		writeError(w, httpErrorf(http.StatusBadRequest, "timeout is missing: give the seconds from now the sandbox should live"))
+		return nil, 0, false
+	}
+	d, err := s.timeout(secs, def)
+	if err != nil {
+		writeError(w, err)
+		return nil, 0, false
+	}
+	e, _, err := s.lookup(key, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return nil, 0, false
+	}
+	return e, d, true
 }
 
 // gone turns errGone into the 404 of a sandbox killed meanwhile.
@@ -214,25 +234,8 @@ func (s *Service) killHandler(w http.ResponseWriter, r *http.Request, key string
 }
 
 func (s *Service) timeoutHandler(w http.ResponseWriter, r *http.Request, key string) {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	if req.Timeout == nil {
-		writeError(w, httpErrorf(http.StatusBadRequest, "timeout is missing: give the seconds from now the sandbox should live"))
-		return
-	}
-	d, err := s.timeout(req.Timeout, 0)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
+	e, d, ok := s.sandboxAndTimeout(w, r, key, 0, true)
+	if !ok {
 		return
 	}
 	s.setEnd(e, d, false)
@@ -241,21 +244,8 @@ func (s *Service) timeoutHandler(w http.ResponseWriter, r *http.Request, key str
 
 // refreshHandler is POST /sandboxes/{id}/refreshes {"duration": s}.
 func (s *Service) refreshHandler(w http.ResponseWriter, r *http.Request, key string) {
-	var req struct {
-		Duration *int64 `json:"duration"`
-	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	d, err := s.timeout(req.Duration, 60*time.Second)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
+	e, d, ok := s.sandboxAndTimeout(w, r, key, 60*time.Second, false)
+	if !ok {
 		return
 	}
 	s.setEnd(e, d, true)

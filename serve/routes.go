@@ -188,12 +188,8 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	if err := e.sb.Close(ctx); err != nil {
 		_ = s.cfg.Backend.Destroy(ctx, rec.ID)
 	}
-	var env []string
-	for k, v := range rec.EnvVars {
-		env = append(env, k+"="+v)
-	}
 	t0 := time.Now()
-	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, env)
+	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, envList(rec.EnvVars))
 	if err != nil {
 		s.mu.Lock()
 		e.gone = true

@@ -188,11 +188,17 @@ func (s *Service) restore(ctx context.Context) error {
 }
 
 func defaults(t backend.Template, r record) envd.Defaults {
-	d := envd.Defaults{User: t.User, Workdir: t.Workdir}
-	for k, v := range r.EnvVars {
-		d.Env = append(d.Env, k+"="+v)
+	return envd.Defaults{User: t.User, Workdir: t.Workdir, Env: envList(r.EnvVars)}
+}
+
+// envList is m as K=V, sorted.
+func envList(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
 	}
-	return d
+	sort.Strings(out)
+	return out
 }
 
 // Close stops the reaper and the sandboxes' streams. The sandboxes keep
@@ -328,12 +334,8 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 	s.boxes[e.rec.ID] = e
 	s.mu.Unlock()
 	s.save()
-	var env []string
-	for k, v := range spec.EnvVars {
-		env = append(env, k+"="+v)
-	}
 	t0 := time.Now()
-	sb, err := s.cfg.Backend.Create(ctx, e.rec.ID, t, env)
+	sb, err := s.cfg.Backend.Create(ctx, e.rec.ID, t, envList(spec.EnvVars))
 	if err != nil {
 		s.mu.Lock()
 		delete(s.boxes, e.rec.ID)
