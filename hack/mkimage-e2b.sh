@@ -54,5 +54,5 @@ if [ -n "$overlay" ]; then
 	chown -R 1000:1000 "$root/home/user"
 fi
 echo e2b >"$root/etc/hostname"
-"$here/oci-archive.sh" "$root" "$out" "$ref" '["sleep","infinity"]' \
+KEEP_OWNERS=1 "$here/oci-archive.sh" "$root" "$out" "$ref" '["sleep","infinity"]' \
 	'["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","HOME=/root"]'

@@ -3,6 +3,7 @@
 # both `ctr images import` (OCI layout: index.json) and `docker load`
 # (docker-save layout: manifest.json) accept. No registry involved.
 #   hack/oci-archive.sh ROOTFS OUT.tar REF [CMD-JSON] [ENV-JSON]
+# (KEEP_OWNERS=1: keep the files' owners instead of making them root's)
 set -euo pipefail
 root=${1:?usage: oci-archive.sh ROOTFS OUT.tar REF [CMD-JSON] [ENV-JSON]}
 out=${2:?}
@@ -15,8 +16,11 @@ work=$(mktemp -d "$(dirname "$out")/.oci-archive.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 blobs=$work/oci/blobs/sha256
 mkdir -p "$blobs"
-# Device nodes come from the runtime, never from the image.
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --exclude='./dev/*' \
+# Device nodes come from the runtime, never from the image. Files are
+# root's unless KEEP_OWNERS=1 keeps the rootfs's owners (a user's home).
+owners=(--owner=0 --group=0)
+[ "${KEEP_OWNERS:-}" = 1 ] && owners=()
+tar --sort=name --mtime=@0 "${owners[@]}" --numeric-owner --exclude='./dev/*' \
 	-C "$root" -cf "$work/layer.tar" .
 diffid=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
 if [ "$compress" = gzip ]; then

@@ -329,6 +329,11 @@ func (s *Server) sendSignal(ctx context.Context, _ *http.Request, req *SendSigna
 		}
 		return nil, connect.Errorf(connect.Internal, "signal process with %s: %v", req.Process, err)
 	}
+	if sig == syscall.SIGKILL && p.stdin != nil {
+		// A killed process reads no more; an open stdin would keep its
+		// output from draining (containerd's shim waits for it).
+		p.stdin.Close()
+	}
 	return &Empty{}, nil
 }
 
