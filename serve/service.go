@@ -91,6 +91,8 @@ type Service struct {
 	boxes map[string]*entry
 
 	saveMu sync.Mutex
+	dirty  chan struct{} // the table changed
+	saved  chan struct{} // the saver is done
 	stop   chan struct{}
 	done   chan struct{}
 	expiry sync.WaitGroup // expire calls under way
@@ -112,18 +114,44 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	s := &Service{cfg: cfg, boxes: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{}), metrics: newMetrics()}
+	s := &Service{cfg: cfg, boxes: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{}),
+		dirty: make(chan struct{}, 1), saved: make(chan struct{}), metrics: newMetrics()}
 	if err := s.restore(ctx); err != nil {
 		return nil, err
 	}
 	go s.reaper()
+	go s.saver()
 	return s, nil
 }
 
 func (s *Service) tablePath() string { return filepath.Join(s.cfg.StateDir, "sandboxes.json") }
 
-// save writes the table (under saveMu, so that writes land in order).
+// save has the saver write the table soon: writes are coalesced and off
+// the request path (a rename over the table can wait for the disk). A
+// crash before the write loses at most the last changes: a sandbox the
+// table then lacks is removed at the next start, never orphaned.
 func (s *Service) save() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// saver writes the table when it is dirty, until the service closes.
+func (s *Service) saver() {
+	defer close(s.saved)
+	for {
+		select {
+		case <-s.dirty:
+			s.flush()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// flush writes the table now.
+func (s *Service) flush() {
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	s.mu.Lock()
@@ -183,7 +211,7 @@ func (s *Service) restore(ctx context.Context) error {
 			}
 		}
 	}
-	s.save()
+	s.flush()
 	return nil
 }
 
@@ -208,6 +236,8 @@ func (s *Service) Close(ctx context.Context, kill bool) {
 	close(s.stop)
 	<-s.done
 	s.expiry.Wait()
+	<-s.saved
+	defer s.flush()
 	s.mu.Lock()
 	var es []*entry
 	for _, e := range s.boxes {
@@ -345,6 +375,7 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 		return nil, httpErrorf(http.StatusInternalServerError, "create sandbox from template %s: %v", t.Name, err)
 	}
 	s.metrics.created(time.Since(t0))
+	log.G(ctx).Debugf("gvx serve: sandbox %s created in %s (backend %s)", e.rec.ID, time.Since(now), time.Since(t0))
 	e.sb = sb
 	e.envd = envd.New(sb, defaults(t, e.rec))
 	s.mu.Lock()

@@ -10,7 +10,7 @@
 // -concurrent commands.run at once through the service. `make bench` runs
 // it.
 //
-//	go run ./bench/serve [-runs 20] [-pool 2] [-concurrent 100]
+//	go run ./bench/serve [-runs 30] [-rounds 3] [-pool 2] [-concurrent 100]
 package main
 
 import (
@@ -33,14 +33,20 @@ import (
 )
 
 func main() {
-	runs := flag.Int("runs", 20, "timed cycles per path")
+	runs := flag.Int("runs", 30, "timed cycles per path")
 	pool := flag.Int("pool", 2, "ready sandboxes of the pooled template")
 	conc := flag.Int("concurrent", 100, "commands.run at once through the service")
+	rounds := flag.Int("rounds", 3, "turns the paths take (runs are split among them)")
 	flag.Parse()
-	if err := run(*runs, *pool, *conc); err != nil {
+	if err := run(*runs, *rounds, *pool, *conc); err != nil {
 		fmt.Fprintf(os.Stderr, "bench/serve: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+func (r *sdkResult) add(o sdkResult) {
+	r.CreateRun = append(r.CreateRun, o.CreateRun...)
+	r.Cycle = append(r.Cycle, o.Cycle...)
 }
 
 type sdkResult struct {
@@ -53,7 +59,7 @@ type sdkResult struct {
 	} `json:"concurrent"`
 }
 
-func run(runs, poolSize, conc int) error {
+func run(runs, rounds, poolSize, conc int) error {
 	ctx := context.Background()
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
@@ -72,13 +78,6 @@ func run(runs, poolSize, conc int) error {
 	}
 	defer os.RemoveAll(dir)
 
-	fmt.Println("bench/serve: the Go SDK directly")
-	goPlain, goPool, err := goSDK(ctx, ctrd.Socket(), filepath.Join(dir, "sdk"), image, runs, poolSize)
-	if err != nil {
-		return fmt.Errorf("go SDK: %w", err)
-	}
-
-	fmt.Println("bench/serve: gvx serve with the e2b JS SDK")
 	mods, err := harness.NPMModules("integration/e2b", "e2b", os.Stdout)
 	if err != nil {
 		return err
@@ -88,29 +87,67 @@ func run(runs, poolSize, conc int) error {
 		return err
 	}
 	defer srv.stop()
-	jsPlain, err := srv.node(mods, "base", runs, 0)
-	if err != nil {
-		return err
-	}
-	jsPool, err := srv.node(mods, "pooled", runs, conc)
-	if err != nil {
-		return err
+	// The paths take turns, rounds times, so that a drift of the
+	// machine's load does not favour one.
+	var goPlain, goPool, rawPlain, rawPool, jsPlain, jsPool sdkResult
+	per := (runs + rounds - 1) / rounds
+	for r := 0; r < rounds; r++ {
+		fmt.Printf("bench/serve: round %d of %d: the Go SDK, HTTP to gvx serve, the e2b JS SDK to gvx serve (%d cycles each, without and with a pool)\n", r+1, rounds, per)
+		gp, gq, err := goSDK(ctx, ctrd.Socket(), filepath.Join(dir, "sdk"), bins.GVX, image, per, poolSize)
+		if err != nil {
+			return fmt.Errorf("go SDK: %w", err)
+		}
+		rp, err := srv.raw(ctx, "base", per)
+		if err != nil {
+			return err
+		}
+		rq, err := srv.raw(ctx, "pooled", per)
+		if err != nil {
+			return err
+		}
+		jp, err := srv.node(mods, "base", per, 0)
+		if err != nil {
+			return err
+		}
+		c := 0
+		if r == rounds-1 {
+			c = conc
+		}
+		jq, err := srv.node(mods, "pooled", per, c)
+		if err != nil {
+			return err
+		}
+		goPlain.add(gp)
+		goPool.add(gq)
+		rawPlain.add(rp)
+		rawPool.add(rq)
+		jsPlain.add(jp)
+		jsPool.add(jq)
+		jsPool.Concurrent = jq.Concurrent
 	}
 
-	fmt.Printf("\ncreate + first command (p50 / p95 ms, %d cycles each; the cycle adds kill)\n\n", runs)
+	fmt.Printf("\ncreate + first command (p50 / p95 ms, %d cycles each; the cycle adds kill)\n\n", len(goPlain.CreateRun))
 	fmt.Println("| path | template | create + first command p50 | p95 | full cycle p50 | p95 |")
 	fmt.Println("|---|---|---|---|---|---|")
 	row := func(path, tmpl string, cr, cy []float64) {
 		fmt.Printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", path, tmpl, pct(cr, 50), pct(cr, 95), pct(cy, 50), pct(cy, 95))
 	}
+	pooled := fmt.Sprintf("pool of %d", poolSize)
 	row("Go SDK", "no pool", goPlain.CreateRun, goPlain.Cycle)
+	row("HTTP (Go) → gvx serve", "no pool", rawPlain.CreateRun, rawPlain.Cycle)
 	row("e2b JS SDK → gvx serve", "no pool", jsPlain.CreateRun, jsPlain.Cycle)
-	row("Go SDK", fmt.Sprintf("pool of %d", poolSize), goPool.CreateRun, goPool.Cycle)
-	row("e2b JS SDK → gvx serve", fmt.Sprintf("pool of %d", poolSize), jsPool.CreateRun, jsPool.Cycle)
-	fmt.Printf("\nservice overhead (p50 difference, create + first command): %.1f ms without a pool, %.1f ms with one\n",
-		pct(jsPlain.CreateRun, 50)-pct(goPlain.CreateRun, 50), pct(jsPool.CreateRun, 50)-pct(goPool.CreateRun, 50))
-	fmt.Printf("service overhead (p50 difference, full cycle): %.1f ms without a pool, %.1f ms with one\n",
-		pct(jsPlain.Cycle, 50)-pct(goPlain.Cycle, 50), pct(jsPool.Cycle, 50)-pct(goPool.Cycle, 50))
+	row("Go SDK", pooled, goPool.CreateRun, goPool.Cycle)
+	row("HTTP (Go) → gvx serve", pooled, rawPool.CreateRun, rawPool.Cycle)
+	row("e2b JS SDK → gvx serve", pooled, jsPool.CreateRun, jsPool.Cycle)
+	diff := func(what string, a, b sdkResult) {
+		fmt.Printf("%s, p50 difference: create + first command %.1f ms, full cycle %.1f ms\n", what,
+			pct(a.CreateRun, 50)-pct(b.CreateRun, 50), pct(a.Cycle, 50)-pct(b.Cycle, 50))
+	}
+	fmt.Println()
+	diff("service overhead (HTTP → gvx serve − Go SDK), no pool", rawPlain, goPlain)
+	diff("service overhead (HTTP → gvx serve − Go SDK), pooled", rawPool, goPool)
+	diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), no pool", jsPlain, goPlain)
+	diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), pooled", jsPool, goPool)
 	if c := jsPool.Concurrent; c != nil {
 		fmt.Printf("%d concurrent commands.run over %d sandboxes: %.0f ms, %d errors", c.Commands, c.Sandboxes, c.MS, c.Errors)
 		if c.FirstError != nil {
@@ -126,8 +163,8 @@ func run(runs, poolSize, conc int) error {
 
 // goSDK measures the Go SDK: New + Exec + Close, then a pool's Acquire +
 // Exec + Release.
-func goSDK(ctx context.Context, socket, state, image string, runs, poolSize int) (plain, pooled sdkResult, err error) {
-	c, err := gvx.Connect(ctx, gvx.Options{Containerd: socket, Namespace: "gvxbenchgo", StateDir: state})
+func goSDK(ctx context.Context, socket, state, bin, image string, runs, poolSize int) (plain, pooled sdkResult, err error) {
+	c, err := gvx.Connect(ctx, gvx.Options{Containerd: socket, Namespace: "gvxbenchgo", StateDir: state, BinDir: bin})
 	if err != nil {
 		return plain, pooled, err
 	}

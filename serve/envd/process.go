@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/log"
+
 	"github.com/gvxrun/gvx/serve/backend"
 	"github.com/gvxrun/gvx/serve/connect"
 )
@@ -152,7 +154,9 @@ func (s *Server) start(ctx context.Context, r *http.Request, req *StartRequest, 
 	// behind it.
 	q.push(&ProcessEvent{Start: &StartEvent{PID: p.pid}})
 
+	t0 := time.Now()
 	bp, err := s.sb.Exec(s.ctx, c)
+	log.G(ctx).Debugf("envd: pid %d %s started in %s", p.pid, req.Process.Cmd, time.Since(t0))
 	if err != nil {
 		return connect.Errorf(connect.Internal, "start %s: %v", req.Process.Cmd, err)
 	}
@@ -168,7 +172,9 @@ func (s *Server) start(ctx context.Context, r *http.Request, req *StartRequest, 
 // reap waits for p's end and publishes it.
 func (s *Server) reap(p *proc) {
 	defer s.wg.Done()
+	t0 := time.Now()
 	code, err := p.p.Wait(context.Background())
+	log.L.Debugf("envd: pid %d ended %s after it started", p.pid, time.Since(t0))
 	if p.stdin != nil {
 		p.stdin.Close()
 	}
