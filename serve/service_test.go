@@ -252,7 +252,12 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("expired sandbox: %d", c)
 	}
 	var d detailJSON
-	if c, _ := f.do("GET", "/sandboxes/"+keep.SandboxID, f.key, "", &d); c != 200 || d.State != Paused {
+	for deadline = time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, _ := f.do("GET", "/sandboxes/"+keep.SandboxID, f.key, "", &d); c != 200 || d.State == Paused {
+			break
+		}
+	}
+	if c, _ := f.do("GET", "/sandboxes/"+keep.SandboxID, f.key, "", &d); c != 200 || d.State != Paused || !f.b.Get(keep.SandboxID).Paused() {
 		t.Fatalf("autoPause sandbox at its end: %d %+v", c, d)
 	}
 }
