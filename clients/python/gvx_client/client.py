@@ -210,7 +210,7 @@ class Sandbox:
         h["Connect-Protocol-Version"] = "1"
         h["Connect-Timeout-Ms"] = str(int(timeout * 1000))
         conn = self.client._conn(timeout=(timeout + 30) if timeout else None)
-        out, err, end = [], [], None
+        out, err, end, resp = [], [], None, None
         try:
             conn.request("POST", "/process.Process/Start", body=body, headers=h)
             resp = conn.getresponse()
@@ -242,6 +242,8 @@ class Sandbox:
                 if "end" in ev:
                     end = ev["end"]
         finally:
+            if resp is not None:
+                resp.close()
             conn.close()
         if end is None:
             raise GvxError(502, "the command ended without an end event")

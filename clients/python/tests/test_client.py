@@ -127,6 +127,7 @@ class ClientTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.srv.shutdown()
+        cls.srv.server_close()
 
     def client(self):
         return Client(self.url, KEY)
@@ -182,6 +183,7 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(Client("unix://" + path, KEY).templates(), list(Handler.templates.values()))
         finally:
             srv.shutdown()
+            srv.server_close()
             os.unlink(path)
 
     def test_config_errors(self):
