@@ -196,10 +196,9 @@ func mediaType(ct string) string {
 // Stream sends a server stream's messages, each flushed as it is sent.
 // It is safe for concurrent use.
 type Stream[Resp any] struct {
-	mu   sync.Mutex
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	sent bool
+	mu sync.Mutex
+	w  http.ResponseWriter
+	rc *http.ResponseController
 }
 
 // Send writes one message envelope and flushes it.
@@ -223,7 +222,6 @@ func (s *Stream[Resp]) writeLocked(flags byte, b []byte) error {
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
-	s.sent = true
 	return s.rc.Flush()
 }
 
