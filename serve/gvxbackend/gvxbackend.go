@@ -113,16 +113,7 @@ func (b *Backend) Attach(ctx context.Context, id string, _ backend.Template) (ba
 }
 
 // Destroy removes what is left of sandbox id.
-func (b *Backend) Destroy(ctx context.Context, id string) error {
-	sb, err := b.c.Attach(ctx, id)
-	if errors.Is(err, gvx.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return sb.Close(ctx)
-}
+func (b *Backend) Destroy(ctx context.Context, id string) error { return b.c.Remove(ctx, id) }
 
 // List returns the ids of the service's sandboxes.
 func (b *Backend) List(ctx context.Context) ([]string, error) {
