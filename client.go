@@ -241,12 +241,27 @@ var shared struct {
 	refs int
 }
 
+// EnvOptions are the Options the environment gives, as the gvx CLI's
+// sandbox commands read them: GVX_CONTAINERD (a containerd socket; unset:
+// the embedded one), GVX_NAMESPACE, GVX_RUNTIME_CONFIG, GVX_BIN_DIR,
+// GVX_STATE_DIR and GVX_DATA_DIR. Unset ones are the defaults.
+func EnvOptions() Options {
+	return Options{
+		Containerd:    os.Getenv("GVX_CONTAINERD"),
+		Namespace:     os.Getenv("GVX_NAMESPACE"),
+		RuntimeConfig: os.Getenv("GVX_RUNTIME_CONFIG"),
+		BinDir:        os.Getenv("GVX_BIN_DIR"),
+		StateDir:      os.Getenv("GVX_STATE_DIR"),
+		DataDir:       os.Getenv("GVX_DATA_DIR"),
+	}
+}
+
 // acquireShared returns the shared client, connecting it if needed.
 func acquireShared(ctx context.Context) (*Client, error) {
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.c == nil {
-		c, err := Connect(ctx, Options{})
+		c, err := Connect(ctx, EnvOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -269,9 +284,9 @@ func releaseShared(ctx context.Context) error {
 	return c.Close(ctx)
 }
 
-// New makes and starts a sandbox through a client with default Options
-// (the embedded containerd), shared by the sandboxes New makes and closed
-// with the last of them. Programs that make many sandboxes, or need other
+// New makes and starts a sandbox through a client with EnvOptions (by
+// default the embedded containerd), shared by the sandboxes New makes and
+// closed with the last of them. Programs that make many sandboxes, or need other
 // Options, use Connect and Client.New.
 func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	c, err := acquireShared(ctx)

@@ -115,13 +115,18 @@ func (s *Sandbox) Start(ctx context.Context, cmd []string, o ExecOptions) (_ *Pr
 		p.stderr = &syncBuffer{}
 		stderr = p.stderr
 	}
+	// The stdin's EOF closes it once the process has started (or failed
+	// to): a CloseIO before the start would find no stdin to close.
 	ready := make(chan struct{})
+	defer close(ready)
 	var stdin io.Reader
 	if o.Stdin != nil {
 		stdin = &eofReader{r: o.Stdin, eof: func() {
 			go func() {
 				<-ready
-				_ = p.proc.CloseIO(context.WithoutCancel(cctx), client.WithStdinCloser)
+				if retErr == nil {
+					_ = p.proc.CloseIO(context.WithoutCancel(cctx), client.WithStdinCloser)
+				}
 			}()
 		}}
 	}
@@ -134,7 +139,6 @@ func (s *Sandbox) Start(ctx context.Context, cmd []string, o ExecOptions) (_ *Pr
 		return nil, newError("exec in", s.id, nil, err)
 	}
 	p.proc = proc
-	close(ready)
 	defer func() {
 		if retErr != nil {
 			_, _ = proc.Delete(context.WithoutCancel(cctx), client.WithProcessKill)
@@ -187,7 +191,7 @@ func (s *Sandbox) user(ctx context.Context, name string) (specs.User, error) {
 	if u, ok := s.users.Load(name); ok {
 		return u.(specs.User), nil
 	}
-	spec := &oci.Spec{Process: &specs.Process{}, Root: &specs.Root{Path: "rootfs"}}
+	spec := &oci.Spec{Process: &specs.Process{}, Root: &specs.Root{Path: "rootfs"}, Linux: &specs.Linux{}}
 	info := s.info
 	for _, opt := range []oci.SpecOpts{oci.WithUser(name), oci.WithAdditionalGIDs(name)} {
 		if err := opt(ctx, s.c.ctrd, &info, spec); err != nil {

@@ -206,6 +206,10 @@ func (p *Pool) Reset(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
 	return p.Acquire(ctx, o)
 }
 
+// Log is what the pool's server has written so far (its boots, claims
+// and errors).
+func (p *Pool) Log() string { return string(p.log.Bytes()) }
+
 // PoolStatus is a pool's fill level.
 type PoolStatus struct {
 	Size, Ready int

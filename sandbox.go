@@ -146,7 +146,18 @@ func (c *Client) newSandbox(ctx context.Context, cfg Config, ropts any, pool str
 		return nil, err
 	}
 	stdin, ready := s.stdin(ctx)
-	opts := []cio.Opt{cio.WithStreams(stdin, cfg.Stdout, cfg.Stderr), cio.WithFIFODir(c.fifoDir)}
+	defer close(ready) // the stdin's EOF closes it once the init has started
+	// containerd's runc shim code takes all streams or none.
+	stdout, stderr := cfg.Stdout, cfg.Stderr
+	if stdin != nil || stdout != nil || stderr != nil {
+		if stdout == nil {
+			stdout = io.Discard
+		}
+		if stderr == nil && !cfg.TTY {
+			stderr = io.Discard
+		}
+	}
+	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(c.fifoDir)}
 	if cfg.TTY {
 		opts = append(opts, cio.WithTerminal)
 	}
@@ -155,7 +166,6 @@ func (c *Client) newSandbox(ctx context.Context, cfg Config, ropts any, pool str
 		return nil, newError("new", id, nil, fmt.Errorf("create the sandbox: %w", err))
 	}
 	s.task = task
-	close(ready)
 	if err := s.watch(ctx); err != nil {
 		return nil, err
 	}
@@ -200,7 +210,7 @@ func (s *Sandbox) load(ctx context.Context) error {
 }
 
 // stdin is the init's stdin: Config.Stdin, whose EOF closes the task's
-// stdin once the task exists (ready is closed then).
+// stdin once the init has started (ready is closed then).
 func (s *Sandbox) stdin(ctx context.Context) (io.Reader, chan struct{}) {
 	ready := make(chan struct{})
 	if s.cfg.Stdin == nil {
