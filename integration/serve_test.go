@@ -259,6 +259,19 @@ func TestServeE2BSDK(t *testing.T) {
 	}
 }
 
+// TestServeE2BPTY drives a terminal through the e2b JS SDK's sbx.pty.
+func TestServeE2BPTY(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	s := startGvxServe(t, t.TempDir())
+	defer s.stop(syscall.SIGTERM)
+	out, err := s.node(t, "e2b/pty.mjs")
+	t.Logf("e2b SDK:\n%s", out)
+	if err != nil || !strings.Contains(out, "1 passed, 0 failed") {
+		t.Fatalf("the e2b SDK's terminal failed: %v\ngvx serve's log:\n%s", err, s.stderr)
+	}
+}
+
 // TestServeService: expiry, key isolation, bad input, concurrency.
 func TestServeService(t *testing.T) {
 	requireEnv(t)

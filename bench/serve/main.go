@@ -59,7 +59,7 @@ type sdkResult struct {
 	} `json:"concurrent"`
 }
 
-func run(runs, rounds, poolSize, conc int) error {
+func run(runs, rounds, poolSize, conc int) (retErr error) {
 	ctx := context.Background()
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
@@ -76,7 +76,11 @@ func run(runs, rounds, poolSize, conc int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if retErr == nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
 
 	mods, err := harness.NPMModules("integration/e2b", "e2b", os.Stdout)
 	if err != nil {
@@ -99,15 +103,15 @@ func run(runs, rounds, poolSize, conc int) error {
 		}
 		rp, err := srv.raw(ctx, "base", per)
 		if err != nil {
-			return err
+			return srv.failed(err)
 		}
 		rq, err := srv.raw(ctx, "pooled", per)
 		if err != nil {
-			return err
+			return srv.failed(err)
 		}
 		jp, err := srv.node(mods, "base", per, 0)
 		if err != nil {
-			return err
+			return srv.failed(err)
 		}
 		c := 0
 		if r == rounds-1 {
@@ -115,7 +119,7 @@ func run(runs, rounds, poolSize, conc int) error {
 		}
 		jq, err := srv.node(mods, "pooled", per, c)
 		if err != nil {
-			return err
+			return srv.failed(err)
 		}
 		goPlain.add(gp)
 		goPool.add(gq)
@@ -228,6 +232,17 @@ type service struct {
 	cmd *exec.Cmd
 	url string
 	key string
+	log string // its log file
+}
+
+// failed adds the end of the service's log to err.
+func (s *service) failed(err error) error {
+	b, _ := os.ReadFile(s.log)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return fmt.Errorf("%w\ngvx serve's log (%s):\n%s", err, s.log, strings.Join(lines, "\n"))
 }
 
 func startServe(dir string, bins harness.Bins, socket, image string, poolSize int) (*service, error) {
@@ -245,7 +260,7 @@ func startServe(dir string, bins harness.Bins, socket, image string, poolSize in
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := &service{url: "http://" + addr, key: key}
+	s := &service{url: "http://" + addr, key: key, log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {
 		return nil, err
