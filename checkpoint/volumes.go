@@ -78,12 +78,12 @@ func saveVolume(ctx context.Context, image, dst string, pids []int) (_ volume.Me
 // findMount returns a path, through /proc/<pid>/root, to the root of the
 // ext4 filesystem on image as one of pids sees it mounted.
 func findMount(image string, pids []int) (string, error) {
-	want, err := filepath.EvalSymlinks(image)
-	if err != nil {
+	var want unix.Stat_t
+	if err := unix.Stat(image, &want); err != nil {
 		return "", err
 	}
 	for _, pid := range pids {
-		mp, err := mountOf(pid, want)
+		mp, err := mountOf(pid, &want)
 		if err == nil {
 			return filepath.Join(fmt.Sprintf("/proc/%d/root", pid), mp), nil
 		}
@@ -94,8 +94,10 @@ func findMount(image string, pids []int) (string, error) {
 var errNotMounted = errors.New("not mounted")
 
 // mountOf returns the mount point, as process pid sees it, of an ext4
-// filesystem on a loop device backed by image.
-func mountOf(pid int, image string) (string, error) {
+// filesystem on a loop device backed by image (its device and inode: the
+// path the kernel reports of a loop device's file is relative to a mount
+// that this process may not see).
+func mountOf(pid int, image *unix.Stat_t) (string, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
 	if err != nil {
 		return "", err
@@ -113,12 +115,22 @@ func mountOf(pid int, image string) (string, error) {
 		if len(a) < 5 || len(b) < 2 || b[0] != "ext4" || a[3] != "/" || !strings.HasPrefix(b[1], "/dev/loop") {
 			continue
 		}
-		backing, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(b[1]), "loop", "backing_file"))
-		if err == nil && strings.TrimSpace(string(backing)) == image {
+		if backedBy(b[1], image) {
 			return unescape(a[4]), nil
 		}
 	}
 	return "", errNotMounted
+}
+
+// backedBy reports whether loop device dev is backed by the file image.
+func backedBy(dev string, image *unix.Stat_t) bool {
+	f, err := os.Open(dev)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+	return err == nil && info.Device == uint64(image.Dev) && info.Inode == image.Ino
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space, …).

@@ -29,6 +29,35 @@ type backing struct {
 	out *gate
 	// restored says the engine made it (its volumes are the store's).
 	restored bool
+	// paused says the engine paused its kernel (containerd does not
+	// know: its task is still "running").
+	paused bool
+}
+
+// pause pauses b's kernel through its control connection.
+func (e *Engine) pause(ctx context.Context, b *backing) error {
+	ctl, err := e.control(ctx, b)
+	if err == nil {
+		err = ctl.Pause()
+	}
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", b.id, err)
+	}
+	b.paused = true
+	return nil
+}
+
+// resume undoes the engine's pause of b.
+func (e *Engine) resume(ctx context.Context, b *backing) error {
+	ctl, err := e.control(ctx, b)
+	if err == nil {
+		err = ctl.Resume()
+	}
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", b.id, err)
+	}
+	b.paused = false
+	return nil
 }
 
 // control returns the backing's control connection, dialling it first.
@@ -50,11 +79,17 @@ func (e *Engine) control(ctx context.Context, b *backing) (*control.Client, erro
 // volumes the engine made for it.
 func (e *Engine) destroy(ctx context.Context, b *backing) error {
 	var errs []error
+	if b.out != nil {
+		b.out.close() // nothing more of it reaches the sandbox's writers
+	}
+	if b.paused {
+		// A paused kernel must run for its tasks to die of SIGKILL.
+		_ = e.resume(ctx, b)
+	}
 	if b.ctl != nil {
 		b.ctl.Close()
 	}
 	if b.task != nil {
-		// A paused sandbox must run to die of its SIGKILL.
 		if st, err := b.task.Status(ctx); err == nil && st.Status == client.Paused {
 			_ = b.task.Resume(ctx)
 		}
@@ -82,9 +117,6 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 		if err := os.RemoveAll(e.store.volumeDir(b.id)); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if b.out != nil {
-		b.out.close()
 	}
 	return errors.Join(errs...)
 }

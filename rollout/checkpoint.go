@@ -69,9 +69,9 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		return nil, err
 	}
 	t0 := time.Now()
-	if err := ctl.Pause(); err != nil {
+	if err := e.pause(ctx, b); err != nil {
 		_ = e.store.remove(h.ID)
-		return nil, fmt.Errorf("checkpoint %s: pause: %w", sb.ID, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
 	p := e.pending(h.ID)
 	unlock = false
@@ -79,8 +79,8 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		defer sb.mu.Unlock()
 		err := e.save(bctx, ctl, h, b.id, string(flags), spec)
 		h.Paused = time.Since(t0)
-		if rerr := ctl.Resume(); rerr != nil && err == nil {
-			err = fmt.Errorf("resume: %w", rerr)
+		if rerr := e.resume(bctx, b); rerr != nil && err == nil {
+			err = rerr
 		}
 		if err == nil {
 			err = e.store.save(h)

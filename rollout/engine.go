@@ -44,11 +44,12 @@ type Engine struct {
 	opts   Options
 	seq    atomic.Int64
 
-	mu     sync.Mutex
-	spares map[string][]*backing // ready spares by handle id
-	saving map[string]*pending   // checkpoints being saved, by handle id
-	bg     sync.WaitGroup        // background restores and teardowns
-	closed bool
+	mu      sync.Mutex
+	spares  map[string][]*backing // ready spares by handle id
+	filling map[string]int        // spares being restored, by handle id
+	saving  map[string]*pending   // checkpoints being saved, by handle id
+	bg      sync.WaitGroup        // background restores and teardowns
+	closed  bool
 }
 
 // New returns an engine on containerd client c.
@@ -66,7 +67,7 @@ func New(c *client.Client, o Options) (*Engine, error) {
 	if o.Spares < 0 {
 		return nil, fmt.Errorf("rollout: Spares %d: want 0 or more", o.Spares)
 	}
-	return &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, saving: map[string]*pending{}}, nil
+	return &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, saving: map[string]*pending{}}, nil
 }
 
 // pending is a checkpoint being saved.
@@ -231,7 +232,19 @@ func (e *Engine) Close(ctx context.Context) error {
 // background runs fn (a restore, a teardown) after the caller returns;
 // Close waits for it.
 func (e *Engine) background(ctx context.Context, what string, fn func(context.Context) error) {
-	e.bg.Add(1)
+	e.mu.Lock()
+	closed := e.closed
+	if !closed {
+		e.bg.Add(1)
+	}
+	e.mu.Unlock()
+	if closed {
+		// Close has waited already: do it now.
+		if err := fn(ctx); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx rollout: %s", what)
+		}
+		return
+	}
 	ctx = namespaces.WithNamespace(context.Background(), namespaceOf(ctx))
 	go func() {
 		defer e.bg.Done()

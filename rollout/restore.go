@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 
@@ -57,6 +58,10 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		spec.Annotations = map[string]string{}
 	}
 	spec.Annotations[api.AnnotationRestoreFrom] = e.store.ImageDir(h.ID)
+	if l := spec.Linux; l != nil && l.CgroupsPath != "" {
+		// A cgroup of its own (containerd's /<namespace>/<id>).
+		l.CgroupsPath = path.Join(path.Dir(l.CgroupsPath), id)
+	}
 	n := 0
 	for i, m := range spec.Mounts {
 		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
@@ -102,12 +107,8 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
 	if spare {
-		ctl, err := e.control(ctx, b)
-		if err == nil {
-			err = ctl.Pause()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("restore %s: pause the spare: %w", h.ID, err)
+		if err := e.pause(ctx, b); err != nil {
+			return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 		}
 	}
 	return b, nil
@@ -117,22 +118,30 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 // keeps Options.Spares of them.
 func (e *Engine) fillSpares(ctx context.Context, h *Handle) {
 	e.mu.Lock()
-	missing := e.opts.Spares - len(e.spares[h.ID])
+	missing := e.opts.Spares - len(e.spares[h.ID]) - e.filling[h.ID]
+	if missing > 0 {
+		e.filling[h.ID] += missing
+	}
 	e.mu.Unlock()
 	for i := 0; i < missing; i++ {
 		e.background(ctx, "restore a spare of "+h.ID, func(ctx context.Context) error {
 			b, err := e.restore(ctx, h, e.newID(h.ID), true)
+			e.mu.Lock()
+			if e.filling[h.ID]--; e.filling[h.ID] <= 0 {
+				delete(e.filling, h.ID)
+			}
+			e.mu.Unlock()
 			if err != nil {
 				return err
 			}
 			e.mu.Lock()
-			defer e.mu.Unlock()
 			if _, err := e.store.Get(h.ID); err != nil || e.closed {
 				// Released (or closing) meanwhile.
-				go func() { _ = e.destroy(context.WithoutCancel(ctx), b) }()
-				return nil
+				e.mu.Unlock()
+				return e.destroy(ctx, b)
 			}
 			e.spares[h.ID] = append(e.spares[h.ID], b)
+			e.mu.Unlock()
 			log.G(ctx).Debugf("gvx rollout: spare %s of %s ready", b.id, h.ID)
 			return nil
 		})
@@ -150,4 +159,11 @@ func (e *Engine) takeSpare(id string) *backing {
 	b := list[0]
 	e.spares[id] = list[1:]
 	return b
+}
+
+// Spares is how many spares of handle id are ready.
+func (e *Engine) Spares(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.spares[id])
 }

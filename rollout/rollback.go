@@ -37,15 +37,13 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 		return 0, fmt.Errorf("rollback %s: %w", sb.ID, err)
 	}
 	old := sb.cur
-	if ctl, err := e.control(ctx, old); err == nil {
-		_ = ctl.Pause() // no more output or work from it
-	}
-	if err := next.ctl.Resume(); err != nil {
+	_ = e.pause(ctx, old) // no more output or work from it
+	if err := e.resume(ctx, next); err != nil {
 		_ = e.destroy(ctx, next)
-		if ctl, cerr := e.control(ctx, old); cerr == nil {
-			_ = ctl.Resume()
+		if old.paused {
+			_ = e.resume(ctx, old)
 		}
-		return 0, fmt.Errorf("rollback %s: resume the restored sandbox: %w", sb.ID, err)
+		return 0, fmt.Errorf("rollback %s: the restored sandbox: %w", sb.ID, err)
 	}
 	sb.cur, sb.parent = next, h.ID
 	if sb.stdout != nil {
@@ -88,7 +86,7 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	err = errors.Join(errs...)
 	for _, b := range backings {
 		if b != nil && err == nil {
-			err = b.ctl.Resume()
+			err = e.resume(ctx, b)
 		}
 	}
 	if err != nil {
