@@ -1,6 +1,6 @@
 # gvx — containerd shim + gVisor sandboxes for RL rollouts.
 #   make build     build the shim, gvx-sentry and the gvx CLI into _output/bin
-#   make demo      private containerd, locally built image, one task in gVisor
+#   make demo      an RL episode through the Go SDK: docker inside a gVisor sandbox
 #   make test      unit + integration tests against a real containerd
 #   make bench     benchmarks against runsc (via containerd's runc shim) and runc
 #   make install   PREFIX=/usr/local
@@ -24,7 +24,7 @@ IMAGES := $(OUT)/images
 
 export CGO_ENABLED := 0
 
-.PHONY: all build shim sentry cli deps tools images demo test unit integration bench install clean lint
+.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench install clean lint
 
 all: build
 
@@ -106,8 +106,15 @@ $(IMAGES)/swebench.tar: $(CACHE)/images/swebench-$(SWE_HASH).tar
 	@mkdir -p $(IMAGES)
 	ln -f $< $@ 2>/dev/null || cp $< $@
 
-demo: deps build tools images
-	CONTAINERD_BIN=$(CONTAINERD_BIN) GVX_BIN=$(BIN) IMAGES=$(IMAGES) hack/demo.sh
+# The demo builds only what it uses — gvx's binaries (the gvx CLI serves
+# the embedded containerd), the example program, the busybox and dind
+# images — with the image builds beside the Go builds.
+demo: deps
+	@$(MAKE) --no-print-directory -j3 build demo-bin $(IMAGES)/busybox.tar $(IMAGES)/dind.tar
+	GVX_BIN=$(BIN) IMAGES=$(IMAGES) CACHE=$(CACHE) hack/demo.sh
+
+demo-bin:
+	$(GO) build -o $(BIN)/gvx-episode ./examples/episode
 
 unit:
 	cd api && $(GO) test ./...

@@ -24,6 +24,10 @@ func main() {
 			snapshotterCommand(),
 			poolCommand(),
 			containerdCommand(),
+			runCommand(),
+			execCommand(),
+			psCommand(),
+			rmCommand(),
 			serveCommand(),
 		},
 	}
