@@ -100,6 +100,7 @@ func (s *Service) Handler() http.Handler {
 			api.ServeHTTP(rw, r)
 		}
 		s.metrics.request(route, rw.status, time.Since(t0))
+		log.G(r.Context()).Debugf("gvx serve: %s %s %s: %d in %s", route, r.Method, r.URL.Path, rw.status, time.Since(t0))
 		if rw.status >= 500 && rw.status != http.StatusNotImplemented && rw.status != http.StatusBadGateway {
 			log.G(r.Context()).Warnf("gvx serve: %s %s: %d", r.Method, r.URL.Path, rw.status)
 		}
