@@ -383,3 +383,53 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestRolloutCLI: gvx checkpoint, rollback (in place: the same container
+// id, found by ctr), fork, checkpoints and checkpoints rm on a task ctr
+// started.
+func TestRolloutCLI(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	store := filepath.Join(loopFS(t, "xfs"), "store")
+	flags := []string{"--address", e.Socket(), "--namespace", testNS, "--store", store}
+	cli := func(args ...string) string {
+		t.Helper()
+		return gvx(t, append(append(args[:1:1], flags...), args[1:]...)...)
+	}
+	cleanupTask(t, "cli")
+	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, "cli", "sh", "-c", "echo 1 > /tmp/v; while true; do sleep 0.1; done")
+	waitIn(t, "cli", "cat /tmp/v", "1")
+	ck := strings.TrimSpace(cli("checkpoint", "cli"))
+	if !strings.HasPrefix(ck, "ck-") {
+		t.Fatalf("gvx checkpoint printed %q, want a handle", ck)
+	}
+	inTask(t, "cli", "echo 2 > /tmp/v")
+	cli("rollback", "cli", ck)
+	if st := taskStatus(t, "cli"); st != "RUNNING" {
+		t.Fatalf("after gvx rollback the task is %s", st)
+	}
+	waitIn(t, "cli", "cat /tmp/v", "1")
+	if list := cli("checkpoints"); !strings.Contains(list, ck) || !strings.Contains(list, "cli") {
+		t.Errorf("gvx checkpoints:\n%s\nwant %s of cli", list, ck)
+	}
+	forks := strings.Fields(cli("fork", ck, "2"))
+	if len(forks) != 2 {
+		t.Fatalf("gvx fork printed %q, want two ids", forks)
+	}
+	for _, f := range forks {
+		cleanupTask(t, f)
+		waitIn(t, f, "cat /tmp/v", "1")
+	}
+	// A rollback to another lineage's checkpoint is refused.
+	r, err := e.run(context.Background(), "", filepath.Join(e.gvxBin, "gvx"), append(append([]string{"rollback"}, flags...), forks[0]+"-nope", ck)...)
+	if err != nil || r.code == 0 {
+		t.Errorf("rollback of a container that does not exist: exit %d, %v", r.code, err)
+	}
+	for _, f := range append(forks, "cli") {
+		removeTask(t, f)
+	}
+	cli("checkpoints", "rm", ck)
+	if list := cli("checkpoints"); strings.Contains(list, ck) {
+		t.Errorf("released %s still listed:\n%s", ck, list)
+	}
+}

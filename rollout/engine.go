@@ -174,8 +174,17 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adopt %s: %w", id, err)
 	}
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", id, err)
+	}
+	if labels[labelLineage] == "" {
+		if _, err := ctr.SetLabels(ctx, map[string]string{labelLineage: id}); err != nil {
+			return nil, fmt.Errorf("adopt %s: %w", id, err)
+		}
+	}
 	b := &backing{id: id, container: ctr, task: task}
-	return &Sandbox{ID: id, e: e, cur: b, lineage: id}, nil
+	return &Sandbox{ID: id, e: e, cur: b, lineage: lineageOf(id, labels)}, nil
 }
 
 // Destroy ends the sandbox: its backing is killed and removed with its

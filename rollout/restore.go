@@ -95,7 +95,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		client.WithNewSnapshot(id, image),
 		client.WithSpec(spec),
 		client.WithRuntime(e.opts.Runtime, e.opts.RuntimeOptions),
-		client.WithContainerLabels(map[string]string{labelHandle: h.ID, labelRole: role}))
+		client.WithContainerLabels(map[string]string{labelHandle: h.ID, labelRole: role, labelLineage: h.Lineage}))
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}

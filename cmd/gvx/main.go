@@ -29,6 +29,10 @@ func main() {
 			psCommand(),
 			rmCommand(),
 			serveCommand(),
+			checkpointCommand(),
+			rollbackCommand(),
+			forkCommand(),
+			checkpointsCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {
