@@ -37,7 +37,7 @@ cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
 
 sentry:
-	cd sentry && $(GO) build -o $(BIN)/gvx-sentry ./cmd/gvx-sentry && $(GO) build -o $(BIN)/gvx-hook ./cmd/gvx-hook && $(GO) build -o $(BIN)/gvx-pause ./cmd/gvx-pause && $(GO) build -o $(BIN)/gvx-runtime ./cmd/gvx-runtime
+	cd sentry && $(GO) build -o $(BIN)/ ./cmd/gvx-sentry ./cmd/gvx-hook ./cmd/gvx-pause ./cmd/gvx-runtime
 
 deps:
 	@hack/deps.sh
@@ -110,11 +110,13 @@ $(IMAGES)/swebench.tar: $(CACHE)/images/swebench-$(SWE_HASH).tar
 # the embedded containerd), the example program, the busybox and dind
 # images — with the image builds beside the Go builds.
 demo: deps
-	@$(MAKE) --no-print-directory -j3 build demo-bin $(IMAGES)/busybox.tar $(IMAGES)/dind.tar
+	@$(MAKE) --no-print-directory -j3 sentry demo-bin $(IMAGES)/busybox.tar $(IMAGES)/dind.tar
 	GVX_BIN=$(BIN) IMAGES=$(IMAGES) CACHE=$(CACHE) hack/demo.sh
 
+# The shim, the CLI and the example in one go build: the containerd
+# packages they share compile once.
 demo-bin:
-	$(GO) build -o $(BIN)/gvx-episode ./examples/episode
+	$(GO) build -o $(BIN)/ ./cmd/containerd-shim-gvx-v2 ./cmd/gvx ./examples/episode
 
 unit:
 	cd api && $(GO) test ./...

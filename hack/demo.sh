@@ -10,7 +10,7 @@ set -euo pipefail
 : "${GVX_BIN:?}" "${IMAGES:?}"
 cache=${CACHE:-$HOME/.cache/gvx}/demo
 state=/run/gvx-demo
-"$GVX_BIN/gvx-episode" --bin-dir "$GVX_BIN" --image "$IMAGES/dind.tar" --preload "$IMAGES/busybox.tar" \
+"$GVX_BIN/episode" --bin-dir "$GVX_BIN" --image "$IMAGES/dind.tar" --preload "$IMAGES/busybox.tar" \
 	--cache "$cache" --state-dir "$state"
 echo "==> the shell's way: gvx run --rm IMAGE COMMAND"
 cmd=(gvx run --rm --state-dir "$state" --data-dir "$cache/containerd" --namespace gvx-demo "$IMAGES/busybox.tar"

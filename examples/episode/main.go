@@ -61,6 +61,7 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 	start := time.Now()
 	fmt.Println("==> gvx: an RL episode with Docker inside an unprivileged gVisor sandbox (Go SDK)")
 	t0 := time.Now()
+	o.Progress = os.Stdout
 	c, err := gvx.Connect(ctx, o)
 	if err != nil {
 		return err
@@ -91,7 +92,8 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 		}
 	}()
 	tm := sb.Timings()
-	step(t0, "sandbox %s: clone %s, boot %s, dockerd %s", sb.ID(), ms(tm.Volumes), ms(tm.Create+tm.Start), ms(tm.Docker))
+	step(t0, "sandbox %s up, its dockerd answering", sb.ID())
+	fmt.Printf("    volume clone %s · sandbox boot %s · dockerd ready %s\n", ms(tm.Volumes), ms(tm.Create+tm.Start), ms(tm.Docker))
 	describeHost(sb.ID())
 
 	t0 = time.Now()
@@ -102,7 +104,8 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 	if res.ExitCode != 0 {
 		return fmt.Errorf("inner docker run exited %d: %s", res.ExitCode, res.Stderr)
 	}
-	step(t0, "docker run --rm %s: %q", inner, strings.TrimSpace(string(res.Stdout)))
+	step(t0, "inner docker run --rm %s", inner)
+	fmt.Printf("    %s\n", strings.TrimSpace(string(res.Stdout)))
 
 	t0 = time.Now()
 	want := fmt.Sprintf("episode %s done at %s\n", sb.ID(), time.Now().Format(time.RFC3339))
