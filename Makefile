@@ -145,6 +145,7 @@ bench: deps build tools images
 	$(GO) run ./bench/volume $(VOLBENCHFLAGS)
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/snapshotter $(SNAPBENCHFLAGS)
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/docker $(DOCKERBENCHFLAGS)
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/checkpoint $(CKBENCHFLAGS)
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/serve $(SERVEBENCHFLAGS)
 
 install: build

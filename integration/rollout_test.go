@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/internal/testfs"
 	"github.com/gvxrun/gvx/rollout"
 )
@@ -284,7 +284,7 @@ func TestRolloutCycles(t *testing.T) {
 	if got := inTask(t, current(sb), "cat /work/n"); strings.TrimSpace(got) == "" {
 		t.Errorf("the sandbox after %d cycles: %q", n, got)
 	}
-	t.Logf("%d cycles in %s; rollback p50 %s", n, time.Since(start).Round(time.Millisecond), percentile(rollbacks, 50))
+	t.Logf("%d cycles in %s; rollback p50 %s", n, time.Since(start).Round(time.Millisecond), harness.Percentile(rollbacks, 50))
 	if err := eng.Release(ctx, prev); err != nil {
 		t.Fatal(err)
 	}
@@ -355,15 +355,6 @@ func meminfo(t *testing.T, field string) int64 {
 	}
 	t.Fatalf("no %s in /proc/meminfo", field)
 	return 0
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
 }
 
 // syncBuffer is a bytes.Buffer safe for the IO goroutines writing to it.

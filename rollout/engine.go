@@ -47,6 +47,7 @@ type Engine struct {
 	mu      sync.Mutex
 	spares  map[string][]*backing // ready spares by handle id
 	filling map[string]int        // spares being restored, by handle id
+	filled  *sync.Cond            // signalled as restores of spares end (on mu)
 	saving  map[string]*pending   // checkpoints being saved, by handle id
 	bg      sync.WaitGroup        // background restores and teardowns
 	closed  bool
@@ -67,7 +68,9 @@ func New(c *client.Client, o Options) (*Engine, error) {
 	if o.Spares < 0 {
 		return nil, fmt.Errorf("rollout: Spares %d: want 0 or more", o.Spares)
 	}
-	return &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, saving: map[string]*pending{}}, nil
+	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, saving: map[string]*pending{}}
+	e.filled = sync.NewCond(&e.mu)
+	return e, nil
 }
 
 // pending is a checkpoint being saved.
@@ -207,6 +210,10 @@ func (e *Engine) Release(ctx context.Context, id string) error {
 		return err
 	}
 	e.mu.Lock()
+	// Spares being restored from its files finish first.
+	for e.filling[id] > 0 {
+		e.filled.Wait()
+	}
 	spares := e.spares[id]
 	delete(e.spares, id)
 	e.mu.Unlock()

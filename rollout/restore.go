@@ -130,18 +130,18 @@ func (e *Engine) fillSpares(ctx context.Context, h *Handle) {
 			if e.filling[h.ID]--; e.filling[h.ID] <= 0 {
 				delete(e.filling, h.ID)
 			}
+			keep := err == nil && !e.closed
+			if keep {
+				e.spares[h.ID] = append(e.spares[h.ID], b)
+			}
+			e.filled.Broadcast()
 			e.mu.Unlock()
 			if err != nil {
 				return err
 			}
-			e.mu.Lock()
-			if _, err := e.store.Get(h.ID); err != nil || e.closed {
-				// Released (or closing) meanwhile.
-				e.mu.Unlock()
+			if !keep {
 				return e.destroy(ctx, b)
 			}
-			e.spares[h.ID] = append(e.spares[h.ID], b)
-			e.mu.Unlock()
 			log.G(ctx).Debugf("gvx rollout: spare %s of %s ready", b.id, h.ID)
 			return nil
 		})

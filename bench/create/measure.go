@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -79,7 +76,7 @@ func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runt
 		pids = append(append(pids, sentry), harness.Descendants(sentry)...)
 	}
 	for _, pid := range pids {
-		u, p, ok := smapsRollup(pid)
+		u, p, ok := harness.Smaps(pid)
 		if ok {
 			uss += u
 			pss += p
@@ -87,25 +84,4 @@ func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runt
 		}
 	}
 	return uss, pss, n, nil
-}
-
-func smapsRollup(pid int) (uss, pss int64, ok bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "Pss:":
-			pss = v * 1024
-		case "Private_Clean:", "Private_Dirty:":
-			uss += v * 1024
-		}
-	}
-	return uss, pss, true
 }

@@ -89,3 +89,26 @@ func Descendants(pid int) []int {
 	walk(pid)
 	return out
 }
+
+// Smaps reads the unique (USS) and proportional (PSS) memory of process
+// pid from /proc/pid/smaps_rollup.
+func Smaps(pid int) (uss, pss int64, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss = v * 1024
+		case "Private_Clean:", "Private_Dirty:":
+			uss += v * 1024
+		}
+	}
+	return uss, pss, true
+}

@@ -1,0 +1,328 @@
+// Command checkpoint benchmarks gvx's checkpoint, rollback and fork against
+// runsc's checkpoint and restore.
+//
+// Through one private containerd: a busybox sandbox with N MiB of its
+// memory dirtied (random data in /dev/shm) is checkpointed and rolled back
+// by the rollout engine (the Sentry's control socket; hot spares or a
+// restore on demand) and forked 8 ways; the peer is runsc of the same
+// gVisor version driven by containerd's runc shim (task checkpoint with
+// --leave-running, and a restore into a new container). Then a
+// DeltaBox-style trajectory: expansions with rollbacks of an agent doing
+// work between steps, reporting the share of wall time spent saving and
+// rolling back. The checkpoint store is a tmpfs (uncompressed images in
+// memory, as RESEARCH.md's routes suggest).
+//
+//	go run ./bench/checkpoint -runs 20 -mem 16,256
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/rollout"
+)
+
+func main() {
+	runs := flag.Int("runs", 20, "timed repetitions of each operation")
+	mems := flag.String("mem", "16,256", "MiB of dirty guest memory, comma separated")
+	steps := flag.Int("steps", 100, "expansions of the trajectory (0: skip it)")
+	think := flag.Duration("think", time.Second, "time per step the agent spends waiting for its model")
+	flag.Parse()
+	if err := run(*runs, *mems, *steps, *think); err != nil {
+		fmt.Fprintf(os.Stderr, "bench/checkpoint: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// env is the bench's containerd, image and scratch store.
+type env struct {
+	c     *client.Client
+	img   client.Image
+	store string // a tmpfs
+	runsc string
+}
+
+func run(runs int, mems string, steps int, think time.Duration) error {
+	ctx := namespaces.WithNamespace(context.Background(), "gvxckbench")
+	bins := harness.BinsFromEnv()
+	images := os.Getenv("IMAGES")
+	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
+		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
+	}
+	ctrd, err := harness.Start(ctx, bins)
+	if err != nil {
+		return err
+	}
+	defer ctrd.Close()
+	defer harness.RemoveRuntimeRoot("/run/containerd/runc/gvxckbench")
+	c, err := client.New(ctrd.Socket())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
+	if err != nil {
+		return err
+	}
+	store, err := os.MkdirTemp("", "gvx-ckbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(store)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8g,mode=0755", "tmpfs", store).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount a tmpfs store: %v: %s", err, out)
+	}
+	defer exec.Command("umount", "-l", store).Run()
+	x := &env{c: c, img: img, store: store, runsc: filepath.Join(bins.Runsc, "runsc")}
+
+	fmt.Printf("gvx checkpoint bench: %d runs each, busybox with N MiB of dirty memory in /dev/shm, store on tmpfs, %s\n\n", runs, time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("%-7s %-36s %10s %10s\n", "memory", "operation", "p50", "p95")
+	for _, m := range strings.Split(mems, ",") {
+		mib, err := strconv.Atoi(strings.TrimSpace(m))
+		if err != nil {
+			return fmt.Errorf("-mem %q: %w", mems, err)
+		}
+		if err := x.sizes(ctx, mib, runs); err != nil {
+			return fmt.Errorf("%d MiB: %w", mib, err)
+		}
+	}
+	if steps > 0 {
+		return x.trajectory(ctx, steps, think)
+	}
+	return nil
+}
+
+// row prints one line of the table.
+func row(mib int, what string, d []time.Duration) {
+	fmt.Printf("%-7s %-36s %10s %10s\n", fmt.Sprintf("%d MiB", mib), what, ms(harness.Percentile(d, 50)), ms(harness.Percentile(d, 95)))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+// guest dirties mib MiB of its memory, then idles.
+func guest(mib int) []string {
+	return []string{"sh", "-c", fmt.Sprintf("dd if=/dev/urandom of=/dev/shm/fill bs=1M count=%d 2>/dev/null; echo ready > /tmp/ready; while true; do sleep 1; done", mib)}
+}
+
+// sizes measures everything at mib MiB.
+func (x *env) sizes(ctx context.Context, mib, runs int) error {
+	for _, spares := range []int{0, 1} {
+		if err := x.gvx(ctx, mib, runs, spares); err != nil {
+			return err
+		}
+	}
+	return x.peer(ctx, mib, runs)
+}
+
+// engine is a rollout engine with a store of its own in the tmpfs.
+func (x *env) engine(spares int) (*rollout.Engine, string, error) {
+	dir, err := os.MkdirTemp(x.store, "store-")
+	if err != nil {
+		return nil, "", err
+	}
+	e, err := rollout.New(x.c, rollout.Options{StoreDir: dir, Spares: spares})
+	return e, dir, err
+}
+
+// gvx measures the engine at mib MiB with the given number of spares.
+func (x *env) gvx(ctx context.Context, mib, runs, spares int) (retErr error) {
+	e, dir, err := x.engine(spares)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if err := e.Close(ctx); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	id := fmt.Sprintf("ck%d-%d", mib, spares)
+	if err := x.start(ctx, id, guest(mib), nil, ""); err != nil {
+		return err
+	}
+	sb, err := e.Adopt(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer e.Destroy(ctx, sb)
+	var syncT, asyncT, paused, rollbacks []time.Duration
+	var disk int64
+	for i := 0; i < runs; i++ {
+		t0 := time.Now()
+		h, err := e.CheckpointAsync(ctx, sb)
+		if err != nil {
+			return err
+		}
+		asyncT = append(asyncT, time.Since(t0))
+		if err := e.Wait(ctx, h.ID); err != nil {
+			return err
+		}
+		syncT = append(syncT, time.Since(t0))
+		if h, err = e.Store().Get(h.ID); err != nil {
+			return err
+		}
+		paused = append(paused, h.Paused)
+		disk = e.Store().Bytes(h.ID)
+		if spares > 0 {
+			for e.Spares(h.ID) == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		took, err := e.Rollback(ctx, sb, h.ID)
+		if err != nil {
+			return err
+		}
+		rollbacks = append(rollbacks, took)
+		if err := e.Release(ctx, h.ID); err != nil {
+			return err
+		}
+	}
+	if spares == 0 {
+		row(mib, "gvx checkpoint (saved)", syncT)
+		row(mib, "gvx checkpoint (caller, async)", asyncT)
+		row(mib, "gvx sandbox paused by a checkpoint", paused)
+		row(mib, "gvx rollback (restore on demand)", rollbacks)
+		fmt.Printf("%-7s %-36s %10.1f MiB\n", fmt.Sprintf("%d MiB", mib), "disk per checkpoint", float64(disk)/(1<<20))
+		return x.fork(ctx, e, sb, mib)
+	}
+	row(mib, "gvx rollback (hot spare)", rollbacks)
+	return x.spareMemory(ctx, e, sb, mib)
+}
+
+// fork forks 8 sandboxes from a checkpoint of sb, and compares their
+// memory with sb's.
+func (x *env) fork(ctx context.Context, e *rollout.Engine, sb *rollout.Sandbox, mib int) error {
+	h, err := e.Checkpoint(ctx, sb)
+	if err != nil {
+		return err
+	}
+	defer e.Release(ctx, h.ID)
+	t0 := time.Now()
+	forks, err := e.Fork(ctx, h.ID, 8)
+	if err != nil {
+		return err
+	}
+	total := time.Since(t0)
+	var pss int64
+	for _, f := range forks {
+		pss += x.pss(ctx, f.Task())
+	}
+	one := x.pss(ctx, sb.Task())
+	for _, f := range forks {
+		_ = e.Destroy(ctx, f)
+	}
+	fmt.Printf("%-7s %-36s %10s %10s\n", fmt.Sprintf("%d MiB", mib), "gvx fork of 8 (each, all at once)", ms(total/8), ms(total))
+	fmt.Printf("%-7s %-36s %10.1f MiB (one sandbox %.1f MiB: %.1fx)\n", fmt.Sprintf("%d MiB", mib), "PSS of 8 forks", float64(pss)/(1<<20), float64(one)/(1<<20), float64(pss)/float64(max(one, 1)))
+	return nil
+}
+
+// spareMemory reports what one hot spare of a checkpoint of sb costs.
+func (x *env) spareMemory(ctx context.Context, e *rollout.Engine, sb *rollout.Sandbox, mib int) error {
+	h, err := e.Checkpoint(ctx, sb)
+	if err != nil {
+		return err
+	}
+	defer e.Release(ctx, h.ID)
+	for e.Spares(h.ID) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The spare is the engine's; find its task among the containers.
+	conts, err := x.c.Containers(ctx, "labels.\"dev.gvx.rollout.role\"==spare")
+	if err != nil || len(conts) == 0 {
+		return fmt.Errorf("no spare container found: %v", err)
+	}
+	task, err := conts[0].Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%-7s %-36s %10.1f MiB\n", fmt.Sprintf("%d MiB", mib), "PSS of one hot spare (paused)", float64(x.pss(ctx, task))/(1<<20))
+	return nil
+}
+
+// pss is the PSS of a task's sandbox: the shim's process tree.
+func (x *env) pss(ctx context.Context, task client.Task) int64 {
+	shim := harness.ParentOf(int(task.Pid()))
+	var total int64
+	for _, pid := range append([]int{shim}, harness.Descendants(shim)...) {
+		if _, p, ok := harness.Smaps(pid); ok {
+			total += p
+		}
+	}
+	return total
+}
+
+// peer measures runsc's checkpoint (leave running) and restore through
+// containerd's runc shim at mib MiB.
+func (x *env) peer(ctx context.Context, mib, runs int) error {
+	opts := &options.Options{BinaryName: x.runsc}
+	// Ids none of which is a prefix of another: runsc resolves ids by
+	// prefix within its root.
+	id := fmt.Sprintf("rso%05d", mib)
+	if err := x.start(ctx, id, guest(mib), opts, "io.containerd.runc.v2"); err != nil {
+		return err
+	}
+	cont, err := x.c.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer stop(ctx, cont)
+	task, err := cont.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var cks, restores []time.Duration
+	for i := 0; i < runs; i++ {
+		dir := filepath.Join(x.store, fmt.Sprintf("runsc-%d-%d", mib, i))
+		t0 := time.Now()
+		if _, err := task.Checkpoint(ctx, client.WithCheckpointImagePath(dir)); err != nil {
+			return fmt.Errorf("runsc checkpoint: %w", err)
+		}
+		cks = append(cks, time.Since(t0))
+		rid := fmt.Sprintf("rsr%05d-%03d", mib, i)
+		t1 := time.Now()
+		if err := x.restorePeer(ctx, cont, rid, dir, opts); err != nil {
+			return err
+		}
+		restores = append(restores, time.Since(t1))
+		os.RemoveAll(dir)
+	}
+	row(mib, "runsc checkpoint --leave-running", cks)
+	row(mib, "runsc restore (new container)", restores)
+	return nil
+}
+
+// restorePeer restores runsc image dir into a new container rid with
+// cont's spec, then removes it.
+func (x *env) restorePeer(ctx context.Context, cont client.Container, rid, dir string, opts *options.Options) error {
+	spec, err := cont.Spec(ctx)
+	if err != nil {
+		return err
+	}
+	spec.Linux.CgroupsPath = filepath.Join(filepath.Dir(spec.Linux.CgroupsPath), rid)
+	rc, err := x.c.NewContainer(ctx, rid, client.WithNewSnapshot(rid, x.img), client.WithSpec(spec),
+		client.WithRuntime("io.containerd.runc.v2", &options.Options{BinaryName: opts.BinaryName}))
+	if err != nil {
+		return err
+	}
+	defer stop(ctx, rc)
+	t, err := rc.NewTask(ctx, nullIO, client.WithRestoreImagePath(dir))
+	if err != nil {
+		return fmt.Errorf("runsc restore: %w", err)
+	}
+	if err := t.Start(ctx); err != nil {
+		return fmt.Errorf("runsc restore: %w", err)
+	}
+	return nil
+}
