@@ -129,6 +129,15 @@ func TestSDKExec(t *testing.T) {
 		t.Errorf("streamed: %+v, %v", r, err)
 	}
 	pw.Close()
+	var took []time.Duration
+	for i := 0; i < 20; i++ {
+		t0 := time.Now()
+		if res, err := sb.Exec(ctx, []string{"true"}, sdk.ExecOptions{}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec true: %+v, %v", res, err)
+		}
+		took = append(took, time.Since(t0))
+	}
+	t.Logf("Exec(true): p50 %s, p95 %s over %d", harness.Percentile(took, 50), harness.Percentile(took, 95), len(took))
 	if _, err := sb.Exec(ctx, []string{"/no/such/binary"}, sdk.ExecOptions{}); !errors.Is(err, sdk.ErrNotFound) {
 		t.Errorf("missing binary: %v, want ErrNotFound", err)
 	}
@@ -321,12 +330,13 @@ func TestSDKResources(t *testing.T) {
 	}
 }
 
-// TestSDKConcurrent: many execs at once over several sandboxes.
+// TestSDKConcurrent: 16 sandboxes made at once through one client, then
+// 64 execs at once over them (what gvx serve's test asks of it).
 func TestSDKConcurrent(t *testing.T) {
 	c := sdkClient(t)
 	checkNoLeaks(t)
 	ctx := context.Background()
-	sbs := make([]*sdk.Sandbox, 4)
+	sbs := make([]*sdk.Sandbox, 16)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range sbs {
@@ -349,7 +359,8 @@ func TestSDKConcurrent(t *testing.T) {
 			}
 		}
 	})
-	for i := 0; i < 32; i++ {
+	t0 := time.Now()
+	for i := 0; i < 64; i++ {
 		sb := sbs[i%len(sbs)]
 		if sb == nil {
 			continue
@@ -364,6 +375,7 @@ func TestSDKConcurrent(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
+	t.Logf("64 execs over 16 sandboxes in %s", time.Since(t0))
 	close(errs)
 	for err := range errs {
 		t.Error(err)
