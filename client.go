@@ -96,7 +96,6 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.progressf("starting the embedded containerd in %s", o.StateDir)
 		t0 := time.Now()
 		d, err := embedded.Start(ctx, embedded.Config{
 			StateDir: filepath.Join(o.StateDir, "containerd"),
@@ -107,8 +106,8 @@ func Connect(ctx context.Context, o Options) (*Client, error) {
 		if err != nil {
 			return nil, newError("connect", "", ErrUnavailable, err)
 		}
-		if d.Started() {
-			c.progressf("embedded containerd up after %s", time.Since(t0).Round(time.Millisecond))
+		if d.Started() && time.Since(t0) > time.Second {
+			c.progressf("started the embedded containerd in %s (%s)", o.StateDir, time.Since(t0).Round(time.Millisecond))
 		}
 		c.daemon = d
 		o.Containerd = d.Address()

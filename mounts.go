@@ -35,13 +35,14 @@ func (s *Sandbox) prepareMounts(ctx context.Context) ([]specs.Mount, error) {
 		if m.Clone {
 			dst := clonePath(src, s.id)
 			t0 := time.Now()
-			s.c.progressf("%s: cloning volume %s", s.id, src)
 			method, err := volume.Clone(ctx, src, dst, volume.CloneOptions{})
 			if err != nil {
 				return nil, newError("new", s.id, nil, fmt.Errorf("clone volume %s: %w", src, err))
 			}
 			s.owned.Volumes = append(s.owned.Volumes, dst)
-			s.c.progressf("%s: cloned %s by %s in %s", s.id, filepath.Base(src), method, time.Since(t0).Round(time.Microsecond))
+			if d := time.Since(t0); d > time.Second {
+				s.c.progressf("%s: cloned %s by %s in %s", s.id, filepath.Base(src), method, d.Round(time.Millisecond))
+			}
 			src = dst
 		}
 		opt := "rw"

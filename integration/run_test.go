@@ -45,7 +45,7 @@ func gvxCmd(t *testing.T, stdin, sub string, flags []string, args ...string) res
 }
 
 // progressLine matches the SDK's progress lines (Options.Progress).
-var progressLine = regexp.MustCompile(`^gvx: (starting the embedded|embedded containerd up|importing|imported|unpacking|unpacked|pool |\S+: (cloning|cloned|waiting for the inner dockerd))`)
+var progressLine = regexp.MustCompile(`^gvx: (started the embedded|importing|imported|unpacking|unpacked|pool |\S+: (cloned|waiting for the inner dockerd))`)
 
 // dropProgress removes the SDK's progress lines.
 func dropProgress(s string) string {
