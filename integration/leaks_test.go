@@ -104,6 +104,7 @@ func leaked(before, after hostState) []string {
 // Teardown is asynchronous in places (shim exit), so it polls briefly.
 func checkNoLeaks(t *testing.T) {
 	t.Helper()
+	requireEnv(t)
 	before := snapshot(e)
 	t.Cleanup(func() {
 		var l []string

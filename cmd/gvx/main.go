@@ -1,8 +1,8 @@
 // Command gvx is gvx's operator CLI.
 //
-// It manages ext4lite volumes, golden images and episodes, the warm pool
-// and the ext4lite snapshotter, and does the housekeeping of gvx
-// sandboxes.
+// It runs sandboxes (run, exec, ps, rm, on gvx's Go SDK), manages
+// ext4lite volumes, golden images and episodes, the warm pool and the
+// ext4lite snapshotter, and does the housekeeping of gvx sandboxes.
 package main
 
 import (
