@@ -11,11 +11,13 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/internal/embedded"
 	"github.com/gvxrun/gvx/internal/image"
+	"github.com/gvxrun/gvx/rollout"
 )
 
 // Defaults of Options.
@@ -51,6 +53,15 @@ type Options struct {
 	StateDir, DataDir string
 	// Snapshotter unpacks images (default overlayfs).
 	Snapshotter string
+	// CheckpointDir is the store of checkpoints (default
+	// DataDir/checkpoints); put it on the volumes' filesystem (XFS or
+	// btrfs) so that volume copies are reflinks.
+	CheckpointDir string
+	// Spares is how many restored, paused sandboxes are kept ready for
+	// each checkpoint, so that a Rollback or Fork to it is two control
+	// calls (≈ 1 ms) instead of a restore (≈ 0.2–0.5 s). Each costs a
+	// sandbox's memory. Default 0.
+	Spares int
 	// Progress, if set, receives a line for each long step: starting
 	// containerd, importing and unpacking images, cloning volumes,
 	// waiting for dockerd.
@@ -69,6 +80,9 @@ type Client struct {
 	closeMu  sync.Mutex
 	closed   bool
 	progress sync.Mutex
+	engOnce  sync.Once
+	eng      *rollout.Engine // checkpoints, rollbacks and forks (made on first use)
+	engErr   error
 }
 
 // Connect connects to containerd, starting the embedded one if
@@ -138,6 +152,12 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	var err error
+	if c.eng != nil {
+		// Its spares are containers of its own.
+		if eerr := c.eng.Close(c.Context(ctx)); eerr != nil {
+			log.G(ctx).WithError(eerr).Warn("gvx: closing the checkpoint engine")
+		}
+	}
 	if c.daemon != nil {
 		err = c.daemon.Close(ctx, c.idle)
 	}

@@ -87,7 +87,7 @@ func (s *Sandbox) Exec(ctx context.Context, cmd []string, o ExecOptions) (Result
 // is killed, with every process it started, when ctx ends or the
 // timeout passes.
 func (s *Sandbox) Start(ctx context.Context, cmd []string, o ExecOptions) (_ *Process, retErr error) {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return nil, newError("exec in", s.id, ErrNotRunning, nil)
 	}
 	if len(cmd) == 0 {
@@ -134,7 +134,7 @@ func (s *Sandbox) Start(ctx context.Context, cmd []string, o ExecOptions) (_ *Pr
 	if o.TTY {
 		opts = append(opts, cio.WithTerminal)
 	}
-	proc, err := s.task.Exec(cctx, id, spec, cio.NewCreator(opts...))
+	proc, err := s.curTask().Exec(cctx, id, spec, cio.NewCreator(opts...))
 	if err != nil {
 		return nil, newError("exec in", s.id, nil, err)
 	}

@@ -32,15 +32,18 @@ const (
 // Config.Timeout it returns ErrTimeout (with 137). Run does not Close.
 func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	select {
-	case <-s.exited:
+	case <-s.Exited():
 	case <-ctx.Done():
 		return -1, newError("run", s.id, nil, ctx.Err())
 	}
-	if s.task != nil && s.task.IO() != nil {
-		s.task.IO().Wait()
+	if s.curTask() != nil && s.curTask().IO() != nil {
+		s.curTask().IO().Wait()
 	}
-	code := int(s.status.ExitCode())
-	if err := s.status.Error(); err != nil {
+	s.bmu.Lock()
+	status := s.status
+	s.bmu.Unlock()
+	code := int(status.ExitCode())
+	if err := status.Error(); err != nil {
 		return code, newError("run", s.id, nil, err)
 	}
 	if s.timedOut.Load() {
@@ -50,14 +53,18 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 }
 
 // Exited is closed once the sandbox's init has exited.
-func (s *Sandbox) Exited() <-chan struct{} { return s.exited }
+func (s *Sandbox) Exited() <-chan struct{} {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	return s.exited
+}
 
 // Signal sends sig to the sandbox's init.
 func (s *Sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return newError("signal", s.id, ErrNotRunning, nil)
 	}
-	if err := s.task.Kill(s.c.Context(ctx), sig); err != nil {
+	if err := s.curTask().Kill(s.c.Context(ctx), sig); err != nil {
 		return newError("signal", s.id, nil, err)
 	}
 	return nil
@@ -65,10 +72,10 @@ func (s *Sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
 
 // Resize sets the size of the init's terminal (Config.TTY).
 func (s *Sandbox) Resize(ctx context.Context, cols, rows uint32) error {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return newError("resize", s.id, ErrNotRunning, nil)
 	}
-	if err := s.task.Resize(s.c.Context(ctx), cols, rows); err != nil {
+	if err := s.curTask().Resize(s.c.Context(ctx), cols, rows); err != nil {
 		return newError("resize", s.id, nil, err)
 	}
 	return nil
@@ -76,10 +83,10 @@ func (s *Sandbox) Resize(ctx context.Context, cols, rows uint32) error {
 
 // CloseStdin closes the init's standard input.
 func (s *Sandbox) CloseStdin(ctx context.Context) error {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return newError("close stdin", s.id, ErrNotRunning, nil)
 	}
-	if err := s.task.CloseIO(s.c.Context(ctx), client.WithStdinCloser); err != nil {
+	if err := s.curTask().CloseIO(s.c.Context(ctx), client.WithStdinCloser); err != nil {
 		return newError("close stdin", s.id, nil, err)
 	}
 	return nil
@@ -87,10 +94,10 @@ func (s *Sandbox) CloseStdin(ctx context.Context) error {
 
 // Pause freezes every process of the sandbox; Resume thaws them.
 func (s *Sandbox) Pause(ctx context.Context) error {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return newError("pause", s.id, ErrNotRunning, nil)
 	}
-	if err := s.task.Pause(s.c.Context(ctx)); err != nil {
+	if err := s.curTask().Pause(s.c.Context(ctx)); err != nil {
 		return newError("pause", s.id, nil, err)
 	}
 	return nil
@@ -98,10 +105,10 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 
 // Resume thaws a paused sandbox.
 func (s *Sandbox) Resume(ctx context.Context) error {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return newError("resume", s.id, ErrNotRunning, nil)
 	}
-	if err := s.task.Resume(s.c.Context(ctx)); err != nil {
+	if err := s.curTask().Resume(s.c.Context(ctx)); err != nil {
 		return newError("resume", s.id, nil, err)
 	}
 	return nil
@@ -109,10 +116,10 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 
 // Status is the sandbox's state now.
 func (s *Sandbox) Status(ctx context.Context) (Status, error) {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return StatusStopped, nil
 	}
-	st, err := s.task.Status(s.c.Context(ctx))
+	st, err := s.curTask().Status(s.c.Context(ctx))
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return StatusStopped, nil
@@ -148,10 +155,10 @@ type Stats struct {
 
 // Stats reads the sandbox's resource use now.
 func (s *Sandbox) Stats(ctx context.Context) (Stats, error) {
-	if s.task == nil {
+	if s.curTask() == nil {
 		return Stats{}, newError("stats", s.id, ErrNotRunning, nil)
 	}
-	m, err := s.task.Metrics(s.c.Context(ctx))
+	m, err := s.curTask().Metrics(s.c.Context(ctx))
 	if err != nil {
 		return Stats{}, newError("stats", s.id, nil, err)
 	}
@@ -214,7 +221,15 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		s.timer.Stop()
 	}
 	var errs []error
-	if s.task != nil {
+	s.bmu.Lock()
+	rs := s.rs
+	s.bmu.Unlock()
+	if rs != nil {
+		// The engine's: its current backing (the first, or a restore).
+		if err := s.c.eng.Destroy(ctx, rs); err != nil {
+			errs = append(errs, err)
+		}
+	} else if s.curTask() != nil {
 		if err := s.killTask(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -236,24 +251,24 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 // killTask kills the init (thawing a paused sandbox first), waits for it
 // and deletes the task.
 func (s *Sandbox) killTask(ctx context.Context) error {
-	if st, err := s.task.Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
-		_ = s.task.Resume(ctx)
+	if st, err := s.curTask().Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
+		_ = s.curTask().Resume(ctx)
 	}
 	select {
-	case <-s.exited:
+	case <-s.Exited():
 	default:
-		if err := s.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		if err := s.curTask().Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Debugf("gvx: close %s: kill", s.id)
 		}
 		if s.watched {
 			select {
-			case <-s.exited:
+			case <-s.Exited():
 			case <-time.After(30 * time.Second):
 				log.G(ctx).Warnf("gvx: close %s: the init did not exit 30 s after SIGKILL; deleting the task anyway", s.id)
 			}
 		}
 	}
-	if _, err := s.task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+	if _, err := s.curTask().Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete task: %w", err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/dockerapi"
+	"github.com/gvxrun/gvx/rollout"
 )
 
 // Labels gvx keeps on a sandbox's container.
@@ -52,9 +53,11 @@ type Sandbox struct {
 	c         *Client
 	id        string
 	cfg       Config
-	container client.Container
+	bmu       sync.Mutex       // guards container, task, exited and rs (a rollback replaces them)
+	container client.Container // the current backing (a rollback's restore is a new one)
 	task      client.Task
-	process   *specs.Process // the init's, the base of every Exec
+	rs        *rollout.Sandbox // the rollout engine's, once checkpointed
+	process   *specs.Process   // the init's, the base of every Exec
 	info      containers.Container
 	owned     owned
 	timings   Timings
@@ -219,25 +222,40 @@ func (s *Sandbox) stdin(ctx context.Context) (io.Reader, chan struct{}) {
 	return &eofReader{r: s.cfg.Stdin, eof: func() {
 		go func() {
 			<-ready
-			if s.task != nil {
-				_ = s.task.CloseIO(context.WithoutCancel(ctx), client.WithStdinCloser)
+			if s.curTask() != nil {
+				_ = s.curTask().CloseIO(context.WithoutCancel(ctx), client.WithStdinCloser)
 			}
 		}()
 	}}, ready
 }
 
-// watch records the init's exit.
+// watch records the init's exit: of the current task, unless a rollback
+// replaced it meanwhile (then the new one's watch does).
 func (s *Sandbox) watch(ctx context.Context) error {
-	ch, err := s.task.Wait(s.c.Context(context.WithoutCancel(ctx)))
+	t := s.curTask()
+	ch, err := t.Wait(s.c.Context(context.WithoutCancel(ctx)))
 	if err != nil {
 		return newError("wait", s.id, nil, err)
 	}
 	s.watched = true
 	go func() {
-		s.status = <-ch
+		st := <-ch
+		s.bmu.Lock()
+		defer s.bmu.Unlock()
+		if s.task != t {
+			return
+		}
+		s.status = st
 		close(s.exited)
 	}()
 	return nil
+}
+
+// curTask is the task of the sandbox's current backing.
+func (s *Sandbox) curTask() client.Task {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	return s.task
 }
 
 // expire is Config.Timeout's end: the sandbox is killed.
@@ -245,7 +263,7 @@ func (s *Sandbox) expire() {
 	s.timedOut.Store(true)
 	ctx, cancel := context.WithTimeout(s.c.Context(context.Background()), 30*time.Second)
 	defer cancel()
-	_ = s.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll)
+	_ = s.curTask().Kill(ctx, syscall.SIGKILL, client.WithKillAll)
 }
 
 // waitDocker waits until the inner dockerd answers on its host socket.

@@ -34,7 +34,7 @@ exit 1`
 		return err
 	}
 	kid := "k" + id
-	proc, err := s.task.Exec(ctx, kid, spec, cio.NullIO)
+	proc, err := s.curTask().Exec(ctx, kid, spec, cio.NullIO)
 	if err != nil {
 		return err
 	}

@@ -429,6 +429,44 @@ func TestSDKPool(t *testing.T) {
 	}
 }
 
+// TestSDKDockerPool: a docker template's pool (a docker pool: not an image
+// pool, its sandboxes take the golden volume's clone) hands out sandboxes
+// whose dockerd has the golden volume's images.
+func TestSDKDockerPool(t *testing.T) {
+	dindEnv(t)
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	p, err := c.NewPool(ctx, sdk.PoolConfig{Name: "sdkdocker", Size: 1, Template: sdk.Config{
+		Image: filepath.Join(e.images, "dind.tar"), Docker: true,
+		Mounts: []sdk.Mount{{Type: sdk.MountVolume, Source: golden, Target: "/var/lib/docker", Clone: true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := p.WaitReady(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Status(ctx); err != nil || st.Image != "" {
+		t.Errorf("a docker template's pool: %+v, %v; want a plain pool", st, err)
+	}
+	sb, err := p.Acquire(ctx, sdk.AcquireOptions{ID: "sdkdockerp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if harness.Adopted(testNS, "sdkdockerp") == "" {
+		t.Errorf("the docker sandbox did not adopt the pool's; its log:\n%s", p.Log())
+	}
+	res, err := sb.Exec(ctx, []string{"docker", "run", "--rm", "--pull", "never", "gvx.test/busybox:latest", "echo", "pooled-docker"}, sdk.ExecOptions{})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "pooled-docker" {
+		t.Errorf("docker run in a pooled sandbox: %+v, %v", res, err)
+	}
+}
+
 // TestSDKEmbedded: with no containerd address the SDK starts its own
 // containerd (the gvx CLI's `gvx containerd`), runs a sandbox on it, and
 // stops it when the last client closes with no sandbox left.

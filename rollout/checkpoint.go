@@ -2,9 +2,11 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -58,13 +60,20 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	}
 	flags, err := os.ReadFile(filepath.Join(e.layout.SentryRoot(b.id), api.FlagsFile))
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: its gvx-sentry flags: %w (is it a gvx task?)", sb.ID, err)
+		return nil, fmt.Errorf("checkpoint %s: its gvx-sentry flags: %w (is it a gvx task that boots its own sandbox? tasks in warm-pool sandboxes and pod members cannot be checkpointed)", sb.ID, err)
+	}
+	if err := checkpointable(string(flags)); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
 	ctl, err := e.control(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
-	h, err := e.store.newHandle(Handle{Parent: sb.parent, Lineage: sb.lineage, Sandbox: sb.ID, Image: info.Image, Snapshotter: info.Snapshotter})
+	rt := &Runtime{Name: info.Runtime.Name}
+	if o := info.Runtime.Options; o != nil {
+		rt.OptionsType, rt.Options = o.GetTypeUrl(), o.GetValue()
+	}
+	h, err := e.store.newHandle(Handle{Parent: sb.parent, Lineage: sb.lineage, Sandbox: sb.ID, Image: info.Image, Snapshotter: info.Snapshotter, Runtime: rt})
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +105,23 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		return err
 	})
 	return h, nil
+}
+
+// ErrNotCheckpointable means a sandbox holds what gVisor cannot save.
+var ErrNotCheckpointable = errors.New("cannot be checkpointed")
+
+// checkpointable refuses, before anything is paused, a sandbox whose
+// gvx-sentry flags say it holds host state gVisor cannot save.
+func checkpointable(flags string) error {
+	for _, f := range strings.Fields(flags) {
+		switch {
+		case f == "--network=host":
+			return fmt.Errorf("%w: it uses the host's network stack (network = \"host\"), whose sockets live in the host kernel", ErrNotCheckpointable)
+		case strings.HasPrefix(f, "--host-uds=") && f != "--host-uds=none":
+			return fmt.Errorf("%w: it publishes a host unix socket (docker mode's dockerd socket, or a unix: port), which gVisor cannot save", ErrNotCheckpointable)
+		}
+	}
+	return nil
 }
 
 // save saves paused backing id (control connection ctl, flags and spec as

@@ -27,7 +27,8 @@ type Options struct {
 	StoreDir string
 	// StateDir is gvx's state_dir ("": the default).
 	StateDir string
-	// Runtime and RuntimeOptions are what restored backings run with
+	// Runtime and RuntimeOptions are what backings restored from handles
+	// that do not record their sandbox's runtime run with
 	// (default: gvx's runtime, no options).
 	Runtime        string
 	RuntimeOptions any

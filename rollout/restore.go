@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/containerd/containerd/v2/core/containers"
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/log"
@@ -94,7 +97,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		client.WithSnapshotter(h.Snapshotter),
 		client.WithNewSnapshot(id, image),
 		client.WithSpec(spec),
-		client.WithRuntime(e.opts.Runtime, e.opts.RuntimeOptions),
+		e.withRuntime(h),
 		client.WithContainerLabels(map[string]string{labelHandle: h.ID, labelRole: role, labelLineage: h.Lineage}))
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
@@ -112,6 +115,21 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		}
 	}
 	return b, nil
+}
+
+// withRuntime gives a restored backing the runtime h's sandbox ran with
+// (the engine's for handles saved before handles recorded it).
+func (e *Engine) withRuntime(h *Handle) client.NewContainerOpts {
+	if h.Runtime == nil || h.Runtime.Name == "" {
+		return client.WithRuntime(e.opts.Runtime, e.opts.RuntimeOptions)
+	}
+	return func(_ context.Context, _ *client.Client, c *containers.Container) error {
+		c.Runtime = containers.RuntimeInfo{Name: h.Runtime.Name}
+		if h.Runtime.OptionsType != "" {
+			c.Runtime.Options = &anypb.Any{TypeUrl: h.Runtime.OptionsType, Value: h.Runtime.Options}
+		}
+		return nil
+	}
 }
 
 // fillSpares restores, in the background, spares of h until the engine

@@ -33,9 +33,19 @@ type Handle struct {
 	// Image and Snapshotter are what its root filesystem was made of.
 	Image       string    `json:"image"`
 	Snapshotter string    `json:"snapshotter"`
+	// Runtime is the runtime the sandbox ran with: its restores run with
+	// the same (the gvx-sentry flags a restore needs follow from it).
+	Runtime *Runtime `json:"runtime,omitempty"`
 	Created     time.Time `json:"created"`
 	// Timings of its making.
 	Paused time.Duration `json:"paused"`
+}
+
+// Runtime is a containerd runtime and its options (a protobuf Any).
+type Runtime struct {
+	Name        string `json:"name"`
+	OptionsType string `json:"optionsType,omitempty"`
+	Options     []byte `json:"options,omitempty"`
 }
 
 // Store keeps checkpoints (and the volumes of the sandboxes restored from

@@ -1,0 +1,226 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/gvxrun/gvx"
+)
+
+// ckClient is an SDK client whose checkpoint store is on an XFS loop
+// filesystem (reflink copies of volumes), with spares ready per
+// checkpoint.
+func ckClient(t *testing.T, spares int) (*sdk.Client, string) {
+	t.Helper()
+	requireEnv(t)
+	dir := loopFS(t, "xfs")
+	state, err := os.MkdirTemp("/run", "gvxsdk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	c, err := sdk.Connect(context.Background(), sdk.Options{Containerd: e.Socket(), Namespace: testNS, BinDir: e.gvxBin,
+		StateDir: state, CheckpointDir: filepath.Join(dir, "store"), Spares: spares})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		cks, err := c.Checkpoints(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		for _, ck := range cks {
+			// Released by the test already, or now.
+			if err := c.ReleaseCheckpoint(ctx, ck.ID); err != nil && !errors.Is(err, sdk.ErrNotFound) && !errors.Is(err, sdk.ErrClosed) {
+				t.Error(err)
+			}
+		}
+	})
+	return c, dir
+}
+
+// sh runs a shell command in sb and returns its trimmed stdout.
+func sh(t *testing.T, sb *sdk.Sandbox, cmd string) string {
+	t.Helper()
+	res, err := sb.Exec(context.Background(), []string{"sh", "-c", cmd}, sdk.ExecOptions{Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%s in %s: %+v, %v (stderr %q)", cmd, sb.ID(), res, err, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
+// usr1Counter is an init that counts SIGUSR1s in a shell variable (state
+// only in memory) and writes the count to /tmp/n.
+const usr1Counter = `n=0; trap 'n=$((n+1)); echo $n > /tmp/n' USR1; echo 0 > /tmp/n; while :; do sleep 0.05; done`
+
+// TestSDKCheckpoint: the SDK's Checkpoint, Rollback, Fork and
+// ReleaseCheckpoint on a sandbox with a cloned volume: after a rollback
+// the files of the root filesystem and of the volume and the init's
+// in-memory counter are as at the checkpoint, the sandbox keeps its id,
+// a checkpoint taken then is a child of the one rolled back to, forks
+// diverge, a sandbox whose init was killed runs again after a rollback,
+// and released or foreign checkpoints are refused.
+func TestSDKCheckpoint(t *testing.T) {
+	checkNoLeaks(t)
+	c, dir := ckClient(t, 1)
+	ctx := context.Background()
+	golden := filepath.Join(dir, "golden.ext4")
+	gvx(t, "volume", "create", "--size", "64M", golden)
+	sb, err := c.New(ctx, sdk.Config{ID: "sdkck", Image: busyboxArchive(), Cmd: []string{"sh", "-c", usr1Counter},
+		Mounts: []sdk.Mount{{Type: sdk.MountVolume, Source: golden, Target: "/work", Clone: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	signal := func(want string) {
+		t.Helper()
+		if err := sb.Signal(ctx, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "counter at "+want, func() bool { return sh(t, sb, "cat /tmp/n") == want })
+	}
+	waitFor(t, "the init's trap", func() bool { return sh(t, sb, "cat /tmp/n 2>/dev/null || true") == "0" })
+	signal("1")
+	sh(t, sb, "echo one > /work/f; echo kept > /tmp/kept")
+	ck1, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck1.Sandbox != "sdkck" || ck1.Parent != "" || ck1.Paused <= 0 {
+		t.Errorf("first checkpoint: %+v", ck1)
+	}
+	signal("2")
+	signal("3")
+	sh(t, sb, "echo two > /work/f; rm /tmp/kept; echo new > /tmp/new")
+
+	if err := sb.Rollback(ctx, ck1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID() != "sdkck" {
+		t.Errorf("ID after a rollback: %s", sb.ID())
+	}
+	if got := sh(t, sb, "cat /work/f /tmp/kept; ls /tmp/new 2>&1 || true"); !strings.HasPrefix(got, "one\nkept\n") || !strings.Contains(got, "No such file") {
+		t.Errorf("files after the rollback:\n%s", got)
+	}
+	signal("2") // the in-memory count was 1 at the checkpoint
+
+	// Async: the handle comes back paused; the next call waits for the save.
+	ck2, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{Async: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck2.Parent != ck1.ID {
+		t.Errorf("checkpoint after a rollback to %s: parent %q", ck1.ID, ck2.Parent)
+	}
+	sh(t, sb, "echo three > /work/f")
+
+	forks, err := c.Fork(ctx, ck2.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		defer func() {
+			if err := f.Close(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	if len(forks) != 2 || forks[0].ID() == forks[1].ID() || forks[0].ID() == sb.ID() {
+		t.Fatalf("forks: %v", forks)
+	}
+	sh(t, forks[0], "echo fork0 > /work/f")
+	for i, want := range []string{"fork0", "one", "three"} {
+		s := []*sdk.Sandbox{forks[0], forks[1], sb}[i]
+		if got := sh(t, s, "cat /work/f"); got != want {
+			t.Errorf("%s: /work/f = %q, want %q", s.ID(), got, want)
+		}
+	}
+	if got := sh(t, forks[1], "cat /tmp/n"); got != "2" {
+		t.Errorf("fork's counter file: %q, want 2", got)
+	}
+
+	// A killed init runs again after a rollback.
+	if err := sb.Signal(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the init did not exit after SIGKILL")
+	}
+	if err := sb.Rollback(ctx, ck2.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Exited():
+		t.Fatal("Exited still closed after the rollback")
+	default:
+	}
+	if got := sh(t, sb, "cat /work/f"); got != "one" {
+		t.Errorf("after the second rollback /work/f = %q, want one", got)
+	}
+	signal("3")
+
+	cks, err := c.Checkpoints(ctx)
+	if err != nil || len(cks) != 2 {
+		t.Errorf("Checkpoints: %+v, %v", cks, err)
+	}
+	if err := c.ReleaseCheckpoint(ctx, ck1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Rollback(ctx, ck1.ID); !errors.Is(err, sdk.ErrNotFound) {
+		t.Errorf("rollback to a released checkpoint: %v, want ErrNotFound", err)
+	}
+	if err := forks[0].Rollback(ctx, ck2.ID); err != nil {
+		t.Errorf("a fork rolls back to its handle: %v", err)
+	}
+	other := idle(t, c, "sdkckother")
+	if err := other.Rollback(ctx, ck2.ID); !errors.Is(err, sdk.ErrInvalid) {
+		t.Errorf("rollback to another sandbox's checkpoint: %v, want ErrInvalid", err)
+	}
+	if got := sh(t, sb, "cat /tmp/n"); got != "3" {
+		t.Errorf("refused rollbacks changed the sandbox: /tmp/n = %q", got)
+	}
+}
+
+// TestSDKCheckpointRefused: a sandbox publishing a unix socket (a host
+// socket gVisor cannot save) is refused with ErrUnsupported and runs on.
+func TestSDKCheckpointRefused(t *testing.T) {
+	checkNoLeaks(t)
+	c, dir := ckClient(t, 0)
+	ctx := context.Background()
+	sb, err := c.New(ctx, sdk.Config{ID: "sdkckpub", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"},
+		Publish: []sdk.Publish{{HostPath: filepath.Join(dir, "pub.sock"), GuestPath: "/tmp/pub.sock"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	_, err = sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "host unix socket") {
+		t.Errorf("checkpoint of a sandbox publishing a socket: %v, want ErrUnsupported naming the socket", err)
+	}
+	if got := sh(t, sb, "echo alive"); got != "alive" {
+		t.Errorf("after the refusal: %q", got)
+	}
+	if cks, _ := c.Checkpoints(ctx); len(cks) != 0 {
+		t.Errorf("a refused checkpoint left handles: %+v", cks)
+	}
+}
