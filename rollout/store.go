@@ -31,12 +31,12 @@ type Handle struct {
 	// Sandbox is the sandbox that was checkpointed.
 	Sandbox string `json:"sandbox"`
 	// Image and Snapshotter are what its root filesystem was made of.
-	Image       string    `json:"image"`
-	Snapshotter string    `json:"snapshotter"`
+	Image       string `json:"image"`
+	Snapshotter string `json:"snapshotter"`
 	// Runtime is the runtime the sandbox ran with: its restores run with
 	// the same (the gvx-sentry flags a restore needs follow from it).
-	Runtime *Runtime `json:"runtime,omitempty"`
-	Created     time.Time `json:"created"`
+	Runtime *Runtime  `json:"runtime,omitempty"`
+	Created time.Time `json:"created"`
 	// Timings of its making.
 	Paused time.Duration `json:"paused"`
 }
