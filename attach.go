@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+
+	"github.com/gvxrun/gvx/rollout"
 )
 
 // Info describes a sandbox of the client's namespace.
@@ -89,8 +91,13 @@ func (c *Client) Attach(ctx context.Context, id string) (*Sandbox, error) {
 }
 
 // Remove removes whatever is left of sandbox id, running or not, with
-// everything it owns; it is not an error if there is nothing.
+// everything it owns — or a container restored for a rollback or a fork
+// (Sandbox.ID stays the first one's; its backing has an id of its own)
+// —; it is not an error if there is nothing.
 func (c *Client) Remove(ctx context.Context, id string) error {
+	if restored, err := c.restored(ctx, id); err != nil || restored {
+		return err
+	}
 	s, err := c.Attach(ctx, id)
 	if err != nil {
 		if kindOf(err) == ErrNotFound {
@@ -99,6 +106,27 @@ func (c *Client) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	return s.Close(ctx)
+}
+
+// restored removes container id if the rollout engine restored it (a
+// rollback's or a fork's backing, a spare), and says whether it did.
+func (c *Client) restored(ctx context.Context, id string) (bool, error) {
+	cont, err := c.ctrd.LoadContainer(c.Context(ctx), id)
+	if err != nil {
+		return false, nil // Attach says what
+	}
+	labels, err := cont.Labels(c.Context(ctx))
+	if err != nil || labels[rollout.LabelRole] == "" {
+		return false, nil
+	}
+	e, err := c.engine()
+	if err != nil {
+		return true, err
+	}
+	if err := e.RemoveRestored(c.Context(ctx), id); err != nil {
+		return true, newError("remove", id, nil, err)
+	}
+	return true, nil
 }
 
 // Labels are the sandbox's user labels (Config.Labels).

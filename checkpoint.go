@@ -49,7 +49,7 @@ func (c *Client) engine() (*rollout.Engine, error) {
 		}
 		c.eng, c.engErr = rollout.New(c.ctrd, rollout.Options{StoreDir: dir, StateDir: c.cfg.StateDir, Spares: c.opts.Spares})
 		if c.engErr != nil {
-			c.engErr = errorf("checkpoint", "", ErrInvalid, "Options.CheckpointDir %s: %w", dir, c.engErr)
+			c.engErr = errorf("checkpoint", "", ErrInvalid, "Options.CheckpointDir %s, Spares %d: %w", dir, c.opts.Spares, c.engErr)
 		}
 	})
 	return c.eng, c.engErr

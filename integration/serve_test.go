@@ -64,7 +64,8 @@ func startGvxServe(t *testing.T, dir string) *served {
 	s.stderr = &bytes.Buffer{}
 	s.cmd = exec.Command(filepath.Join(e.gvxBin, "gvx"), "serve", "--listen", "tcp://"+s.addr,
 		"--state-dir", filepath.Join(dir, "state"), "--keys", filepath.Join(dir, "keys"),
-		"--templates", filepath.Join(dir, "templates.toml"), "--containerd", e.Socket())
+		"--templates", filepath.Join(dir, "templates.toml"), "--containerd", e.Socket(),
+		"--checkpoint-dir", filepath.Join(dir, "checkpoints"))
 	s.cmd.Env = append(os.Environ(), "PATH="+e.path())
 	s.cmd.Stdout, s.cmd.Stderr = s.stderr, s.stderr
 	if err := s.cmd.Start(); err != nil {
@@ -316,7 +317,8 @@ func TestServeService(t *testing.T) {
 		{"GET", "/v2/sandboxes", "", "", 401, "API key"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/pause", s.other, "", 404, "not found"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/timeout", s.key, `{"timeout":"soon"}`, 400, "malformed JSON"},
-		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/checkpoints", s.key, "", 501, "checkpoint/restore"},
+		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/rollback", s.key, `{}`, 400, "handle is missing"},
+		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/rollback", s.key, `{"handle":"ck-0"}`, 404, "checkpoint ck-0 not found"},
 	} {
 		e2 = e2bError{}
 		if got := s.call(c.method, c.path, c.key, c.body, &e2); got != c.status || e2.Code != c.status || !strings.Contains(e2.Message, c.says) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/api"
@@ -298,4 +299,33 @@ func (e *Engine) controlSocket(ns, id string) (string, error) {
 		return "", fmt.Errorf("sandbox state of %s: no control socket (%v)", id, err)
 	}
 	return st.Sandbox.ControlSocketPath, nil
+}
+
+// RemoveRestored removes container id, one the engine restored (a
+// rollback's, a fork's or a spare, of this engine or of an earlier
+// process: LabelRole), with its volumes; nil if it is not there.
+func (e *Engine) RemoveRestored(ctx context.Context, id string) error {
+	ctr, err := e.c.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	if labels[LabelRole] == "" {
+		return fmt.Errorf("remove %s: not a container the rollout engine restored (no %s label)", id, LabelRole)
+	}
+	// Perhaps paused through its control socket (a spare): destroy
+	// resumes it first, so that its tasks can die.
+	b := &backing{id: id, container: ctr, restored: true, paused: true}
+	if t, err := ctr.Task(ctx, nil); err == nil {
+		b.task = t
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	return e.destroy(ctx, b)
 }

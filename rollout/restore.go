@@ -26,7 +26,9 @@ type specsMount = specs.Mount
 // Labels on the containers the engine restores.
 const (
 	labelHandle = "dev.gvx.rollout.handle" // the handle restored
-	labelRole   = "dev.gvx.rollout.role"   // "spare" or "sandbox"
+	// LabelRole marks the containers the engine restores: "spare" or
+	// "sandbox".
+	LabelRole = "dev.gvx.rollout.role"
 )
 
 func writeSpec(path string, spec *specs.Spec) error {
@@ -98,7 +100,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		client.WithNewSnapshot(id, image),
 		client.WithSpec(spec),
 		e.withRuntime(h),
-		client.WithContainerLabels(map[string]string{labelHandle: h.ID, labelRole: role, labelLineage: h.Lineage}))
+		client.WithContainerLabels(map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage}))
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}

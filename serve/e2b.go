@@ -295,10 +295,3 @@ func (s *Service) metricsHandler(w http.ResponseWriter, r *http.Request, key str
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-
-// needsCR answers the routes that need gvx's checkpoint/restore.
-func needsCR(what string) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, httpErrorf(http.StatusNotImplemented, "%s needs checkpoint/restore of sandboxes in gvx's Go SDK (gvx.Sandbox), which it does not have yet: package rollout does C/R on containerd tasks, the SDK does not expose it (see docs/serve.md)", what))
-	}
-}

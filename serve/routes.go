@@ -34,23 +34,20 @@ func (s *Service) apiMux() *http.ServeMux {
 	a("POST /sandboxes/{id}/refreshes", s.refreshHandler)
 	a("POST /sandboxes/{id}/pause", s.pauseHandler)
 	a("GET /sandboxes/{id}/metrics", s.metricsHandler)
-	m.Handle("POST /sandboxes/{id}/fork", s.authed(s.crHandler("fork (POST /sandboxes/{id}/fork)")))
-	m.Handle("POST /sandboxes/{id}/snapshots", s.authed(s.crHandler("snapshots (POST /sandboxes/{id}/snapshots)")))
-	m.Handle("GET /snapshots", s.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
-		needsCR("snapshots (GET /snapshots)")(w, r)
-	}))
+	a("POST /sandboxes/{id}/fork", s.forkHandler)
+	a("POST /sandboxes/{id}/snapshots", s.snapshotsHandler)
+	a("GET /snapshots", func(w http.ResponseWriter, r *http.Request, _ string) { noSnapshots(w) })
 	// gvx's own routes.
 	a("GET /gvx/v1/templates", s.listTemplates)
 	a("POST /gvx/v1/templates", s.putTemplate)
 	a("GET /gvx/v1/templates/{name}", s.getTemplate)
 	a("DELETE /gvx/v1/templates/{name}", s.deleteTemplate)
 	a("POST /gvx/v1/sandboxes/{id}/reset", s.resetHandler)
-	a("POST /gvx/v1/sandboxes/{id}/checkpoints", s.crHandler("checkpoint (POST /gvx/v1/sandboxes/{id}/checkpoints)"))
-	a("POST /gvx/v1/sandboxes/{id}/rollback", s.crHandler("rollback (POST /gvx/v1/sandboxes/{id}/rollback)"))
-	a("POST /gvx/v1/sandboxes/{id}/fork", s.crHandler("fork (POST /gvx/v1/sandboxes/{id}/fork)"))
-	m.Handle("DELETE /gvx/v1/checkpoints/{handle}", s.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
-		needsCR("release (DELETE /gvx/v1/checkpoints/{handle})")(w, r)
-	}))
+	a("POST /gvx/v1/sandboxes/{id}/checkpoints", s.checkpointHandler)
+	a("POST /gvx/v1/sandboxes/{id}/rollback", s.rollbackHandler)
+	a("POST /gvx/v1/sandboxes/{id}/fork", s.forkHandler)
+	a("GET /gvx/v1/checkpoints", s.listCheckpoints)
+	a("DELETE /gvx/v1/checkpoints/{handle}", s.releaseHandler)
 	m.HandleFunc("GET /gvx/v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapiDoc)
@@ -66,16 +63,19 @@ func (s *Service) apiMux() *http.ServeMux {
 	return m
 }
 
-// crHandler answers a checkpoint/restore route: the sandbox must be the
-// key's (404 otherwise), then 501 until gvx has checkpoint/restore.
-func (s *Service) crHandler(what string) func(http.ResponseWriter, *http.Request, string) {
-	return func(w http.ResponseWriter, r *http.Request, key string) {
-		if _, _, err := s.lookup(key, r.PathValue("id")); err != nil {
-			writeError(w, err)
-			return
-		}
-		needsCR(what)(w, r)
+// snapshotsHandler is E2B's POST /sandboxes/{id}/snapshots: a 404 for a
+// foreign id, else 501 (E2B's snapshots are templates made from a
+// sandbox; gvx's checkpoints are at /gvx/v1/sandboxes/{id}/checkpoints).
+func (s *Service) snapshotsHandler(w http.ResponseWriter, r *http.Request, key string) {
+	if _, _, err := s.lookup(key, r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
 	}
+	noSnapshots(w)
+}
+
+func noSnapshots(w http.ResponseWriter) {
+	writeError(w, httpErrorf(http.StatusNotImplemented, "E2B snapshots (templates made from a sandbox) are not served; gvx's checkpoints are: POST /gvx/v1/sandboxes/{id}/checkpoints, …/rollback, …/fork, DELETE /gvx/v1/checkpoints/{handle} (docs/serve.md)"))
 }
 
 func (s *Service) listTemplates(w http.ResponseWriter, _ *http.Request, _ string) {

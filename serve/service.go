@@ -89,6 +89,7 @@ type Service struct {
 
 	mu    sync.Mutex
 	boxes map[string]*entry
+	cks   map[string]ckRecord // checkpoints by handle
 
 	saveMu sync.Mutex
 	dirty  chan struct{} // the table changed
@@ -114,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	s := &Service{cfg: cfg, boxes: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{}),
+	s := &Service{cfg: cfg, boxes: map[string]*entry{}, cks: map[string]ckRecord{}, stop: make(chan struct{}), done: make(chan struct{}),
 		dirty: make(chan struct{}, 1), saved: make(chan struct{}), metrics: newMetrics()}
 	if err := s.restore(ctx); err != nil {
 		return nil, err
@@ -164,6 +165,7 @@ func (s *Service) flush() {
 	if err := api.WriteJSON(s.tablePath(), recs); err != nil {
 		log.L.WithError(err).Error("gvx serve: the sandbox table could not be saved; a restart may leave sandboxes behind")
 	}
+	s.flushCheckpoints()
 }
 
 // restore re-adopts or removes what an earlier process left.
@@ -210,6 +212,9 @@ func (s *Service) restore(ctx context.Context) error {
 				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s", id)
 			}
 		}
+	}
+	if err := s.restoreCheckpoints(ctx); err != nil {
+		return err
 	}
 	s.flush()
 	return nil
@@ -415,6 +420,7 @@ func (s *Service) kill(ctx context.Context, e *entry) error {
 	delete(s.boxes, e.rec.ID)
 	s.mu.Unlock()
 	s.save()
+	s.releaseOf(ctx, e.rec.ID)
 	if err != nil {
 		_ = s.cfg.Backend.Destroy(ctx, e.rec.ID)
 		return fmt.Errorf("kill sandbox %s: %w", e.rec.ID, err)

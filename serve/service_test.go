@@ -173,8 +173,7 @@ func TestKeysAndBadInput(t *testing.T) {
 		{"POST", "/v2/sandboxes", f.key, `{"templateID":"base","metadata":{"a":"` + strings.Repeat("x", 5000) + `"}}`, 413, "over 4096 bytes"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/timeout", f.key, `{}`, 400, "timeout is missing"},
 		{"GET", "/v2/sandboxes?state=dead", f.key, "", 400, "state"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/fork", f.key, `{}`, 501, "checkpoint/restore"},
-		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/checkpoints", f.key, `{}`, 501, "checkpoint/restore"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots", f.key, `{}`, 501, "gvx's checkpoints are"},
 		{"POST", "/gvx/v1/sandboxes/" + sb.SandboxID + "/rollback", f.other, `{}`, 404, "not found"},
 		{"GET", "/no/such/route", f.key, "", 404, "no such route"},
 	} {

@@ -42,6 +42,7 @@ let start = null
 const cp = await gvx(`/gvx/v1/sandboxes/${sbx.sandboxId}/checkpoints`)
 if (cp.status === 201) {
   start = cp.data.handle
+  console.log(`checkpoint ${start}`)
 } else {
   console.log(`no checkpoint (${cp.status}: ${cp.data.message}); going back by resetting to the template`)
 }
@@ -66,7 +67,7 @@ for (const p of patches) {
   if (back.status !== 200) throw new Error(`going back failed: ${back.status} ${back.data.message}`)
   const clean = await sbx.files.read('/home/user/repo/calc/__init__.py')
   if (clean.includes('s[mid + 1]')) throw new Error('the sandbox still has the rejected patch')
-  console.log(`  back to the start in ${(performance.now() - t2).toFixed(0)} ms`)
+  console.log(`  back to the start (${start ? 'rollback' : 'reset'}) in ${(performance.now() - t2).toFixed(0)} ms`)
 }
 await sbx.kill()
 console.log(solved ? `solved by ${solved}` : 'no patch solved the issue')

@@ -3,8 +3,8 @@
 
 The same episode as episode.mjs: a sandbox from the "swebench" template,
 then for each candidate patch: apply it, run the tests, read the result,
-and go back to the start (rollback when gvx has checkpoint/restore, else
-reset to the template). Standard library only:
+and go back to the start (rollback to a checkpoint, or reset to the
+template where the service cannot checkpoint). Standard library only:
 
     PYTHONPATH=../../clients/python E2B_API_URL=http://127.0.0.1:7820 \\
     E2B_API_KEY=e2b_... python3 episode.py
@@ -35,6 +35,7 @@ def main():
     start = None
     try:
         start = sb.checkpoint()
+        print("checkpoint %s" % start)
     except NotImplementedByServer as e:
         print("no checkpoint (%s); going back by resetting to the template" % e)
     solved = None
@@ -57,7 +58,7 @@ def main():
                 sb.reset()
             if b"s[mid + 1]" in sb.read("/home/user/repo/calc/__init__.py"):
                 raise SystemExit("the sandbox still has the rejected patch")
-            print("  back to the start in %.0f ms" % ((time.monotonic() - t2) * 1000))
+            print("  back to the start (%s) in %.0f ms" % ("rollback" if start else "reset", (time.monotonic() - t2) * 1000))
     finally:
         sb.kill()
     print("solved by %s" % solved if solved else "no patch solved the issue")

@@ -135,3 +135,44 @@ type PoolReporter interface {
 	// has no pool.
 	PoolStatus(ctx context.Context, name string) (st PoolStatus, ok bool, err error)
 }
+
+// Checkpoint is a saved state of a sandbox (processes, files, volumes).
+type Checkpoint struct {
+	ID string
+	// Parent is the checkpoint the state descends from ("" for a
+	// sandbox's first).
+	Parent  string
+	Created time.Time
+}
+
+// Checkpointer is a Sandbox that can be checkpointed and rolled back.
+type Checkpointer interface {
+	// Checkpoint saves the sandbox's state; with async it returns once
+	// the sandbox is paused and the save goes on (the sandbox's next
+	// call waits for it).
+	Checkpoint(ctx context.Context, async bool) (Checkpoint, error)
+	// Rollback returns the sandbox to checkpoint id's state.
+	Rollback(ctx context.Context, id string) error
+}
+
+// Forker is a Backend that makes sandboxes from checkpoints.
+type Forker interface {
+	// Fork makes n sandboxes in checkpoint id's state.
+	Fork(ctx context.Context, id string, n int) ([]Sandbox, error)
+	// ReleaseCheckpoint deletes checkpoint id (ErrNoCheckpoint if there
+	// is none).
+	ReleaseCheckpoint(ctx context.Context, id string) error
+	// Checkpoints lists the ids of the checkpoints the backend keeps.
+	Checkpoints(ctx context.Context) ([]string, error)
+}
+
+// Errors of checkpoints.
+var (
+	// ErrNoCheckpoint: no such checkpoint (never made, or released).
+	ErrNoCheckpoint = errors.New("checkpoint not found")
+	// ErrForeignCheckpoint: the checkpoint is of another sandbox's tree.
+	ErrForeignCheckpoint = errors.New("checkpoint of another sandbox")
+	// ErrNotCheckpointable: the sandbox holds what cannot be saved (the
+	// message says what); it runs on untouched.
+	ErrNotCheckpointable = errors.New("sandbox cannot be checkpointed")
+)

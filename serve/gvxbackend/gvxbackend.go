@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/rollout"
 	"github.com/gvxrun/gvx/serve/backend"
 )
 
@@ -35,6 +36,10 @@ type Options struct {
 	// (gvx.Options); an empty Containerd runs the SDK's embedded one.
 	Containerd, RuntimeConfig, StateDir string
 	Progress                            io.Writer
+	// CheckpointDir and Spares are the SDK's: where checkpoints are kept,
+	// and how many restored sandboxes wait ready for each.
+	CheckpointDir string
+	Spares        int
 }
 
 // Backend makes sandboxes through a gvx.Client, from a template's pool
@@ -49,7 +54,8 @@ type Backend struct {
 // New connects to containerd (the embedded one by default).
 func New(ctx context.Context, o Options) (*Backend, error) {
 	c, err := gvx.Connect(ctx, gvx.Options{Containerd: o.Containerd, Namespace: Namespace,
-		RuntimeConfig: o.RuntimeConfig, StateDir: o.StateDir, Progress: o.Progress})
+		RuntimeConfig: o.RuntimeConfig, StateDir: o.StateDir, Progress: o.Progress,
+		CheckpointDir: o.CheckpointDir, Spares: o.Spares})
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +132,15 @@ func (b *Backend) List(ctx context.Context) ([]string, error) {
 		if _, ok := in.Labels[LabelTemplate]; ok {
 			ids = append(ids, in.ID)
 		}
+	}
+	// And the containers restored for rollbacks and forks: their ids are
+	// not the service's, so a restarted service removes them.
+	conts, err := b.c.Containerd().Containers(b.c.Context(ctx), fmt.Sprintf("labels.%q", rollout.LabelRole))
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range conts {
+		ids = append(ids, c.ID())
 	}
 	return ids, nil
 }

@@ -124,9 +124,19 @@ class Client:
         """Replace the sandbox by a fresh one of its template (same id and token)."""
         return self._request("POST", "/gvx/v1/sandboxes/%s/reset" % _q(sandbox_id))
 
-    def checkpoint(self, sandbox_id):
-        """Checkpoint the sandbox; returns the checkpoint's handle."""
-        return self._request("POST", "/gvx/v1/sandboxes/%s/checkpoints" % _q(sandbox_id), {})["handle"]
+    def checkpoint(self, sandbox_id, async_=False):
+        """Checkpoint the sandbox (processes, files, volumes); returns the
+        checkpoint's handle. With async_, it returns once the sandbox is
+        paused and the save goes on (its next call waits for it)."""
+        body = {"async": True} if async_ else {}
+        return self._request("POST", "/gvx/v1/sandboxes/%s/checkpoints" % _q(sandbox_id), body)["handle"]
+
+    def checkpoints(self, sandbox_id=None):
+        """The key's checkpoints (of one sandbox if given), oldest first."""
+        path = "/gvx/v1/checkpoints"
+        if sandbox_id:
+            path += "?sandboxID=" + _q(sandbox_id)
+        return self._request("GET", path)
 
     def rollback(self, sandbox_id, handle):
         """Roll the sandbox back to checkpoint handle."""
@@ -273,8 +283,8 @@ class Sandbox:
     def reset(self):
         return self.client.reset(self.sandbox_id)
 
-    def checkpoint(self):
-        return self.client.checkpoint(self.sandbox_id)
+    def checkpoint(self, async_=False):
+        return self.client.checkpoint(self.sandbox_id, async_)
 
     def rollback(self, handle):
         return self.client.rollback(self.sandbox_id, handle)

@@ -19,6 +19,8 @@ import (
 	"github.com/gvxrun/gvx/serve/backend"
 )
 
+type execCmd = exec.Cmd
+
 // Backend holds fake sandboxes.
 type Backend struct {
 	mu    sync.Mutex
@@ -27,6 +29,10 @@ type Backend struct {
 	CreateDelay time.Duration
 	FailCreate  error
 	Creates     int
+	// FailCheckpoint makes checkpoints fail.
+	FailCheckpoint error
+	cks            map[string]checkpoint
+	seq            int
 }
 
 // New makes an empty fake backend.
@@ -34,13 +40,19 @@ func New() *Backend { return &Backend{boxes: map[string]*Sandbox{}} }
 
 // Sandbox is a fake sandbox.
 type Sandbox struct {
-	b      *Backend
-	ID     string
-	Env    []string
-	mu     sync.Mutex
-	paused bool
-	closed bool
-	procs  map[*exec.Cmd]bool
+	b   *Backend
+	ID  string
+	Env []string
+	// Lineage is the sandbox its checkpoint tree started with (a fork's
+	// parent; "" for ID), Parent its last checkpoint, Rollbacks how many
+	// it had.
+	Lineage   string
+	Parent    string
+	Rollbacks int
+	mu        sync.Mutex
+	paused    bool
+	closed    bool
+	procs     map[*execCmd]bool
 }
 
 // Create makes a fake sandbox.
@@ -55,7 +67,7 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env
 	if _, ok := b.boxes[id]; ok {
 		return nil, fmt.Errorf("sandbox %s exists", id)
 	}
-	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), env...), procs: map[*exec.Cmd]bool{}}
+	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), env...), procs: map[*execCmd]bool{}}
 	b.boxes[id] = s
 	return s, nil
 }
