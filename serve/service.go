@@ -4,7 +4,7 @@
 // timeout, pause, kill, metrics), E2B's in-sandbox protocol (envd, package
 // serve/envd, routed by the E2b-Sandbox-Id header or a <port>-<id>.<domain>
 // Host), and gvx's own routes under /gvx/v1 (templates, reset, and the
-// checkpoint routes that wait for gvx's checkpoint/restore). Sandboxes come
+// checkpoint, rollback and fork). Sandboxes come
 // from a backend (serve/gvxbackend: gvx's Go SDK). The service keeps its
 // sandbox table in its state directory and, when it starts again, re-adopts
 // the sandboxes that still run and removes the rest.
