@@ -3,11 +3,11 @@
 // One HTTP handler serves E2B's control plane (create, connect, list,
 // timeout, pause, kill, metrics), E2B's in-sandbox protocol (envd, package
 // serve/envd, routed by the E2b-Sandbox-Id header or a <port>-<id>.<domain>
-// Host), and gvx's own routes under /gvx/v1 (templates, reset, and the
-// checkpoint, rollback and fork). Sandboxes come
-// from a backend (serve/gvxbackend: gvx's Go SDK). The service keeps its
-// sandbox table in its state directory and, when it starts again, re-adopts
-// the sandboxes that still run and removes the rest.
+// Host), and gvx's own routes under /gvx/v1 (templates, reset, checkpoint,
+// rollback, fork). Sandboxes come from a backend (serve/gvxbackend: gvx's
+// Go SDK). The service keeps its sandbox and checkpoint tables in its
+// state directory and, when it starts again, re-adopts the sandboxes that
+// still run and removes the rest.
 package serve
 
 import (
