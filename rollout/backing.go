@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 
+	"github.com/gvxrun/gvx/internal/loopdev"
 	"github.com/gvxrun/gvx/sandbox/control"
 )
 
@@ -114,6 +116,15 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 		}
 	}
 	if b.restored {
+		// The volume copies' loop devices detach once the sandbox is
+		// gone (autoclear); removing the files first would leave them
+		// holding deleted files and the store's filesystem busy.
+		files, _ := filepath.Glob(filepath.Join(e.store.volumeDir(b.id), "*.ext4"))
+		for _, f := range files {
+			if err := loopdev.WaitDetached(ctx, f); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s of %s: %w", f, b.id, err))
+			}
+		}
 		if err := os.RemoveAll(e.store.volumeDir(b.id)); err != nil {
 			errs = append(errs, err)
 		}

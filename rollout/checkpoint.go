@@ -65,6 +65,9 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if err := checkpointable(string(flags)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
+	if err := e.outsideTCP(ctx, b, string(flags), spec); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+	}
 	ctl, err := e.control(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)

@@ -282,23 +282,40 @@ func (e *Engine) newID(base string) string {
 	return base + "-" + strconv.FormatInt(e.seq.Add(1), 36) + strconv.FormatInt(time.Now().UnixNano()%46656, 36)
 }
 
-// controlSocket reads where container id's sandbox serves its control
-// RPCs from gVisor's state file of it.
-func (e *Engine) controlSocket(ns, id string) (string, error) {
+// sandboxInfo is what the engine reads of gVisor's state file of a
+// sandbox.
+type sandboxInfo struct {
+	ControlSocketPath string `json:"controlSocketPath"`
+	Pid               int    `json:"pid"`
+}
+
+// sandboxState reads gVisor's state file of container id's sandbox.
+func (e *Engine) sandboxState(ns, id string) (sandboxInfo, error) {
 	root := api.SentryRoot(filepath.Join(e.layout.SentryRoot(id), ns))
 	data, err := os.ReadFile(root.SandboxState(id))
 	if err != nil {
-		return "", fmt.Errorf("sandbox state of %s: %w", id, err)
+		return sandboxInfo{}, fmt.Errorf("sandbox state of %s: %w", id, err)
 	}
 	var st struct {
-		Sandbox struct {
-			ControlSocketPath string `json:"controlSocketPath"`
-		} `json:"sandbox"`
+		Sandbox sandboxInfo `json:"sandbox"`
 	}
-	if err := json.Unmarshal(data, &st); err != nil || st.Sandbox.ControlSocketPath == "" {
-		return "", fmt.Errorf("sandbox state of %s: no control socket (%v)", id, err)
+	if err := json.Unmarshal(data, &st); err != nil {
+		return sandboxInfo{}, fmt.Errorf("sandbox state of %s: %w", id, err)
 	}
-	return st.Sandbox.ControlSocketPath, nil
+	return st.Sandbox, nil
+}
+
+// controlSocket reads where container id's sandbox serves its control
+// RPCs from gVisor's state file of it.
+func (e *Engine) controlSocket(ns, id string) (string, error) {
+	st, err := e.sandboxState(ns, id)
+	if err != nil {
+		return "", err
+	}
+	if st.ControlSocketPath == "" {
+		return "", fmt.Errorf("sandbox state of %s: no control socket", id)
+	}
+	return st.ControlSocketPath, nil
 }
 
 // RemoveRestored removes container id, one the engine restored (a

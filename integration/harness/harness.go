@@ -89,6 +89,11 @@ state = "%[1]s/state"
   address = "%[1]s/c.sock"
 [ttrpc]
   address = "%[1]s/c.sock.ttrpc"
+# gvx's cleanup after a dead shim (manager.Stop: a sandbox destroyed, its
+# mounts and cgroups released) can take longer than containerd's default
+# 5 s on a loaded node; containerd kills it at the timeout.
+[timeouts]
+  "io.containerd.timeout.shim.cleanup" = "30s"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvx]
   runtime_type = "%[2]s"
 `, dir, api.RuntimeType) + extraTOML

@@ -115,6 +115,8 @@ state = %q
   address = %q
 [ttrpc]
   address = %q
+[timeouts]
+  "io.containerd.timeout.shim.cleanup" = "30s"
 `, cfg.DataDir, filepath.Join(cfg.StateDir, "state"), cfg.Address(), cfg.Address()+".ttrpc")
 	if err := os.WriteFile(cfg.configFile(), []byte(body), 0o600); err != nil {
 		return fmt.Errorf("embedded containerd: %w", err)

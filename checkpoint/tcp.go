@@ -1,0 +1,76 @@
+package checkpoint
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// OutsidePeers returns the peers ("ip:port") of the established TCP
+// connections in tables (the text of a guest's /proc/net/tcp and
+// /proc/net/tcp6) that lead out of the sandbox: to an address neither
+// loopback nor the connection's own local one. Such a connection cannot
+// survive a restore (its peer keeps no state of it).
+func OutsidePeers(tables ...[]byte) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range tables {
+		sc := bufio.NewScanner(bytes.NewReader(t))
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) < 4 || f[3] != "01" { // the header, or not ESTABLISHED
+				continue
+			}
+			local, lok := parseHexAddr(f[1])
+			remote, rok := parseHexAddr(f[2])
+			if !lok || !rok {
+				continue
+			}
+			if remote.Addr().IsLoopback() || remote.Addr() == local.Addr() || remote.Addr().Unmap().IsLoopback() {
+				continue
+			}
+			if p := remote.String(); !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// parseHexAddr parses /proc/net/tcp's "0100007F:1F90": the address as
+// the kernel's 32-bit words in host (little-endian) order, the port in
+// hex.
+func parseHexAddr(s string) (netip.AddrPort, bool) {
+	a, p, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	raw, err := hex.DecodeString(a)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.AddrPort{}, false
+	}
+	for i := 0; i+4 <= len(raw); i += 4 {
+		raw[i], raw[i+1], raw[i+2], raw[i+3] = raw[i+3], raw[i+2], raw[i+1], raw[i]
+	}
+	addr, ok := netip.AddrFromSlice(raw)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(addr, uint16(port)), true
+}
+
+// ErrOutsideTCP says a sandbox has TCP connections to peers outside it.
+type ErrOutsideTCP struct{ Peers []string }
+
+func (e *ErrOutsideTCP) Error() string {
+	return fmt.Sprintf("it has TCP connections to peers outside the sandbox (%s), which a restore cannot bring back: close them before checkpointing", strings.Join(e.Peers, ", "))
+}

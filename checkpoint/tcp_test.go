@@ -1,0 +1,30 @@
+package checkpoint
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestOutsidePeers(t *testing.T) {
+	tcp := []byte(`  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1
+   1: 0100007F:1F90 0100007F:A2C4 01 00000000:00000000 00:00000000 00000000     0        0 2
+   2: 0500000A:C350 0200000A:0050 01 00000000:00000000 00:00000000 00000000     0        0 3
+   3: 0500000A:C351 0500000A:1F90 01 00000000:00000000 00:00000000 00000000     0        0 4
+   4: 0500000A:C352 0300000A:0050 06 00000000:00000000 00:00000000 00000000     0        0 5
+   5: 0500000A:C353 0200000A:0050 01 00000000:00000000 00:00000000 00000000     0        0 6
+`)
+	tcp6 := []byte(`  sl  local_address                         remote_address                        st
+   0: 00000000000000000000000001000000:1F90 00000000000000000000000001000000:A2C4 01
+   1: 0000000000000000FFFF00000500000A:1F90 0000000000000000FFFF00000700000A:D431 01
+   2: 00000000000000000000000001000000:1F90 zz:0 01
+`)
+	got := OutsidePeers(tcp, tcp6)
+	want := []string{"10.0.0.2:80", "[::ffff:10.0.0.7]:54321"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("OutsidePeers = %v, want %v", got, want)
+	}
+	if got := OutsidePeers([]byte("garbage\n\n"), nil); len(got) != 0 {
+		t.Errorf("garbage: %v", got)
+	}
+}
