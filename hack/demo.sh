@@ -3,7 +3,8 @@
 # episode with Docker inside an unprivileged gVisor sandbox — a clone of a
 # golden /var/lib/docker volume (built once and cached), dockerd inside, an
 # inner `docker run`, a file written and read back, the timings, nothing
-# left behind — then the same kind of sandbox from the shell with gvx run.
+# left behind; a tree-search step (checkpoint, rollback, fork) on a plain
+# sandbox — then a sandbox from the shell with gvx run.
 # The embedded containerd (gvx's own, `gvx containerd`) starts and stops
 # with the demo; its images stay in $CACHE/demo for the next run.
 set -euo pipefail

@@ -4,8 +4,10 @@
 // It builds (once, cached) a golden /var/lib/docker volume with an image
 // preloaded, then starts an episode on a clone of it: a docker-mode
 // sandbox whose dockerd runs an inner `docker run`, writes a file and
-// reads it back, and closes it, printing how long each step took and
-// what the sandbox looked like from the host. `make demo` runs it.
+// reads it back, and closes it; then a tree-search step on a plain
+// sandbox: a checkpoint, a bad step rolled back, two forks. It prints how
+// long each step took and what the sandbox looked like from the host.
+// `make demo` runs it.
 //
 //	episode --image dind.tar --preload busybox.tar --cache ~/.cache/gvx/demo
 package main
@@ -44,8 +46,8 @@ func main() {
 	}
 }
 
-// step prints what a step did and how long it took.
-func step(t0 time.Time, format string, a ...any) {
+// stepLine prints what a step did and how long it took.
+func stepLine(t0 time.Time, format string, a ...any) {
 	fmt.Printf("  %-58s %8s\n", fmt.Sprintf(format, a...), ms(time.Since(t0)))
 }
 
@@ -67,7 +69,7 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 		return err
 	}
 	defer c.Close(ctx)
-	step(t0, "containerd ready (embedded, %s)", o.StateDir)
+	stepLine(t0, "containerd ready (embedded, %s)", o.StateDir)
 
 	golden, err := goldenVolume(ctx, c, img, preload, cache)
 	if err != nil {
@@ -92,7 +94,7 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 		}
 	}()
 	tm := sb.Timings()
-	step(t0, "sandbox %s up, its dockerd answering", sb.ID())
+	stepLine(t0, "sandbox %s up, its dockerd answering", sb.ID())
 	fmt.Printf("    volume clone %s · sandbox boot %s · dockerd ready %s\n", ms(tm.Volumes), ms(tm.Create+tm.Start), ms(tm.Docker))
 	describeHost(sb.ID())
 
@@ -104,7 +106,7 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 	if res.ExitCode != 0 {
 		return fmt.Errorf("inner docker run exited %d: %s", res.ExitCode, res.Stderr)
 	}
-	step(t0, "inner docker run --rm %s", inner)
+	stepLine(t0, "inner docker run --rm %s", inner)
 	fmt.Printf("    %s\n", strings.TrimSpace(string(res.Stdout)))
 
 	t0 = time.Now()
@@ -119,7 +121,7 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 	if string(got) != want {
 		return fmt.Errorf("read back %q, wrote %q", got, want)
 	}
-	step(t0, "wrote /work/result.txt and read it back (%d bytes)", len(got))
+	stepLine(t0, "wrote /work/result.txt and read it back (%d bytes)", len(got))
 
 	t0 = time.Now()
 	id := sb.ID()
@@ -127,9 +129,12 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 	if err := sb.Close(ctx); err != nil {
 		return err
 	}
-	step(t0, "closed: sandbox, clone and mounts gone")
+	stepLine(t0, "closed: sandbox, clone and mounts gone")
 	if left := residue(id, golden); left != "" {
 		return errors.New("left on the host: " + left)
+	}
+	if err := treeSearch(ctx, c, preload, golden); err != nil {
+		return err
 	}
 	fmt.Printf("==> done in %s; nothing of the episode is left on the host\n", ms(time.Since(start)))
 	return nil
@@ -168,7 +173,7 @@ func goldenVolume(ctx context.Context, c *gvx.Client, img, preload, cache string
 	if err := os.Rename(tmp, golden); err != nil {
 		return "", err
 	}
-	step(t0, "golden volume built: %s", strings.Join(res.Images, " "))
+	stepLine(t0, "golden volume built: %s", strings.Join(res.Images, " "))
 	return golden, nil
 }
 
@@ -198,15 +203,30 @@ func describeHost(id string) {
 	}
 }
 
-// residue names what of sandbox id is still on the host.
+// residue names what of sandbox id is still on the host once its
+// teardown had a few seconds to finish (the processes of a backing the
+// sandbox was rolled back from go in the background).
 func residue(id, golden string) string {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := residueNow(id, golden)
+		if left == "" || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// residueNow names what of sandbox id is on the host now.
+func residueNow(id, golden string) string {
 	var left []string
 	if clones, _ := filepath.Glob(filepath.Join(filepath.Dir(golden), ".*"+id+"*")); len(clones) > 0 {
 		left = append(left, clones...)
 	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
-		if cmdline, err := os.ReadFile(filepath.Join(d, "cmdline")); err == nil && strings.Contains(string(cmdline), "/sentry/"+id+"/") {
+		// A rolled-back or forked sandbox's backing is <id>-<suffix>.
+		if cmdline, err := os.ReadFile(filepath.Join(d, "cmdline")); err == nil && (strings.Contains(string(cmdline), "/sentry/"+id+"/") || strings.Contains(string(cmdline), "/sentry/"+id+"-")) {
 			left = append(left, "process "+filepath.Base(d))
 		}
 	}
