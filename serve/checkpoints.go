@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -68,15 +67,8 @@ func (s *Service) restoreCheckpoints(ctx context.Context) error {
 		return nil
 	}
 	var recs []ckRecord
-	b, err := os.ReadFile(s.ckPath())
-	switch {
-	case os.IsNotExist(err):
-	case err != nil:
-		return fmt.Errorf("checkpoint table: %w", err)
-	default:
-		if err := jsonUnmarshal(b, &recs); err != nil {
-			return fmt.Errorf("checkpoint table %s: %w (move it away to start afresh; its checkpoints are then released)", s.ckPath(), err)
-		}
+	if err := readTable(s.ckPath(), "checkpoint", "checkpoints are then released", &recs); err != nil {
+		return err
 	}
 	for _, c := range recs {
 		if _, alive := s.boxes[c.Sandbox]; alive {

@@ -168,23 +168,34 @@ func (s *Service) flush() {
 	s.flushCheckpoints()
 }
 
+// readTable reads the JSON table at path into v (nothing if there is
+// none); what names it in errors, and gone what a fresh start does to its
+// rows.
+func readTable(path, what, gone string, v any) error {
+	b, err := os.ReadFile(path)
+	switch {
+	case os.IsNotExist(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s table: %w", what, err)
+	}
+	if err := jsonUnmarshal(b, v); err != nil {
+		return fmt.Errorf("%s table %s: %w (move it away to start afresh; its %s)", what, path, err, gone)
+	}
+	return nil
+}
+
 // restore re-adopts or removes what an earlier process left.
 func (s *Service) restore(ctx context.Context) error {
 	var recs []record
-	b, err := os.ReadFile(s.tablePath())
-	switch {
-	case os.IsNotExist(err):
-	case err != nil:
-		return fmt.Errorf("sandbox table: %w", err)
-	default:
-		if err := jsonUnmarshal(b, &recs); err != nil {
-			return fmt.Errorf("sandbox table %s: %w (move it away to start afresh; its sandboxes are then removed)", s.tablePath(), err)
-		}
+	if err := readTable(s.tablePath(), "sandbox", "sandboxes are then removed", &recs); err != nil {
+		return err
 	}
 	known := map[string]bool{}
 	for _, r := range recs {
 		t, ok := s.cfg.Templates.Get(r.Template)
 		var sb backend.Sandbox
+		var err error
 		if ok {
 			sb, err = s.cfg.Backend.Attach(ctx, r.ID, t)
 		} else {
