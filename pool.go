@@ -14,6 +14,7 @@ import (
 	"time"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
 	poolclient "github.com/gvxrun/gvx/pool/client"
@@ -54,6 +55,7 @@ type Pool struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    syncBuffer
+	lock   *os.File // flock'd while the pool lives (<dir>.lock)
 
 	mu     sync.Mutex
 	out    map[*Sandbox]AcquireOptions
@@ -89,13 +91,33 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 	if err := os.MkdirAll(filepath.Dir(p.dir), 0o711); err != nil {
 		return nil, newError("new pool", pc.Name, nil, err)
 	}
-	if err := os.Mkdir(p.dir, 0o711); err != nil {
-		kind := error(nil)
-		if errors.Is(err, os.ErrExist) {
-			kind = ErrExists
-			err = fmt.Errorf("%w: another pool of this name runs in namespace %s (or a crashed one left %s: remove it)", err, c.opts.Namespace, p.dir)
+	// The pool's lock, held while it lives (the kernel drops it when the
+	// program dies): held by another, the name is in use; free with the
+	// directory there, a program ended without closing its pool, whose
+	// directory is taken over (its server's successor destroys the
+	// sandboxes it left ready).
+	lock, err := os.OpenFile(p.dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, newError("new pool", pc.Name, nil, err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, errorf("new pool", pc.Name, ErrExists, "another pool of this name runs in namespace %s (it holds %s.lock)", c.opts.Namespace, p.dir)
+	}
+	p.lock = lock
+	defer func() {
+		if retErr != nil {
+			p.unlock()
 		}
-		return nil, newError("new pool", pc.Name, kind, err)
+	}()
+	if _, err := os.Stat(p.dir); err == nil {
+		c.progressf("pool %s: taking over %s, left by a program that ended without closing its pool", pc.Name, p.dir)
+		if err := os.RemoveAll(p.dir); err != nil {
+			return nil, newError("new pool", pc.Name, nil, err)
+		}
+	}
+	if err := os.Mkdir(p.dir, 0o711); err != nil {
+		return nil, newError("new pool", pc.Name, nil, err)
 	}
 	defer func() {
 		if retErr != nil {
@@ -259,10 +281,20 @@ func (p *Pool) Stop(ctx context.Context) error {
 	if err := os.RemoveAll(p.dir); err != nil {
 		errs = append(errs, err)
 	}
+	p.unlock()
 	if err := errors.Join(errs...); err != nil {
 		return newError("stop pool", p.cfg.Name, nil, err)
 	}
 	return nil
+}
+
+// unlock removes and releases the pool's lock file.
+func (p *Pool) unlock() {
+	if p.lock != nil {
+		_ = os.Remove(p.lock.Name())
+		_ = p.lock.Close()
+		p.lock = nil
+	}
 }
 
 // Close closes the sandboxes acquired from the pool and still open, and

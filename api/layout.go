@@ -80,6 +80,10 @@ const PoolSandboxPrefix = "gvxpool-"
 // Rootfs is the pool's root filesystem for its sandboxes' root containers.
 func (p PoolDir) Rootfs() string { return filepath.Join(string(p), "rootfs") }
 
+// Lock is the pool server's lock file: flock'd by the server working on
+// the directory, removed with it.
+func (p PoolDir) Lock() string { return filepath.Join(string(p), "server.lock") }
+
 // Image is where an image pool mounts its image.
 func (p PoolDir) Image() string { return filepath.Join(string(p), "image") }
 

@@ -432,3 +432,54 @@ func TestServeSwebench(t *testing.T) {
 		t.Fatalf("episode.py: %v", err)
 	}
 }
+
+// TestServeRestartPool: a template's pool survives a crash of the
+// service: the restarted service takes the dead pool's directory over
+// (its server's successor destroys what it left) and serves the template
+// from a pool again.
+func TestServeRestartPool(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	key, other := newKey(), newKey()
+	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\npool_size = 1\n", filepath.Join(e.images, "e2b-base.tar"))
+	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" a\n"+other+" b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ready := func(s *served) bool {
+		var got struct {
+			Pool *struct{ Size, Ready int } `json:"pool"`
+		}
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			if s.call("GET", "/gvx/v1/templates/base", s.key, "", &got) == 200 && got.Pool != nil && got.Pool.Ready == 1 {
+				return true
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return false
+	}
+	s := startGvxServe(t, dir)
+	if !ready(s) {
+		t.Fatalf("the template's pool never filled:\n%s", s.stderr)
+	}
+	s.stop(syscall.SIGKILL) // a crash: the pool's directory stays
+	s = startGvxServe(t, dir)
+	defer s.stop(syscall.SIGTERM)
+	if !ready(s) {
+		t.Fatalf("after a crash the template has no ready pool:\n%s", s.stderr)
+	}
+	if strings.Contains(s.stderr.String(), "has no pool") {
+		t.Errorf("the restarted service served the template without its pool:\n%s", s.stderr)
+	}
+	sb := s.create(s.key, `{"templateID":"base"}`)
+	if code, out, err := s.run(sb, "echo pooled"); err != nil || code != 0 || out != "pooled\n" {
+		t.Fatalf("a pooled sandbox after the restart: %d %q %v", code, out, err)
+	}
+	if c := s.call("DELETE", "/sandboxes/"+sb.SandboxID, s.key, "", nil); c != 204 {
+		t.Fatalf("kill: %d", c)
+	}
+}

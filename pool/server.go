@@ -70,6 +70,11 @@ func (s *Server) Class() string { return s.class }
 // their tasks) and removes the socket.
 func (s *Server) Serve(ctx context.Context) error {
 	dir := s.cfg.PoolDir()
+	unlock, err := lockPoolDir(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := os.MkdirAll(string(dir), 0o711); err != nil {
 		return fmt.Errorf("create pool dir: %w", err)
 	}
@@ -178,6 +183,42 @@ func claimedRunning(dir api.PoolDir) int {
 		}
 	}
 	return n
+}
+
+// lockPoolDir takes the pool directory's lock (api.PoolDir.Lock, flock'd
+// until unlock), waiting for a previous server that is still shutting
+// down — destroying its ready sandboxes, removing the directory — to
+// finish, so that two servers never work on one directory. The lock file
+// goes with the directory (sandbox.RemovePoolDir).
+func lockPoolDir(ctx context.Context, dir api.PoolDir) (unlock func(), err error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for waited := false; ; waited = true {
+		if err := os.MkdirAll(string(dir), 0o711); err != nil {
+			return nil, fmt.Errorf("create pool dir: %w", err)
+		}
+		f, err := os.OpenFile(dir.Lock(), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("pool lock: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+			if _, err := os.Stat(dir.Lock()); err == nil {
+				return func() { _ = f.Close() }, nil
+			}
+			// Removed with its directory by the server it waited for.
+		}
+		f.Close()
+		if !waited {
+			log.G(ctx).Infof("gvx pool: waiting for the previous server of %s to finish", dir)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("pool dir %s: another `gvx pool serve` still holds %s after 2 minutes", dir, dir.Lock())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // removeStale destroys sandboxes a previous server left ready (it was

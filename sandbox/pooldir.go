@@ -36,6 +36,7 @@ func RemovePoolDir(dir api.PoolDir) {
 	}
 	UnmountImage(dir)
 	_ = os.RemoveAll(dir.Rootfs())
+	_ = os.Remove(dir.Lock()) // a server waiting on it sees it gone and starts afresh
 	_ = os.Remove(string(dir))
 	_ = os.Remove(filepath.Dir(string(dir))) // the pools' directory, once empty
 }
