@@ -33,6 +33,7 @@ func TestNames(t *testing.T) {
 		"pause_binary":               api.PauseBinary,
 		"flags_env":                  api.FlagsEnv,
 		"flags_file":                 api.FlagsFile,
+		"exec_guest_pid_suffix":      api.ExecGuestPidSuffix,
 		"hook_loopback":              api.HookLoopback,
 		"annotation_volumes":         api.AnnotationVolumes,
 		"annotation_pool_exec":       api.AnnotationPoolExec,
