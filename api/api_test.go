@@ -101,6 +101,7 @@ func TestLayout(t *testing.T) {
 		"pool":           string(l.Pool(l.DefaultPoolSocket())),
 		"monitor_socket": root.MonitorSocket("t1"),
 		"task_record":    root.TaskRecord("t1"),
+		"oom_marker":     root.OOMMarker("t1"),
 		"sandbox_state":  root.SandboxState("sb"),
 		"null_netns":     root.NullNetNS(),
 	}

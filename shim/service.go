@@ -36,15 +36,16 @@ type service struct {
 
 // NewTaskService returns gvx's task service.
 func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (task.TTRPCTaskService, error) {
-	inner, err := runctask.NewTaskService(ctx, publisher, sd)
+	s := &service{tasks: map[string]*gvxTask{}}
+	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newOOMWatcher(ctx, publisher)
-	if err != nil {
+	s.TTRPCTaskService = inner
+	if s.oom, err = newOOMWatcher(ctx, publisher); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: no OOM events for containers inside a running sandbox")
 	}
-	return &service{TTRPCTaskService: inner, tasks: map[string]*gvxTask{}, oom: w}, nil
+	return s, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
