@@ -2,6 +2,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +98,52 @@ func checkExecKill(t *testing.T, id string) {
 		if ps := mustCtr(t, "task", "exec", "--exec-id", "after"+tc.sig, id, "ps", "-o", "args"); strings.Contains(ps, tc.mark) {
 			t.Errorf("SIG%s to exec: its process still runs:\n%s", tc.sig, ps)
 		}
+	}
+}
+
+// TestCtrExecKillTTY: an exec with a terminal goes through runsc's own
+// detached exec, which gvx has write the guest pid too: `ctr task kill -s
+// KILL --exec-id` ends its process inside the sandbox as well.
+func TestCtrExecKillTTY(t *testing.T) {
+	requireEnv(t)
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("util-linux script not installed")
+	}
+	checkNoLeaks(t)
+	startDetached(t, "xkt", "sleep", "600")
+	ctr := fmt.Sprintf("%s --address %s --namespace %s task exec --fifo-dir %s -t --exec-id xtty xkt sleep 249",
+		filepath.Join(e.ctrdBin, "ctr"), filepath.Join(e.dir, "c.sock"), testNS, filepath.Join(e.dir, "fifo"))
+	cmd := exec.Command("script", "-qec", ctr, "/dev/null")
+	cmd.Env = append(os.Environ(), "PATH="+e.path())
+	stdin, err := cmd.StdinPipe() // open until the exec ends: ctr sees no EOF
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(mustCtr(t, "task", "exec", "--exec-id", "pstty", "xkt", "ps", "-o", "args"), "sleep 249") {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("the tty exec never showed up in ps")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mustCtr(t, "task", "kill", "-s", "KILL", "--exec-id", "xtty", "xkt")
+	select {
+	case <-done:
+		if code := cmd.ProcessState.ExitCode(); code != 137 {
+			t.Errorf("tty exec killed with SIGKILL: exit %d, want 137", code)
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("tty exec still running 20 s after SIGKILL")
+	}
+	if ps := mustCtr(t, "task", "exec", "--exec-id", "aftertty", "xkt", "ps", "-o", "args"); strings.Contains(ps, "sleep 249") {
+		t.Errorf("SIGKILL to a tty exec: its process still runs:\n%s", ps)
 	}
 }
