@@ -217,6 +217,10 @@ func (p *Process) run(ctx context.Context) {
 	select {
 	case st = <-p.exit:
 		exited = true
+		// A kill under way finishes first (its process's exit can arrive
+		// before the kill returns: the shim kills an exec inside the
+		// sandbox), so that its sweep below runs; none starts after this.
+		p.kill.Do(func() {})
 	case <-ctx.Done():
 		p.terminate(ctx.Err())
 	case <-timeout:

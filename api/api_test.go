@@ -33,6 +33,7 @@ func TestNames(t *testing.T) {
 		"pause_binary":               api.PauseBinary,
 		"flags_env":                  api.FlagsEnv,
 		"flags_file":                 api.FlagsFile,
+		"exec_guest_pid_suffix":      api.ExecGuestPidSuffix,
 		"hook_loopback":              api.HookLoopback,
 		"annotation_volumes":         api.AnnotationVolumes,
 		"annotation_pool_exec":       api.AnnotationPoolExec,
@@ -100,6 +101,7 @@ func TestLayout(t *testing.T) {
 		"pool":           string(l.Pool(l.DefaultPoolSocket())),
 		"monitor_socket": root.MonitorSocket("t1"),
 		"task_record":    root.TaskRecord("t1"),
+		"oom_marker":     root.OOMMarker("t1"),
 		"sandbox_state":  root.SandboxState("sb"),
 		"null_netns":     root.NullNetNS(),
 	}

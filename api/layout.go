@@ -126,6 +126,14 @@ func (r SentryRoot) MonitorSocket(id string) string {
 	return filepath.Join(string(r), "gvx-monitor-"+id+".sock")
 }
 
+// OOMMarker is where the monitor of container id, inside a running
+// sandbox, records that it killed the container for exceeding its memory
+// limit (gVisor accounts a container's memory but does not enforce its
+// limit); the shim reports the exit as an OOM kill.
+func (r SentryRoot) OOMMarker(id string) string {
+	return filepath.Join(string(r), "gvx-oom-"+id)
+}
+
 // TaskRecord is gvx-sentry's record of task id, started as a process in a
 // running sandbox's root container.
 func (r SentryRoot) TaskRecord(id string) string {

@@ -28,6 +28,13 @@ const FlagsEnv = "GVX_SENTRY_FLAGS"
 // task's own link to gvx-sentry with its flags beside it.
 const FlagsFile = "gvx-sentry-flags"
 
+// ExecGuestPidSuffix, appended to the pid file of a detached exec
+// (`exec --pid-file P`, which names the host process standing for the
+// exec), names the file where gvx-sentry and gvx-runtime write the exec'd
+// process's pid inside the sandbox. The shim delivers SIGKILL and SIGSTOP
+// there itself: the host process cannot forward a signal it cannot catch.
+const ExecGuestPidSuffix = ".guest"
+
 // HookLoopback is gvx-hook's argument that brings up the loopback
 // interface of the sandbox's network namespace.
 const HookLoopback = "--loopback"

@@ -56,6 +56,29 @@ func Validate(s *specs.Spec) error {
 			return fmt.Errorf("invalid OCI spec: mount destination %q must be an absolute path", m.Destination)
 		}
 	}
+	return validatePropagation(s)
+}
+
+// errShared explains why gvx refuses shared mount propagation.
+const errShared = "mounts made inside a gVisor sandbox live in its own kernel and cannot propagate back to the host; " +
+	"use HostToContainer (rslave) or None (rprivate) propagation instead of Bidirectional"
+
+// validatePropagation refuses shared propagation — of the root filesystem
+// (linux.rootfsPropagation: CRI sets rshared for a mount with
+// Bidirectional propagation) or of a bind mount (a shared or rshared
+// option) — before anything is mounted for the task.
+func validatePropagation(s *specs.Spec) error {
+	switch s.Linux.RootfsPropagation {
+	case "shared", "rshared":
+		return fmt.Errorf("invalid OCI spec: linux.rootfsPropagation %q is not supported: %s", s.Linux.RootfsPropagation, errShared)
+	}
+	for _, m := range s.Mounts {
+		for _, o := range m.Options {
+			if o == "shared" || o == "rshared" {
+				return fmt.Errorf("invalid OCI spec: mount %s (source %s) has %q propagation, which is not supported: %s", m.Destination, m.Source, o, errShared)
+			}
+		}
+	}
 	return nil
 }
 

@@ -70,6 +70,10 @@ func TestPrepareRejects(t *testing.T) {
 			s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
 			s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
 		}, "host id 0"},
+		"rshared rootfs": {func(s *specs.Spec) { s.Linux.RootfsPropagation = "rshared" }, "linux.rootfsPropagation \"rshared\" is not supported"},
+		"shared mount": {func(s *specs.Spec) {
+			s.Mounts = []specs.Mount{{Destination: "/d", Source: "/h", Type: "bind", Options: []string{"rbind", "shared"}}}
+		}, "mount /d (source /h) has \"shared\" propagation"},
 		"join userns": {func(s *specs.Spec) {
 			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: "/proc/1/ns/user"})
 		}, "not supported"},
@@ -78,6 +82,19 @@ func TestPrepareRejects(t *testing.T) {
 		tc.mod(s)
 		if _, err := Prepare(s, config.Default()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestPropagationAccepted: private and slave propagation are gVisor's
+// own and pass.
+func TestPropagationAccepted(t *testing.T) {
+	for _, p := range []string{"", "rslave", "slave", "rprivate", "private"} {
+		s := baseSpec()
+		s.Linux.RootfsPropagation = p
+		s.Mounts = []specs.Mount{{Destination: "/d", Source: "/h", Type: "bind", Options: []string{"rbind", "rslave"}}}
+		if _, err := Prepare(s, config.Default()); err != nil {
+			t.Errorf("rootfsPropagation %q: %v", p, err)
 		}
 	}
 }

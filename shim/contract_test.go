@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -97,5 +98,30 @@ func TestContractGroup(t *testing.T) {
 	}
 	if (manager{}).Name() != c.Name("runtime_type") {
 		t.Errorf("runtime type %s, contract.json says %s", (manager{}).Name(), c.Name("runtime_type"))
+	}
+}
+
+// TestContractExecGuestPid: the shim reads an exec's guest pid where
+// gvx-sentry and gvx-runtime write it, beside containerd's runc shim's pid
+// file of the exec, and removes it with the exec.
+func TestContractExecGuestPid(t *testing.T) {
+	c := loadContract(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "e1.pid"+c.Name("exec_guest_pid_suffix"))
+	if err := os.WriteFile(p, []byte("42"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := execGuestPid(dir, "e1"); err != nil || pid != 42 {
+		t.Errorf("execGuestPid = %d, %v; want 42", pid, err)
+	}
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execGuestPid(dir, "e1"); err == nil {
+		t.Error("a bad guest pid file read without error")
+	}
+	removeExecGuestPid(context.Background(), dir, "e1")
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("guest pid file left after the exec's delete: %v", err)
 	}
 }

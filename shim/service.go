@@ -36,15 +36,16 @@ type service struct {
 
 // NewTaskService returns gvx's task service.
 func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (task.TTRPCTaskService, error) {
-	inner, err := runctask.NewTaskService(ctx, publisher, sd)
+	s := &service{tasks: map[string]*gvxTask{}}
+	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newOOMWatcher(ctx, publisher)
-	if err != nil {
+	s.TTRPCTaskService = inner
+	if s.oom, err = newOOMWatcher(ctx, publisher); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: no OOM events for containers inside a running sandbox")
 	}
-	return &service{TTRPCTaskService: inner, tasks: map[string]*gvxTask{}, oom: w}, nil
+	return s, nil
 }
 
 // RegisterTTRPC registers this service (not the inner one) on the server.
@@ -94,6 +95,11 @@ func (s *service) task(id string) *gvxTask {
 // filesystem gvx mounted.
 func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
+	if err == nil && r.ExecID != "" {
+		if t := s.task(r.ID); t != nil {
+			removeExecGuestPid(ctx, t.rec.Bundle, r.ExecID)
+		}
+	}
 	if err != nil || r.ExecID != "" {
 		return resp, err
 	}
@@ -121,14 +127,18 @@ func (s *service) Stats(ctx context.Context, r *task.StatsRequest) (*task.StatsR
 	return resp, nil
 }
 
-// Kill signals a process. When the sandbox is already gone or going (it
-// exited, or was killed from outside), containerd expects NotFound
+// Kill signals a process; an exec's SIGKILL and SIGSTOP go to its process
+// in the sandbox (killExecInGuest). When the sandbox is already gone or
+// going (it exited, or was killed from outside), containerd expects NotFound
 // (clients such as nerdctl forward signals after exit, and
 // Delete(WithProcessKill) kills again), not an unknown error. gvx-sentry
 // says so in runc's words (api.NotRunning), which the runc task service
 // maps to NotFound itself; a process whose state has meanwhile become
 // stopped, or whose host process is gone, is NotFound too.
 func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty, error) {
+	if s.killExecInGuest(ctx, r) {
+		return &emptypb.Empty{}, nil
+	}
 	resp, err := s.TTRPCTaskService.Kill(ctx, r)
 	if err == nil || errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		return resp, err

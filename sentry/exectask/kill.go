@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -18,7 +19,8 @@ import (
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
-// Kill signals a task's process, or all processes of its sandbox.
+// Kill signals a task's process (or, with --pid, another process of its
+// sandbox), or all processes of its sandbox.
 type Kill struct {
 	cmd.Kill
 }
@@ -63,16 +65,26 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 		return util.Errorf("kill: %v", err)
 	}
 	all := argv.Flag(f, "all") == "true"
+	pid := r.Pid
+	if p := argv.Flag(f, "pid"); p != "" && p != "0" {
+		// A process of the task's other than its own (an exec's, whose
+		// guest pid the shim read beside the exec's pid file).
+		n, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || all {
+			return util.Errorf("kill task %s: --pid %q: want one guest pid, without --all", r.ID, p)
+		}
+		pid = int32(n)
+	}
 	if all {
 		err = sb.SignalContainer(sig, true)
 	} else {
-		err = sb.SignalProcess(sig, r.Pid)
+		err = sb.SignalProcess(sig, pid)
 	}
 	if err != nil {
 		if all {
 			err = notRunning(err, sb, 0, nil)
 		} else {
-			err = notRunning(err, sb, r.Pid, sb.Processes)
+			err = notRunning(err, sb, pid, sb.Processes)
 		}
 		return util.Errorf("kill task %s: %v", r.ID, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 )
@@ -32,6 +33,9 @@ type Exec struct {
 // Execute implements subcommands.Command.
 func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
 	if !fast(f) {
+		if err := internalPidFile(f); err != nil {
+			return util.Errorf("exec: %v", err)
+		}
 		return ex.Exec.Execute(ctx, f, args...)
 	}
 	conf := args[0].(*config.Config)
@@ -45,6 +49,9 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 		return util.Errorf("parsing process spec: %v", err)
 	}
 	if e.StdioIsPty {
+		if err := internalPidFile(f); err != nil {
+			return util.Errorf("exec: %v", err)
+		}
 		return ex.Exec.Execute(ctx, f, args...)
 	}
 	waiter, pipe, err := spawnWaiter(id)
@@ -62,6 +69,10 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 	_, werr := fmt.Fprintf(pipe, "%d\n", pid)
 	pipe.Close()
 	if werr == nil {
+		// The guest pid first: the shim may read it once the pid file is there.
+		werr = bundle.WritePidFile(argv.Flag(f, "pid-file")+api.ExecGuestPidSuffix, int(pid))
+	}
+	if werr == nil {
 		werr = bundle.WritePidFile(argv.Flag(f, "pid-file"), waiter.Pid)
 	}
 	if werr != nil {
@@ -71,6 +82,27 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 	}
 	_ = waiter.Release()
 	return subcommands.ExitSuccess
+}
+
+// internalPidFile has runsc's exec write the guest pid of a detached exec
+// beside its pid file (api.ExecGuestPidSuffix), as the fast path does:
+// runsc's detached exec re-executes this command line without --detach,
+// so the flag goes into os.Args as well as into f.
+func internalPidFile(f *flag.FlagSet) error {
+	pidFile := argv.Flag(f, "pid-file")
+	if argv.Flag(f, "detach") != "true" || pidFile == "" || argv.Flag(f, "internal-pid-file") != "" {
+		return nil
+	}
+	c, ok := argv.Parse(os.Args)
+	if !ok || c.Sub != "exec" {
+		return fmt.Errorf("cannot find the exec subcommand in %q", os.Args)
+	}
+	arg := "--internal-pid-file=" + pidFile + api.ExecGuestPidSuffix
+	if err := f.Set("internal-pid-file", pidFile+api.ExecGuestPidSuffix); err != nil {
+		return err
+	}
+	os.Args = append(append(append(c.Globals, c.Sub), arg), c.Rest...)
+	return nil
 }
 
 // fast reports whether this exec can take the fast path.

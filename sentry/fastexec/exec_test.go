@@ -8,6 +8,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/sentry/internal/contractroot"
 )
 
 func TestFast(t *testing.T) {
@@ -53,5 +55,30 @@ func TestExecArgs(t *testing.T) {
 		if _, err := processFile(p, nil, false); err == nil {
 			t.Errorf("process %s accepted", bad)
 		}
+	}
+}
+
+// TestInternalPidFile: runsc's detached exec (a terminal, extra fds) is
+// told to write the guest pid where the shim reads it, beside the pid
+// file (contract.json's exec_guest_pid_suffix), in the flags and in the
+// command line its waiter re-executes.
+func TestInternalPidFile(t *testing.T) {
+	c := contractroot.Load(t)
+	defer func(args []string) { os.Args = args }(os.Args)
+	os.Args = []string{"gvx-sentry", "--root", "/r", "exec", "--detach", "--console-socket", "/s", "--process", "/p.json", "--pid-file", "/b/e1.pid", "c1"}
+	f := flag.NewFlagSet("exec", flag.ContinueOnError)
+	new(cmd.Exec).SetFlags(f)
+	if err := f.Parse(os.Args[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := internalPidFile(f); err != nil {
+		t.Fatal(err)
+	}
+	want := "/b/e1.pid" + c.Name("exec_guest_pid_suffix")
+	if got := f.Lookup("internal-pid-file").Value.String(); got != want {
+		t.Errorf("internal-pid-file = %q, want %q", got, want)
+	}
+	if len(os.Args) < 5 || os.Args[3] != "exec" || os.Args[4] != "--internal-pid-file="+want || os.Args[len(os.Args)-1] != "c1" {
+		t.Errorf("command line %q: want --internal-pid-file=%s right after exec", os.Args, want)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/container"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/internal/contractroot"
 	"github.com/gvxrun/gvx/sentry/internal/statetest"
 )
@@ -37,5 +39,28 @@ func TestContract(t *testing.T) {
 		if exit, ok := waiting(root, id); ok || exit != c.ExitKilled {
 			t.Errorf("%s: exits %d, %v; contract.json says %d", id, exit, ok, c.ExitKilled)
 		}
+	}
+}
+
+// TestContractOOMMarker: a container with a memory limit gets its OOM
+// marker where contract.json's layout puts it (the shim reads it there),
+// empty until the monitor kills the container; one without a limit gets
+// none.
+func TestContractOOMMarker(t *testing.T) {
+	c := contractroot.Load(t)
+	root := t.TempDir()
+	connect := func() (*urpc.Client, error) { return nil, nil }
+	limit := int64(15 << 20)
+	cont := &container.Container{ID: "t1", Spec: &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}}}}}
+	w, err := newOOMWatch(api.SentryRoot(root), cont, connect)
+	if err != nil || w == nil || w.limit != limit {
+		t.Fatalf("newOOMWatch = %+v, %v", w, err)
+	}
+	defer w.marker.Close()
+	if st, err := os.Stat(contractroot.Path(t, c, root, "oom_marker")); err != nil || st.Size() != 0 {
+		t.Errorf("OOM marker at contract.json's oom_marker: %v, %v; want an empty file", st, err)
+	}
+	if w, err := newOOMWatch(api.SentryRoot(root), &container.Container{ID: "t2", Spec: &specs.Spec{Linux: &specs.Linux{}}}, connect); w != nil || err != nil {
+		t.Errorf("no limit: %+v, %v; want no watch", w, err)
 	}
 }

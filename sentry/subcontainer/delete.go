@@ -2,6 +2,8 @@ package subcontainer
 
 import (
 	"context"
+	"errors"
+	"os"
 
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -52,6 +54,10 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 		return subcommands.ExitUsageError
 	}
 	conf := args[0].(*config.Config)
+	// The monitor's OOM marker has served once the container exited.
+	if err := os.Remove(api.SentryRoot(conf.RootDir).OOMMarker(f.Arg(0))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warningf("delete: %v", err)
+	}
 	id := container.FullID{ContainerID: f.Arg(0)}
 	c, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true})
 	if err != nil {

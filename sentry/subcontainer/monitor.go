@@ -9,6 +9,7 @@ import (
 	"github.com/google/subcommands"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -87,7 +88,14 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		log.Warningf("monitor: %v", err)
 		os.Exit(api.ExitKilled)
 	}
+	oom, err := newOOMWatch(api.SentryRoot(conf.RootDir), c, func() (*urpc.Client, error) { return sandboxctl.Connect(c) })
+	if err != nil {
+		log.Warningf("monitor: cannot hold %s to its memory limit: %v", id, err)
+	}
 	sandboxctl.DropPrivileges(c.Spec)
+	if oom != nil {
+		go oom.run()
+	}
 	var ws unix.WaitStatus
 	cid := c.ID
 	if err := conn.Call(boot.ContMgrWait, &cid, &ws); err != nil {

@@ -9,6 +9,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
@@ -63,6 +64,10 @@ func (c command) exec() (bool, error) {
 		return true, fmt.Errorf("exec in task %s: %w", id, err)
 	}
 	waiter, err := spawnWaiter(c.root, id, reply, uid, gid)
+	if err == nil {
+		// The guest pid first: the shim may read it once the pid file is there.
+		err = bundle.WritePidFile(pidFile+api.ExecGuestPidSuffix, int(reply.Pid))
+	}
 	if err == nil {
 		err = bundle.WritePidFile(pidFile, waiter.Pid)
 	}
