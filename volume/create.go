@@ -101,8 +101,12 @@ func Create(ctx context.Context, path string, opts CreateOptions) (Info, error) 
 	if err := syncFileAndDir(f, abs); err != nil {
 		return Info{}, fmt.Errorf("create %s: %w", path, err)
 	}
-	info, _, err := inspectFile(f, path)
+	info, sb, err := inspectFile(f, path)
 	if err != nil {
+		return Info{}, withOp("create", err)
+	}
+	// gvx's own mkfs.ext4 image: checked once here so that it is marked.
+	if err := verifyFile(ctx, f, path, info, sb, true); err != nil {
 		return Info{}, withOp("create", err)
 	}
 	ok = true
