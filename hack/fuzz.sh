@@ -44,7 +44,7 @@ for t in "${targets[@]}"; do
 	if [[ $rc -ne 0 ]]; then
 		crashes=1
 		failed=1
-		grep -E 'Failing input|--- FAIL|panic' "$log" | head -5
+		echo "== $name failed:"; grep -v '^fuzz: elapsed' "$log" | tail -20
 	fi
 	results+=("$(printf '%-28s %-20s %6.1f CPU-min %4ds wall %d crash(es)' "$( [[ $mod == . ]] && echo "${pkg#./}" || echo "$mod/${pkg#./}")" "$name" "$(echo "$cpu/60" | bc -l)" $(( $(date +%s) - start )) $crashes)")
 	rm -f "$log"

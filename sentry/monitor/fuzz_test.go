@@ -39,10 +39,11 @@ func FuzzAnswerStart(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cl, sv := fuzzPair(t)
 		defer cl.Close()
-		if _, err := cl.Write(data); err != nil {
-			t.Fatal(err)
-		}
-		cl.CloseWrite()
+		// answerStart reads one line: write the rest in the background.
+		go func() {
+			_, _ = cl.Write(data)
+			cl.CloseWrite()
+		}()
 		started := 0
 		done, err := answerStart(sv, func() error { started++; return nil })
 		out, _ := io.ReadAll(cl)
@@ -79,10 +80,10 @@ func FuzzReceive(f *testing.F) {
 		cl, sv := fuzzPair(t)
 		defer cl.Close()
 		defer sv.Close()
-		if _, err := cl.Write(data); err != nil {
-			t.Fatal(err)
-		}
-		cl.CloseWrite()
+		go func() {
+			_, _ = cl.Write(data)
+			cl.CloseWrite()
+		}()
 		r := bufio.NewReader(sv)
 		for i := 0; ; i++ {
 			_, files, err := Receive(sv, r)
@@ -105,10 +106,10 @@ func FuzzRead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cl, sv := fuzzPair(t)
 		defer cl.Close()
-		if _, err := sv.Write(data); err != nil {
-			t.Fatal(err)
-		}
-		sv.Close()
+		go func() {
+			_, _ = sv.Write(data)
+			sv.Close()
+		}()
 		reply, err := Read(cl)
 		if (reply == nil) == (err == nil) {
 			t.Fatalf("Read(%q) = %v, %v", data, reply, err)
