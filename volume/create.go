@@ -105,8 +105,9 @@ func Create(ctx context.Context, path string, opts CreateOptions) (Info, error) 
 	if err != nil {
 		return Info{}, withOp("create", err)
 	}
-	// gvx's own mkfs.ext4 image: checked once here so that it is marked.
-	if err := verifyFile(ctx, f, path, info, sb, true); err != nil {
+	// gvx's own mkfs.ext4 image: its structure is checked (a wrong mkfs.conf
+	// would show here, not at first use) and it is marked without e2fsck.
+	if err := verifyWith(ctx, f, path, info, sb, true, false); err != nil {
 		return Info{}, withOp("create", err)
 	}
 	ok = true

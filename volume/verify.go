@@ -23,7 +23,7 @@ import (
 // refused ones are rare code paths of the driver (external journals, MMP,
 // bigalloc, snapshots, verity, encryption, unknown bits).
 const (
-	allowedCompat = 0x4 | 0x8 | 0x10 | 0x20 | 0x200 | 0x1000 // has_journal ext_attr resize_inode dir_index sparse_super2 orphan_file
+	allowedCompat = 0x4 | 0x8 | 0x10 | 0x20 | 0x200 | 0x800 | 0x1000 // has_journal ext_attr resize_inode dir_index sparse_super2 stable_inodes orphan_file
 	// filetype needs_recovery meta_bg extent 64bit flex_bg metadata_csum_seed large_dir
 	allowedIncompat = 0x2 | 0x4 | 0x10 | 0x40 | 0x80 | 0x200 | 0x2000 | 0x4000
 	// sparse_super large_file huge_file uninit_bg dir_nlink extra_isize quota metadata_csum project orphan_present
