@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gvxrun/gvx/serve/backend"
 )
@@ -129,8 +130,11 @@ func FuzzHandler(f *testing.F) {
 				return
 			}
 		}
+		// Streams (envd's process and watch routes) end with the request.
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(ctx))
 		if authed || w.Code < 200 || w.Code > 299 {
 			return
 		}
