@@ -46,7 +46,7 @@ for t in "${targets[@]}"; do
 		failed=1
 		echo "== $name failed:"; grep -v '^fuzz: elapsed' "$log" | tail -20
 	fi
-	results+=("$(printf '%-28s %-20s %6.1f CPU-min %4ds wall %d crash(es)' "$( [[ $mod == . ]] && echo "${pkg#./}" || echo "$mod/${pkg#./}")" "$name" "$(echo "$cpu/60" | bc -l)" $(( $(date +%s) - start )) $crashes)")
+	results+=("$(printf '%-28s %-20s %6.1f CPU-min %4ds wall %d crash(es)' "$( [[ $mod == . ]] && echo "${pkg#./}" || p=${pkg#./}; p=${p#.}; echo "$mod${p:+/$p}")" "$name" "$(echo "$cpu/60" | bc -l)" $(( $(date +%s) - start )) $crashes)")
 	rm -f "$log"
 done
 printf '%s\n' "${results[@]}"
