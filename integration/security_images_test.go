@@ -104,3 +104,59 @@ func TestSecurityCraftedVolumes(t *testing.T) {
 	}
 	t.Logf("crafted volumes through containerd: %d tried, 0 mounted", tried)
 }
+
+// TestSecurityMountSymlinks: CVE-2021-30465-style mount destinations
+// through symlinks. A volume holds symlinks (to an absolute host-looking
+// path, and ../ out of the volume) and the spec bind-mounts a host
+// directory at destinations below them. Whatever the runtime does with the
+// task, the symlinks resolve inside the guest: the host directories they
+// name get no mount and no file, and the host mount table is unchanged.
+func TestSecurityMountSymlinks(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := volumeDir(t)
+	target := filepath.Join(dir, "host-target")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "payload"), []byte("payload"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "links.ext4")
+	gvx(t, "volume", "create", "--size", "16M", img)
+	for _, cmd := range []string{"symlink abs " + target, "symlink up ../../../../../../.." + target, "mkdir real"} {
+		if out, err := exec.Command("debugfs", "-w", "-R", cmd, img).CombinedOutput(); err != nil {
+			t.Fatalf("debugfs %q: %v %s", cmd, err, out)
+		}
+	}
+	host := snapshotHost(t)
+	for i, dst := range []string{"/data/abs/m", "/data/up/m", "/data/abs", "/data/up"} {
+		id := "sec-link-" + string(rune('a'+i))
+		cleanupTask(t, id)
+		args := append([]string{"run", "--rm", "--runtime", runtime}, volMount(img, "/data")...)
+		args = append(args, "--mount", "type=bind,src="+src+",dst="+dst+",options=rbind:ro", busybox, id,
+			"sh", "-c", "echo link=$(readlink /data/abs) up=$(readlink /data/up); ls "+dst+" && echo listed; touch "+dst+"/written 2>&1; echo tried")
+		r, err := e.ctrResult(context.Background(), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("destination %s: exit %d\n%s%s", dst, r.code, r.stdout, r.stderr)
+		if r.code == 0 {
+			attackRan(t, "mount through a symlink "+dst, r.stdout, "link="+target, "tried")
+		} else if !strings.Contains(r.stderr, "symlink") && !strings.Contains(r.stderr, dst) && !strings.Contains(r.stderr, "mount") {
+			t.Errorf("destination %s refused without naming it: %q", dst, r.stderr)
+		}
+		ents, err := os.ReadDir(target)
+		if err != nil || len(ents) != 0 {
+			t.Errorf("destination %s: the host directory the symlink names has %v (%v)", dst, ents, err)
+		}
+		if m := hostMounts(t); strings.Contains(m, target) {
+			t.Errorf("destination %s: a mount appeared on the host at %s", dst, target)
+		}
+	}
+	checkHostUnchanged(t, "mount-destination symlinks", host)
+}
