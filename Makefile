@@ -3,6 +3,7 @@
 #   make demo      an RL episode through the Go SDK: docker inside a gVisor sandbox
 #   make test      unit + integration tests against a real containerd
 #   make bench     benchmarks against runsc (via containerd's runc shim) and runc
+#   make fuzz      every fuzz target for FUZZTIME (default 10m, one CPU each)
 #   make install   PREFIX=/usr/local
 SHELL := /bin/bash
 GO ?= go
@@ -24,7 +25,7 @@ IMAGES := $(OUT)/images
 
 export CGO_ENABLED := 0
 
-.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench install clean lint
+.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench install clean lint fuzz
 
 all: build
 
@@ -138,6 +139,12 @@ lint:
 	cd api && $(GO) vet ./...
 	$(GO) vet ./...
 	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./volmount/... ./subcontainer/... ./bundle/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./exectask/... ./monitor/... ./hostcreds/... ./internal/... ./checkpoint/... ./cmd/...
+
+# The fuzz targets' seed corpora (testdata/fuzz/) run in make unit; this
+# fuzzes each target for FUZZTIME (FUZZ=regexp picks targets).
+FUZZTIME ?= 10m
+fuzz:
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \

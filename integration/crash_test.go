@@ -45,15 +45,14 @@ func TestKillShim(t *testing.T) {
 	// containerd reaps the task once it sees the shim's socket close.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		r, err := e.ctrResult(context.Background(), "task", "ls")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(r.stdout, "crash2 ") || strings.Contains(r.stdout, "STOPPED") {
+		// Only crash2's own line counts (another test's task may be
+		// STOPPED meanwhile).
+		st := taskStatus(t, "crash2")
+		if st == "" || st == "STOPPED" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("task still listed as running after its shim died:\n%s", r.stdout)
+			t.Fatalf("task crash2 still %s after its shim died", st)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

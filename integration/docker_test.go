@@ -292,11 +292,51 @@ func TestDockerBlastRadius(t *testing.T) {
 	other := startEpisode(t, r, ctx, "dko")
 	sbRun(t, ctx, other.Sandbox, "docker run -d --name keep gvx.test/busybox:latest sleep 600 >/dev/null && echo mine > /var/lib/docker/other-was-here")
 
-	var out, errb bytes.Buffer
-	_, _ = victim.Exec(ctx, &out, &errb, "sh", "-c",
-		"docker run --privileged --rm -v /:/host gvx.test/busybox:latest sh -c 'rm -rf --no-preserve-root /host/ 2>/dev/null; ls /host | wc -l'")
-	t.Logf("after the privileged wipe, the victim's / has %s entries left", strings.TrimSpace(out.String()))
-	_, _ = victim.Exec(ctx, &out, &errb, "/bin/busybox", "rm", "-rf", "--no-preserve-root", "/")
+	// The sandbox for rm -rf / below runs before the host is snapshotted
+	// (its own mounts are the host's then and after).
+	cleanupTask(t, "blast-rm")
+	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, "blast-rm", "sleep", "600")
+	host := snapshotHost(t)
+
+	// CVE-2022-0492 from a privileged inner container: mount a cgroup v1
+	// hierarchy, set release_agent and notify_on_release, and empty a
+	// cgroup; the host's release_agent files are compared below.
+	out := sbRun(t, ctx, victim.Sandbox, "docker run --privileged --rm gvx.test/busybox:latest sh -c "+
+		"'mkdir -p /tmp/cg; for c in memory rdma pids cpu; do mount -t cgroup -o $c cgroup /tmp/cg 2>&1 && { echo mounted=$c; break; }; done; "+
+		"echo /tmp/payload > /tmp/cg/release_agent 2>&1; echo agent-write=$?; mkdir -p /tmp/cg/x; echo 1 > /tmp/cg/x/notify_on_release 2>&1; echo notify-write=$?; "+
+		"echo $$ > /tmp/cg/x/cgroup.procs 2>&1; echo $$ > /tmp/cg/cgroup.procs 2>&1; echo release-tried' 2>&1; true")
+	attackRan(t, "release_agent (CVE-2022-0492)", out, "agent-write=", "notify-write=", "release-tried")
+	t.Logf("release_agent from a privileged inner container:\n%s", out)
+
+	// A privileged inner container with the sandbox's / mounted wipes it;
+	// its own output shows it could write there and removed what it could.
+	var wout, errb bytes.Buffer
+	_, _ = victim.Exec(ctx, &wout, &errb, "sh", "-c",
+		"docker run --privileged --rm -v /:/host gvx.test/busybox:latest sh -c "+
+			"'echo before=$(ls -A /host | wc -l); echo pwned > /host/etc/blast && cat /host/etc/blast; "+
+			"rm -rf /host/* /host/.[!.]* 2>&1 | tail -3; echo wiped; test -e /host/etc || echo etc-gone; echo after=$(ls -A /host | wc -l)'")
+	wipe := wout.String() + errb.String()
+	attackRan(t, "privileged wipe", wipe, "pwned", "wiped", "etc-gone")
+	var before, after int
+	for _, l := range strings.Fields(wipe) {
+		fmt.Sscanf(l, "before=%d", &before)
+		fmt.Sscanf(l, "after=%d", &after)
+	}
+	if before < 10 || after >= before {
+		t.Errorf("privileged wipe: the sandbox's / had %d entries before and %d after; want it emptied", before, after)
+	}
+	t.Logf("the privileged wipe left %d of %d entries in the victim's /", after, before)
+
+	// rm -rf / in a sandbox itself (a plain one: the wipe above left the
+	// victim nothing to run it with): its shell, in memory, reports the
+	// removal, and afterwards there is nothing left to exec.
+	rm, _, _ := e.ctr(ctx, "task", "exec", "--exec-id", "rm", "blast-rm", "/bin/busybox", "sh", "-c",
+		"cd / && /bin/busybox rm -rf /* 2>&1 | /bin/busybox tail -3; echo rm-rc=$?; test -e /bin/busybox || echo busybox-gone")
+	attackRan(t, "rm -rf /", rm, "rm-rc=", "busybox-gone")
+	if r, err := e.ctrResult(ctx, "task", "exec", "--exec-id", "after", "blast-rm", "/bin/busybox", "true"); err == nil && r.code == 0 {
+		t.Error("rm -rf /: /bin/busybox still runs in the sandbox")
+	}
+	checkHostUnchanged(t, "blast radius", host)
 
 	if b, err := os.ReadFile(sentinel); err != nil || string(b) != "host" {
 		t.Errorf("host file damaged: %q, %v", b, err)

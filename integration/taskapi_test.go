@@ -335,9 +335,96 @@ func checkPauseResumeUpdate(t *testing.T, ctx context.Context, cont client.Conta
 		t.Errorf("after resume: %v %v", st.Status, err)
 	}
 	limit := int64(256 << 20)
+	before := memoryLimits(t)
 	if err := task.Update(ctx, client.WithResources(&specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}})); err != nil {
-		t.Errorf("update memory limit: %v", err)
+		t.Fatalf("update memory limit: %v", err)
 	}
+	// The update reached a host cgroup that holds processes: its memory
+	// limit now says 256 MiB (the task's own cgroup, or for a task in a
+	// pool sandbox the sandbox's).
+	after := memoryLimits(t)
+	changed := ""
+	for file, v := range after {
+		if v == strconv.FormatInt(limit, 10) && before[file] != v && cgroupHasProcs(filepath.Dir(file)) {
+			changed = file
+		}
+	}
+	if changed == "" {
+		t.Errorf("after Update to %d bytes no host cgroup's memory limit changed to it (task pid %d's cgroups: %v)", limit, task.Pid(), memoryMaxChain(t, int(task.Pid())))
+	} else {
+		t.Logf("Update set %s %s → %s", changed, before[changed], after[changed])
+	}
+}
+
+// memoryLimits reads every host cgroup's memory limit (cgroup v1
+// memory.limit_in_bytes, v2 memory.max), by file.
+func memoryLimits(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	roots := []struct{ dir, file string }{{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"}, {"/sys/fs/cgroup/unified", "memory.max"}}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		roots = roots[:0:0]
+		roots = append(roots, struct{ dir, file string }{"/sys/fs/cgroup", "memory.max"})
+	}
+	for _, root := range roots {
+		_ = filepath.WalkDir(root.dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if v, err := os.ReadFile(filepath.Join(p, root.file)); err == nil {
+				out[filepath.Join(p, root.file)] = strings.TrimSpace(string(v))
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// cgroupHasProcs reports whether dir or a cgroup below it holds a process.
+func cgroupHasProcs(dir string) bool {
+	found := false
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "cgroup.procs" {
+			if b, _ := os.ReadFile(p); len(strings.TrimSpace(string(b))) > 0 {
+				found = true
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// memoryMaxChain reads the memory limit of pid's cgroup and its
+// ancestors below the root, by directory: memory.limit_in_bytes on a
+// cgroup v1 memory hierarchy, memory.max on cgroup v2.
+func memoryMaxChain(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	walk := func(root, path, file string) {
+		for dir := filepath.Join(root, path); dir != root && strings.HasPrefix(dir, root); dir = filepath.Dir(dir) {
+			if v, err := os.ReadFile(filepath.Join(dir, file)); err == nil {
+				out[filepath.Join(dir, file)] = strings.TrimSpace(string(v))
+			}
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		switch {
+		case len(f) != 3:
+		case f[0] == "0" && f[1] == "":
+			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+				walk("/sys/fs/cgroup", f[2], "memory.max")
+			}
+		case f[1] == "memory":
+			walk("/sys/fs/cgroup/memory", f[2], "memory.limit_in_bytes")
+		}
+	}
+	return out
 }
 
 // TestExecSignals: signals sent to an exec'd process reach it in the

@@ -145,6 +145,10 @@ func single(uids, gids []specs.LinuxIDMapping) (Mapping, error) {
 	if len(uids) != 1 || len(gids) != 1 || uids[0].ContainerID != 0 || gids[0].ContainerID != 0 || uids[0].Size != gids[0].Size {
 		return Mapping{}, errors.New("invalid OCI spec: gvx supports one uid and one gid mapping starting at container id 0, of equal size")
 	}
+	if size := uint64(uids[0].Size); size == 0 || uint64(uids[0].HostID)+size > 1<<32 || uint64(gids[0].HostID)+size > 1<<32 {
+		return Mapping{}, fmt.Errorf("invalid OCI spec: uid/gid mapping of %d ids from host ids %d/%d is empty or runs past the 32-bit id space; give a size of at least 1 that fits (e.g. 65536 from 100000)",
+			uids[0].Size, uids[0].HostID, gids[0].HostID)
+	}
 	if uids[0].HostID == 0 || gids[0].HostID == 0 {
 		return Mapping{}, errors.New("invalid OCI spec: uid/gid mapping puts the sandbox's root at host id 0; map it to an unprivileged range (e.g. 100000)")
 	}

@@ -51,6 +51,12 @@ func (v *taskVolumes) release(ctx context.Context) {
 // when the task leases no volume) and every volume mounted.
 func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(string) error, root *api.Volume,
 	restore func(destination, image string) error) (_ *taskVolumes, mounted []checkpoint.Mounted, retErr error) {
+	// The annotation is gvx's own: gvx-sentry mounts what it lists on the
+	// host's kernel, so only images this function leased and checked may
+	// be in it.
+	if v, ok := s.Annotations[api.AnnotationVolumes]; ok {
+		return nil, nil, fmt.Errorf("invalid OCI spec: annotation %s=%q is set by gvx itself; give volumes as mounts of type ext4 (or bind mounts of an ext4 image), which gvx checks before mounting", api.AnnotationVolumes, v)
+	}
 	tv := &taskVolumes{}
 	defer func() {
 		if retErr != nil {

@@ -22,7 +22,7 @@ func Check(ctx context.Context, path string) error {
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("check", err)
 	}
-	info, _, err := inspectFile(f, path)
+	info, sb, err := inspectFile(f, path)
 	if err != nil {
 		return withOp("check", err)
 	}
@@ -39,7 +39,9 @@ func Check(ctx context.Context, path string) error {
 		return &Error{Op: "check", Path: path, Err: ErrNotClean, Detail: info.State,
 			Fix: "replay the journal with `e2fsck -fp " + path + "` while it is unmounted"}
 	}
-	return nil
+	// e2fsck passed; the structural checks decide whether a sandbox may
+	// mount it, and a pass marks it.
+	return withOp("check", verifyWith(ctx, f, path, info, sb, true, false))
 }
 
 // fsckFix runs e2fsck -fp (preen: replay the journal, fix what is safe)

@@ -78,6 +78,8 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	if err != nil {
 		return "", withOp("clone", err)
 	}
+	srcState, srcErr := stateOf(sf)
+	srcMarked := srcErr == nil && marked(sf, src)
 	if !info.Clean && !opts.Force {
 		return "", withOp("clone", notClean(src, info,
 			"unmount it, repair it with `e2fsck -fp "+src+"`, or clone with --force and repair the clone"))
@@ -106,6 +108,13 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	}
 	if _, _, err := inspectFile(df, dst); err != nil {
 		return "", fmt.Errorf("clone %s to %s: the copy does not verify: %w", src, dst, err)
+	}
+	// A copy of a verified source, unchanged while it was copied, is
+	// verified too.
+	if now, err := stateOf(sf); srcMarked && err == nil && now == srcState {
+		if ds, err := stateOf(df); err == nil {
+			mark(ctx, df, dst, ds)
+		}
 	}
 	ok = true
 	log.G(ctx).WithField("src", src).WithField("dst", dst).WithField("method", method).

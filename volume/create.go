@@ -101,8 +101,13 @@ func Create(ctx context.Context, path string, opts CreateOptions) (Info, error) 
 	if err := syncFileAndDir(f, abs); err != nil {
 		return Info{}, fmt.Errorf("create %s: %w", path, err)
 	}
-	info, _, err := inspectFile(f, path)
+	info, sb, err := inspectFile(f, path)
 	if err != nil {
+		return Info{}, withOp("create", err)
+	}
+	// gvx's own mkfs.ext4 image: its structure is checked (a wrong mkfs.conf
+	// would show here, not at first use) and it is marked without e2fsck.
+	if err := verifyWith(ctx, f, path, info, sb, true, false); err != nil {
 		return Info{}, withOp("create", err)
 	}
 	ok = true

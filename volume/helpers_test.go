@@ -27,7 +27,16 @@ const privateNSEnv = "GVX_VOLUME_TEST_PRIVATE_MOUNTNS"
 
 // TestMain runs the tests, as root in a private mount namespace (see
 // testfs.RunPrivate).
-func TestMain(m *testing.M) { os.Exit(testfs.RunPrivate(m, privateNSEnv)) }
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gvx-marks-")
+	if err != nil {
+		panic(err)
+	}
+	MarkDir = dir
+	code := testfs.RunPrivate(m, privateNSEnv)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 var (
 	requireRoot  = testfs.RequireRoot

@@ -35,13 +35,14 @@ type Lease struct {
 // lease, a running Clone of it, Resize, Check or Remove holds the image it
 // fails with ErrInUse ("volume X is in use by another sandbox (locked)").
 // The image must pass Inspect and, unless opts.Force, be clean; those are
-// checked after locking so they cannot change underneath.
+// checked after locking so they cannot change underneath, and so is
+// Verify's full check unless the image carries a valid verified mark.
 func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, error) {
 	f, err := lockPath(path, os.O_RDWR, unix.LOCK_EX)
 	if err != nil {
 		return nil, wrap("acquire", path, err)
 	}
-	info, _, err := inspectFile(f, path)
+	info, sb, err := inspectFile(f, path)
 	if err != nil {
 		f.Close()
 		return nil, withOp("acquire", err)
@@ -50,6 +51,10 @@ func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, err
 		f.Close()
 		return nil, withOp("acquire", notClean(path, info,
 			"unmount it everywhere, then repair it with `e2fsck -fp "+path+"` (or acquire with force)"))
+	}
+	if err := verifyFile(ctx, f, path, info, sb, false); err != nil {
+		f.Close()
+		return nil, withOp("acquire", err)
 	}
 	log.G(ctx).WithField("volume", path).Debug("volume acquired")
 	return &Lease{path: path, info: info, f: f}, nil

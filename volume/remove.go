@@ -29,6 +29,7 @@ func Remove(ctx context.Context, path string) error {
 		return &Error{Op: "remove", Path: path, Err: ErrNotExt4,
 			Detail: "no ext4 magic at byte 1080", Fix: "not removing it; use rm(1) if you mean it"}
 	}
+	unmark(f)
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove %s: %w", path, err)
 	}

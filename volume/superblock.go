@@ -104,6 +104,8 @@ type superblock struct {
 	lastMounted     string
 	lastOrphan      uint32
 	checksumPresent bool
+	// raw is the superblock's 1024 bytes, for the structural checks.
+	raw []byte
 }
 
 // parseSuperblock decodes raw (the 1024 bytes at offset 1024). It returns
@@ -135,6 +137,7 @@ func parseSuperblock(raw []byte) (*superblock, string, error) {
 		label:          cString(raw[offVolumeName : offVolumeName+16]),
 		lastMounted:    cString(raw[offLastMounted : offLastMounted+64]),
 		lastOrphan:     u32(offLastOrphan),
+		raw:            raw[:superblockSize:superblockSize],
 	}
 	copy(sb.uuid[:], raw[offUUID:offUUID+16])
 	if sb.incompat&incompat64bit != 0 {

@@ -24,7 +24,7 @@ import (
 // process exits, even if it is killed before its cleanups run. It returns
 // the exit code for os.Exit.
 func RunPrivate(m *testing.M, env string) int {
-	if os.Geteuid() != 0 || os.Getenv(env) != "" {
+	if os.Geteuid() != 0 || os.Getenv(env) != "" || fuzzWorker() {
 		return m.Run()
 	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
@@ -42,6 +42,18 @@ func RunPrivate(m *testing.M, env string) int {
 		fmt.Fprintf(os.Stderr, "re-exec in a private mount namespace: %v\n", err)
 		return 2
 	}
+}
+
+// fuzzWorker reports whether this is a go test -fuzz worker: it talks to
+// its coordinator over inherited descriptors that a re-exec would drop,
+// and fuzz targets mount nothing.
+func fuzzWorker() bool {
+	for _, a := range os.Args[1:] {
+		if strings.HasPrefix(a, "-test.fuzzworker") {
+			return true
+		}
+	}
+	return false
 }
 
 // RequireRoot skips tests that mount.
