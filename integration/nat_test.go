@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -190,6 +192,15 @@ func TestNATEgress(t *testing.T) {
 	if allowed.conns.Load() != 1 {
 		t.Errorf("the allowed server saw %d connections, want 1", allowed.conns.Load())
 	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", after.Pid))
+	if err != nil {
+		t.Fatalf("the NAT process %d: %v", after.Pid, err)
+	}
+	for _, want := range []string{"Uid:\t100000\t100000\t100000\t100000", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(string(status), want) {
+			t.Errorf("the NAT process lacks %q:\n%s", want, status)
+		}
+	}
 	mustCtr(t, "task", "kill", "-s", "SIGKILL", id)
 	waitStatus(t, id, "STOPPED")
 	mustCtr(t, "task", "rm", id)
@@ -312,4 +323,89 @@ func TestNATBadInput(t *testing.T) {
 		t.Errorf("unknown network mode: code %d stderr %q", r.code, r.stderr)
 	}
 	e.ctr(context.Background(), "container", "rm", "nat-bad-mode")
+}
+
+// hostNet is the host's network state a NAT sandbox must not touch.
+type hostNet struct{ iptables, links, conntrack string }
+
+func hostNetState(t *testing.T) hostNet {
+	t.Helper()
+	var s hostNet
+	if out, err := exec.Command("iptables-save").Output(); err == nil {
+		var keep []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if !strings.HasPrefix(l, "#") { // timestamps
+				keep = append(keep, strings.TrimSpace(regexpCounters.ReplaceAllString(l, "")))
+			}
+		}
+		s.iptables = strings.Join(keep, "\n")
+	} else {
+		s.iptables = "iptables-save: " + err.Error()
+	}
+	out, err := exec.Command("ip", "-o", "link").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.links = string(out)
+	if b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count"); err == nil {
+		s.conntrack = strings.TrimSpace(string(b))
+	}
+	return s
+}
+
+// regexpCounters are iptables-save's packet and byte counters.
+var regexpCounters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// TestNATHostUnchanged: 200 NAT sandboxes (GVX_NAT_SANDBOXES) started, 20
+// at a time, each resolving through and connecting out of its NAT, then
+// stopped: the host's iptables rules, links and conntrack count are the
+// same before, during and after.
+func TestNATHostUnchanged(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	total, batch := 200, 20
+	if v := os.Getenv("GVX_NAT_SANDBOXES"); v != "" {
+		fmt.Sscan(v, &total)
+	}
+	srv := startNATHTTP(t, "ok")
+	before := hostNetState(t)
+	enc := natAnnotations(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
+	started := time.Now()
+	for n := 0; n < total; n += batch {
+		var ids []string
+		errs := make(chan error, batch)
+		for i := n; i < n+batch && i < total; i++ {
+			id := fmt.Sprintf("nat-many-%03d", i)
+			ids = append(ids, id)
+			cleanupTask(t, id)
+			go func() {
+				_, stderr, err := e.ctr(context.Background(), append(append([]string{"run", "-d", "--runtime", runtime}, enc...), busybox, id,
+					"sh", "-c", fmt.Sprintf("wget -q -O /dev/null http://10.0.2.2:%d/ && sleep 60", srv.port))...)
+				if err != nil {
+					err = fmt.Errorf("%s: %v: %s", id, err, stderr)
+				}
+				errs <- err
+			}()
+		}
+		for range ids {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if during := hostNetState(t); during != before {
+			t.Errorf("with %d NAT sandboxes running the host's network changed:\nbefore %+v\nduring %+v", len(ids), before, during)
+		}
+		for _, id := range ids {
+			mustCtr(t, "task", "kill", "-s", "SIGKILL", id)
+		}
+		for _, id := range ids {
+			waitStatus(t, id, "STOPPED")
+			mustCtr(t, "task", "rm", id)
+			mustCtr(t, "container", "rm", id)
+		}
+	}
+	t.Logf("%d NAT sandboxes in %v; the host server saw %d connections", total, time.Since(started).Round(time.Second), srv.conns.Load())
+	if after := hostNetState(t); after != before {
+		t.Errorf("after %d NAT sandboxes the host's network changed:\nbefore %+v\nafter  %+v", total, before, after)
+	}
 }

@@ -55,6 +55,9 @@ func (n *NAT) serveDNS(r *udp.ForwarderRequest) bool {
 
 // resolve forwards query to the first resolver that answers.
 func (n *NAT) resolve(query []byte) ([]byte, error) {
+	if len(n.dns) == 0 {
+		return nil, fmt.Errorf("no resolvers: set [nat] dns in the gvx config or dns in %s", api.AnnotationNAT)
+	}
 	var last error
 	for _, server := range n.dns {
 		ctx, cancel := context.WithTimeout(context.Background(), dnsTimeout)

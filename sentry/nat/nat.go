@@ -79,8 +79,10 @@ func New(o Options) (*NAT, error) {
 	}
 	dns := o.Config.DNS
 	if len(dns) == 0 {
+		// No resolver is no reason to fail the sandbox: 10.0.2.3 then
+		// answers nothing, and says why in the log.
 		if dns, err = hostResolvers("/etc/resolv.conf"); err != nil {
-			return nil, err
+			log.Warningf("%v", err)
 		}
 	}
 	if o.Dial == nil {

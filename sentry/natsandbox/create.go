@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"syscall"
 
@@ -150,8 +151,8 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats}, listeners...)
 	m.Stdout, m.Stderr = logf, logf
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := m.Start(); err != nil {
-		return fmt.Errorf("start the NAT process: %w", err)
+	if err := startInCgroup(cont, m); err != nil {
+		return err
 	}
 	natPid := m.Process.Pid
 	_ = m.Process.Release()
@@ -163,6 +164,23 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 	if err != nil {
 		_ = unix.Kill(natPid, unix.SIGKILL)
 		return fmt.Errorf("give the sandbox its eth0: %w", err)
+	}
+	return nil
+}
+
+// startInCgroup starts the NAT process in the sandbox's cgroup, so that
+// its memory counts against the sandbox's limit and the cgroup's teardown
+// ends it: this process joins the cgroup for the fork and leaves again.
+func startInCgroup(cont *container.Container, m *exec.Cmd) error {
+	if cg := cont.Sandbox.CgroupJSON.Cgroup; cg != nil {
+		restore, err := cg.Join()
+		if err != nil {
+			return fmt.Errorf("join the sandbox's cgroup: %w", err)
+		}
+		defer restore()
+	}
+	if err := m.Start(); err != nil {
+		return fmt.Errorf("start the NAT process: %w", err)
 	}
 	return nil
 }
