@@ -40,8 +40,12 @@ var (
 	NATPrefix  = netip.MustParsePrefix("10.0.2.0/24")
 )
 
-// NATMTU is the guest link's MTU.
-const NATMTU = 1500
+// NATMTU is the guest link's MTU: loopback's size, not a wire's. Both
+// ends are gVisor netstacks in processes of one host and the NAT carries
+// the bytes on host sockets, so no path MTU applies; big packets cut the
+// per-packet cost of the two stacks (≈ 8× throughput against 1500 in
+// sentry/nat's BenchmarkUpload).
+const NATMTU = 65520
 
 // NAT is one sandbox's NAT: published ports, egress policy, resolvers.
 type NAT struct {

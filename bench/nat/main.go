@@ -133,6 +133,10 @@ func run(size int64, connects, runs int) error {
 		if p.nat {
 			port = loSrv.Addr().(*net.TCPAddr).Port
 			target = fmt.Sprintf("10.0.2.2:%d", port)
+		} else if err := makeNetns(); err != nil {
+			// Afresh for each peer: runsc moves the veth's addresses
+			// into its netstack, leaving none in the namespace.
+			return err
 		}
 		r, uss, pss, err := measure(ctx, c, img, p, guest, target, port, connects, size)
 		if err != nil {

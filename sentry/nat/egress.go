@@ -72,7 +72,7 @@ func splice(a, b net.Conn) {
 	var wg sync.WaitGroup
 	one := func(dst, src net.Conn) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		_, _ = io.CopyBuffer(dst, src, make([]byte, 256<<10))
 		if hc, ok := dst.(halfCloser); ok {
 			_ = hc.CloseWrite()
 		} else {

@@ -69,6 +69,8 @@ type Options struct {
 	Stats *Stats
 	// Dial opens host sockets; nil is net.Dialer's.
 	Dial Dialer
+	// MTU of the link; 0 is api.NATMTU (the guest's eth0 has the same).
+	MTU uint32
 }
 
 // New starts the NAT's stack and its forwarders and listeners.
@@ -93,7 +95,10 @@ func New(o Options) (*NAT, error) {
 		o.Stats = &Stats{}
 	}
 	n := &NAT{policy: pol, dns: dns, dial: o.Dial, stats: o.Stats, closedCh: make(chan struct{})}
-	if err := n.startStack(o.LinkFD); err != nil {
+	if o.MTU == 0 {
+		o.MTU = api.NATMTU
+	}
+	if err := n.startStack(o.LinkFD, o.MTU); err != nil {
 		return nil, err
 	}
 	if err := n.publish(o.Config.Ports, o.Listeners); err != nil {
@@ -103,7 +108,7 @@ func New(o Options) (*NAT, error) {
 	return n, nil
 }
 
-func (n *NAT) startStack(fd int) error {
+func (n *NAT) startStack(fd int, mtu uint32) error {
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
@@ -111,7 +116,7 @@ func (n *NAT) startStack(fd int) error {
 	n.stack = s
 	ep, err := fdbased.New(&fdbased.Options{
 		FDs:                []int{fd},
-		MTU:                api.NATMTU,
+		MTU:                mtu,
 		PacketDispatchMode: fdbased.RecvMMsg,
 		// Both ends are gVisor stacks in processes of one host: no
 		// wire to corrupt a packet.
@@ -139,8 +144,16 @@ func (n *NAT) startStack(fd int) error {
 		return fmt.Errorf("nat spoofing: %s", e)
 	}
 	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
+	// The Sentry's TCP settings (runsc/boot): SACK, receive buffer
+	// auto-tuning, buffers up to what a fast local link needs.
 	sack := tcpip.TCPSACKEnabled(true)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate)
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
 	tf := tcp.NewForwarder(s, 0, 1024, n.forwardTCP)
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
 	uf := udp.NewForwarder(s, n.forwardUDP)

@@ -29,13 +29,15 @@ import (
 
 // guestStack is a gVisor netstack configured as a NAT sandbox's guest
 // (eth0 10.0.2.15/24, default via 10.0.2.2) on fd, as the Sentry's is.
-func guestStack(t *testing.T, fd int) *stack.Stack {
+func guestStack(t *testing.T, fd int) *stack.Stack { return guestStackMTU(t, fd, api.NATMTU) }
+
+func guestStackMTU(t testing.TB, fd int, mtu uint32) *stack.Stack {
 	t.Helper()
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
 	})
-	ep, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: api.NATMTU, PacketDispatchMode: fdbased.RecvMMsg,
+	ep, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: mtu, PacketDispatchMode: fdbased.RecvMMsg,
 		TXChecksumOffload: true, RXChecksumOffload: true})
 	if err != nil {
 		t.Fatal(err)
