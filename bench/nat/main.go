@@ -198,6 +198,15 @@ func measure(ctx context.Context, c *client.Client, img client.Image, p peer, gu
 	if err := task.Start(ctx); err != nil {
 		return result{}, 0, 0, err
 	}
+	if p.nat {
+		time.Sleep(time.Second) // let start-up settle
+		pid, err := natPid(id)
+		if err != nil {
+			return result{}, 0, 0, err
+		}
+		uss, pss, _ := harness.Smaps(pid)
+		fmt.Printf("(NAT process idle: USS %.1f MiB, PSS %.1f MiB)\n", float64(uss)/(1<<20), float64(pss)/(1<<20))
+	}
 	var out, errb bytes.Buffer
 	proc, err := task.Exec(ctx, "guest", &specs.Process{Args: []string{"/bench/guest", target, fmt.Sprint(connects), fmt.Sprint(size)}, Cwd: "/"},
 		cio.NewCreator(cio.WithStreams(nil, &out, &errb)))
@@ -222,18 +231,27 @@ func measure(ctx context.Context, c *client.Client, img client.Image, p peer, gu
 	}
 	var uss, pss int64
 	if p.nat {
-		root := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), ns))
-		data, err := os.ReadFile(root.NATStats(id))
-		var s api.NATStats
-		if err == nil {
-			err = json.Unmarshal(data, &s)
-		}
+		pid, err := natPid(id)
 		if err != nil {
-			return result{}, 0, 0, fmt.Errorf("NAT stats: %w", err)
+			return result{}, 0, 0, err
 		}
-		uss, pss, _ = harness.Smaps(s.Pid)
+		uss, pss, _ = harness.Smaps(pid)
 	}
 	return r, uss, pss, nil
+}
+
+// natPid is the pid of sandbox id's NAT process, from its stats file.
+func natPid(id string) (int, error) {
+	root := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), ns))
+	data, err := os.ReadFile(root.NATStats(id))
+	var s api.NATStats
+	if err == nil {
+		err = json.Unmarshal(data, &s)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("NAT stats: %w", err)
+	}
+	return s.Pid, nil
 }
 
 // createExec times create→start→exec(true) of sandboxes with network
@@ -259,7 +277,7 @@ func createExec(ctx context.Context, c *client.Client, img client.Image, runs in
 			}
 			if err == nil {
 				var proc client.Process
-				proc, err = task.Exec(ctx, "e", &specs.Process{Args: []string{"true"}, Cwd: "/"}, cio.NullIO)
+				proc, err = task.Exec(ctx, "e", &specs.Process{Args: []string{"/bin/true"}, Cwd: "/"}, cio.NullIO)
 				if err == nil {
 					ch, _ := proc.Wait(ctx)
 					if err = proc.Start(ctx); err == nil {
