@@ -147,16 +147,8 @@ func (t *gvxTask) prepareSpec(ctx context.Context) error {
 	}
 	t.mapping = m
 	t.flags = t.cfg.SentryFlagList()
-	if t.network, err = oci.NetworkMode(t.spec, t.cfg); err != nil {
+	if err := t.prepareNetwork(); err != nil {
 		return grpcError(errdefs.ErrInvalidArgument, err)
-	}
-	if t.network != t.cfg.Network {
-		t.flags = setFlag(t.flags, "--network=", config.GVisorNetwork(t.network))
-	}
-	if t.network == api.NetworkNAT && t.role != oci.RoleContainer {
-		if err := t.prepareNAT(); err != nil {
-			return grpcError(errdefs.ErrInvalidArgument, err)
-		}
 	}
 	if t.network == api.NetworkSandbox {
 		if t.hook, err = config.HookPath(t.rec.Sentry); err != nil {
