@@ -155,7 +155,7 @@ func run(size int64, connects, runs int) error {
 		float64(rs.UploadNs)/float64(g.UploadNs), float64(rc.UploadNs)/float64(g.UploadNs),
 		float64(rs.DownloadNs)/float64(g.DownloadNs), float64(rc.DownloadNs)/float64(g.DownloadNs),
 		float64(harness.Percentile(durations(g.ConnectNs), 50))/float64(harness.Percentile(durations(rs.ConnectNs), 50)))
-	fmt.Printf("NAT process after the transfers: USS %.1f MiB, PSS %.1f MiB\n", float64(natUSS)/(1<<20), float64(natPSS)/(1<<20))
+	fmt.Printf("NAT process 3 s after the transfers: USS %.1f MiB, PSS %.1f MiB\n", float64(natUSS)/(1<<20), float64(natPSS)/(1<<20))
 
 	none, nat, err := createExec(ctx, c, img, runs)
 	if err != nil {
@@ -231,6 +231,9 @@ func measure(ctx context.Context, c *client.Client, img client.Image, p peer, gu
 	}
 	var uss, pss int64
 	if p.nat {
+		// The NAT returns the memory its flows grew 2 s after the last
+		// one ended (nat.idleRelease): measure after that.
+		time.Sleep(3 * time.Second)
 		pid, err := natPid(id)
 		if err != nil {
 			return result{}, 0, 0, err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -61,7 +62,30 @@ func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
 	}
 	r.Complete(false)
 	ep.SocketOptions().SetKeepAlive(true)
-	go splice(gonet.NewTCPConn(&wq, ep), host)
+	n.flowStarted()
+	go func() {
+		defer n.flowEnded()
+		splice(gonet.NewTCPConn(&wq, ep), host)
+	}()
+}
+
+// idleRelease is how long the NAT waits, once its last TCP flow ended,
+// before it gives the memory the flows grew back to the host.
+const idleRelease = 2 * time.Second
+
+func (n *NAT) flowStarted() { n.flows.Add(1) }
+
+// flowEnded returns the memory a burst of traffic grew (TCP buffers,
+// splice buffers: Go keeps freed heap for reuse) to the host once no TCP
+// flow is left: an idle NAT is small again.
+func (n *NAT) flowEnded() {
+	if n.flows.Add(-1) == 0 {
+		time.AfterFunc(idleRelease, func() {
+			if n.flows.Load() == 0 {
+				debug.FreeOSMemory()
+			}
+		})
+	}
 }
 
 // halfCloser is a connection that can end its writes alone.

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +54,7 @@ type NAT struct {
 	mu       sync.Mutex
 	closers  []func()
 	closedCh chan struct{}
+	flows    atomic.Int64 // TCP flows being relayed (egress and published)
 }
 
 // Options configure New.

@@ -158,6 +158,8 @@ func (n *NAT) serveTCP(l net.Listener, guest tcpip.FullAddress) {
 				c.Close()
 				return
 			}
+			n.flowStarted()
+			defer n.flowEnded()
 			splice(g, c)
 		}()
 	}
