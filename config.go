@@ -3,6 +3,8 @@ package gvx
 import (
 	"io"
 	"time"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // Config describes a sandbox: what it runs, on what, with what.
@@ -40,8 +42,10 @@ type Config struct {
 	// Resources cap the sandbox (zero: the gvx config's defaults).
 	Resources Resources
 	// Network is the sandbox's network: NetworkNone (the default,
-	// loopback only) is the only mode until gvx's networking lands.
+	// loopback only) or NetworkNAT (gvx's userspace NAT: docs/network.md).
 	Network NetworkMode
+	// NAT configures a NetworkNAT sandbox (nil: the gvx config's [nat]).
+	NAT *NAT
 	// Docker runs the sandbox in docker mode (what dockerd needs inside,
 	// and its socket on the host: Sandbox.DockerSocket); New then returns
 	// once the inner dockerd answers. The image's init must start dockerd
@@ -103,8 +107,38 @@ type Resources struct {
 // NetworkMode is a sandbox's network.
 type NetworkMode string
 
-// NetworkNone gives the sandbox loopback only.
-const NetworkNone NetworkMode = "none"
+// Network modes.
+const (
+	// NetworkNone gives the sandbox loopback only.
+	NetworkNone NetworkMode = "none"
+	// NetworkNAT gives the sandbox eth0 10.0.2.15 behind its own
+	// userspace NAT, with an egress policy and published ports.
+	NetworkNAT NetworkMode = "nat"
+)
+
+// NAT is a NetworkNAT sandbox's published ports, egress policy and DNS
+// resolvers (docs/network.md: the syntax); a field left empty keeps the
+// gvx config's.
+type NAT struct {
+	// Ports: "HOSTPORT:GUESTPORT[/tcp|/udp]", "ADDR:HOSTPORT:GUESTPORT",
+	// "unix:/path.sock:GUESTPORT".
+	Ports []string
+	// EgressDefault is "allow" or "deny"; EgressAllow and EgressDeny
+	// are rules: CIDR, address or DNS name, each with an optional :PORT.
+	EgressDefault           string
+	EgressAllow, EgressDeny []string
+	// DNS lists resolvers (ADDR:PORT) the NAT's 10.0.2.3 forwards to.
+	DNS []string
+}
+
+// api is n as the dev.gvx.nat annotation's value.
+func (n *NAT) api() api.NAT {
+	out := api.NAT{Ports: n.Ports, DNS: n.DNS}
+	if n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil {
+		out.Egress = &api.Egress{Default: n.EgressDefault, Allow: n.EgressAllow, Deny: n.EgressDeny}
+	}
+	return out
+}
 
 // Publish makes a Unix socket that the guest creates at GuestPath
 // reachable on the host at HostPath.

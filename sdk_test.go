@@ -28,7 +28,10 @@ func TestValidate(t *testing.T) {
 		"id":          {func(c *Config) { c.ID = "a b" }, "ID"},
 		"long id":     {func(c *Config) { c.ID = strings.Repeat("a", 65) }, "ID"},
 		"image":       {func(c *Config) { c.Image = "" }, "Image"},
-		"net":         {func(c *Config) { c.Network = "nat" }, "networking"},
+		"net":         {func(c *Config) { c.Network = "bridge" }, "want \"none\""},
+		"nat no mode": {func(c *Config) { c.NAT = &NAT{} }, "set Network to \"nat\""},
+		"nat port":    {func(c *Config) { c.Network, c.NAT = NetworkNAT, &NAT{Ports: []string{"80"}} }, "no guest port"},
+		"nat rule":    {func(c *Config) { c.Network, c.NAT = NetworkNAT, &NAT{EgressAllow: []string{"a b"}} }, "egress rule"},
 		"env":         {func(c *Config) { c.Env = []string{"NOEQUALS"} }, "KEY=VALUE"},
 		"target":      {func(c *Config) { c.Mounts = []Mount{{Type: MountBind, Source: "/x", Target: "rel"}} }, "absolute"},
 		"type":        {func(c *Config) { c.Mounts = []Mount{{Type: "nfs", Source: "/x", Target: "/x"}} }, "Type"},
@@ -54,6 +57,10 @@ func TestValidate(t *testing.T) {
 	c.Publish = []Publish{{HostPath: "/tmp/a.sock", GuestPath: "/run/app/a.sock"}}
 	if err := validate(c); err != nil {
 		t.Errorf("volume and publish: %v", err)
+	}
+	c.Network, c.NAT = NetworkNAT, &NAT{Ports: []string{"8080:80"}, EgressDefault: "deny", EgressAllow: []string{"pypi.org:443"}}
+	if err := validate(c); err != nil {
+		t.Errorf("nat: %v", err)
 	}
 	if err := validate(Config{ID: "x", Image: "i", Network: "host"}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("network host: %v, want ErrUnsupported", err)

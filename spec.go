@@ -43,8 +43,17 @@ func validate(cfg Config) error {
 	}
 	switch cfg.Network {
 	case "", NetworkNone:
+		if cfg.NAT != nil {
+			return fmt.Errorf("NAT is set but Network is %q: set Network to %q", cfg.Network, NetworkNAT)
+		}
+	case NetworkNAT:
+		if cfg.NAT != nil {
+			if err := cfg.NAT.api().Check(); err != nil {
+				return fmt.Errorf("NAT: %w", err)
+			}
+		}
 	default:
-		return fmt.Errorf("Network %q: %w: only %q (loopback) until gvx's networking lands", cfg.Network, ErrUnsupported, NetworkNone)
+		return fmt.Errorf("Network %q: %w: want %q (loopback) or %q", cfg.Network, ErrUnsupported, NetworkNone, NetworkNAT)
 	}
 	for _, kv := range cfg.Env {
 		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
@@ -147,6 +156,14 @@ func specOpts(cfg Config, img client.Image, mounts []specs.Mount) []oci.SpecOpts
 	}
 	if cfg.Docker {
 		opts = append(opts, oci.WithAnnotations(map[string]string{api.AnnotationDocker: "true"}))
+	}
+	if cfg.Network == NetworkNAT {
+		ann := map[string]string{api.AnnotationNetwork: api.NetworkNAT}
+		if cfg.NAT != nil {
+			// validate checked it; encoding a NAT cannot fail.
+			ann[api.AnnotationNAT], _ = api.EncodeNAT(cfg.NAT.api())
+		}
+		opts = append(opts, oci.WithAnnotations(ann))
 	}
 	return opts
 }

@@ -40,6 +40,9 @@ func TestNames(t *testing.T) {
 		"annotation_pool_sandbox":    api.AnnotationPoolSandbox,
 		"annotation_docker":          api.AnnotationDocker,
 		"annotation_restore_from":    api.AnnotationRestoreFrom,
+		"annotation_network":         api.AnnotationNetwork,
+		"annotation_nat":             api.AnnotationNAT,
+		"nat_command":                api.NATCommand,
 		"lease_label":                api.LeaseLabel,
 		"cri_container_type":         api.CRIContainerType,
 		"cri_sandbox_id":             api.CRISandboxID,
@@ -104,6 +107,8 @@ func TestLayout(t *testing.T) {
 		"oom_marker":     root.OOMMarker("t1"),
 		"sandbox_state":  root.SandboxState("sb"),
 		"null_netns":     root.NullNetNS(),
+		"nat_stats":      root.NATStats("t1"),
+		"nat_log":        root.NATLog("t1"),
 	}
 	if !reflect.DeepEqual(got, c.Layout) {
 		t.Errorf("layout:\n got %v\nwant %v", got, c.Layout)

@@ -147,3 +147,14 @@ func (r SentryRoot) SandboxState(id string) string {
 
 // StateSuffix ends the name of every gVisor state file in a sentry root.
 const StateSuffix = ".state"
+
+// NATStats is where the NAT of sandbox id keeps its counters (NATStats,
+// JSON), rewritten as they change.
+func (r SentryRoot) NATStats(id string) string {
+	return filepath.Join(string(r), "gvx-nat-"+id+".json")
+}
+
+// NATLog is the log of the NAT of sandbox id (its refusals).
+func (r SentryRoot) NATLog(id string) string {
+	return filepath.Join(string(r), "gvx-nat-"+id+".log")
+}

@@ -33,10 +33,13 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// Platform is gVisor's syscall interception platform (systrap, ptrace).
 	Platform string `toml:"platform"`
-	// Network is gVisor's network mode: "sandbox" (gVisor's own netstack
+	// Network is the sandbox's network: "sandbox" (gVisor's own netstack
 	// on the interfaces of the task's network namespace), "none" (loopback
-	// only) or "host".
+	// only), "host", or "nat" (gvx's userspace NAT: docs/network.md).
+	// Tasks can pick theirs with the dev.gvx.network annotation.
 	Network string `toml:"network"`
+	// NAT configures network = "nat".
+	NAT NAT `toml:"nat"`
 	// StateDir holds gvx's runtime state: the sentry roots (sentry/) and
 	// the tasks' root filesystem mounts (rootfs/). The sandbox's
 	// unprivileged host uid must be able to traverse it.
@@ -56,6 +59,35 @@ type Config struct {
 	// Pool makes tasks adopt sandboxes booted ahead of time by
 	// `gvx pool serve` (a warm pool) instead of booting their own.
 	Pool Pool `toml:"pool"`
+}
+
+// NAT is the userspace NAT's settings (api.NAT); a task's
+// dev.gvx.nat annotation replaces the fields it sets.
+type NAT struct {
+	// DNS lists the resolvers (ADDR:PORT) the NAT's 10.0.2.3 forwards
+	// to; empty: the host's /etc/resolv.conf.
+	DNS []string `toml:"dns"`
+	// Ports are published for every task: HOSTPORT:GUESTPORT[/tcp|/udp],
+	// ADDR:HOSTPORT:GUESTPORT[/…] or unix:/path.sock:GUESTPORT.
+	Ports []string `toml:"ports"`
+	// Egress is the egress policy.
+	Egress Egress `toml:"egress"`
+}
+
+// Egress is the NAT's egress policy (docs/network.md#policy).
+type Egress struct {
+	Default string   `toml:"default"` // "allow" (default) or "deny"
+	Allow   []string `toml:"allow"`   // CIDR, address or name, each [:port]
+	Deny    []string `toml:"deny"`
+}
+
+// API is n as the NAT's wire type.
+func (n NAT) API() api.NAT {
+	out := api.NAT{DNS: n.DNS, Ports: n.Ports}
+	if n.Egress.Default != "" || len(n.Egress.Allow) > 0 || len(n.Egress.Deny) > 0 {
+		out.Egress = &api.Egress{Default: n.Egress.Default, Allow: n.Egress.Allow, Deny: n.Egress.Deny}
+	}
+	return out
 }
 
 // Pool configures the warm pool of pre-booted sandboxes.
@@ -155,6 +187,7 @@ func Parse(data []byte) (Config, error) {
 
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
+		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
 		"pool.size", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter"}
 }
@@ -171,10 +204,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("platform %q: want systrap or ptrace (KVM needs /dev/kvm, which gvx does not use)", c.Platform)
 	}
-	switch c.Network {
-	case "sandbox", "none", "host":
-	default:
-		return fmt.Errorf("network %q: want sandbox, none or host", c.Network)
+	if err := CheckNetwork(c.Network); err != nil {
+		return err
+	}
+	if err := c.NAT.API().Check(); err != nil {
+		return fmt.Errorf("nat: %w", err)
 	}
 	switch c.RootfsOverlay {
 	case "memory", "self":
@@ -201,6 +235,9 @@ func (c Config) Validate() error {
 	if c.Pool.Size < 0 || c.Pool.Size > 1024 {
 		return fmt.Errorf("pool.size %d: want 0 (no pool) to 1024", c.Pool.Size)
 	}
+	if c.Pool.Size > 0 && c.Network == api.NetworkNAT {
+		return fmt.Errorf("pool.size %d with network = \"nat\": pool sandboxes cannot have a NAT yet; use network = \"none\" for the pool's runtime handler", c.Pool.Size)
+	}
 	if c.Pool.Socket != "" && !filepath.IsAbs(c.Pool.Socket) {
 		return fmt.Errorf("pool.socket %q: must be an absolute path", c.Pool.Socket)
 	}
@@ -216,6 +253,25 @@ func (c Config) Validate() error {
 		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
 	}
 	return nil
+}
+
+// CheckNetwork validates a network mode (the config's or a task's).
+func CheckNetwork(mode string) error {
+	switch mode {
+	case api.NetworkSandbox, api.NetworkNone, api.NetworkHost, api.NetworkNAT:
+		return nil
+	}
+	return fmt.Errorf("network %q: want sandbox, none, host or nat", mode)
+}
+
+// GVisorNetwork is gVisor's --network for a gvx network mode: a NAT
+// sandbox's gVisor has no network of its own (its eth0 comes from the
+// NAT).
+func GVisorNetwork(mode string) string {
+	if mode == api.NetworkNAT {
+		return api.NetworkNone
+	}
+	return mode
 }
 
 // SentryPath resolves the gvx-sentry binary: the configured path, else the
@@ -288,7 +344,7 @@ func HookPath(sentry string) (string, error) {
 func (c Config) SentryFlagList() []string {
 	flags := []string{
 		"--platform=" + c.Platform,
-		"--network=" + c.Network,
+		"--network=" + GVisorNetwork(c.Network),
 		"--overlay2=root:" + c.RootfsOverlay,
 	}
 	if c.LogLevel == "debug" {

@@ -48,6 +48,11 @@ func TestParseErrors(t *testing.T) {
 		{"[pool]\nsize = -1", "pool.size -1"},
 		{"[pool]\nsocket = \"pool.sock\"", "pool.socket"},
 		{"[pool]\nsiz = 2", "unknown key(s) pool.siz"},
+		{"[nat.egress]\ndefualt = \"deny\"", "unknown key(s) nat.egress.defualt"},
+		{"[nat.egress]\ndefault = \"maybe\"", "want allow or deny"},
+		{"[nat]\nports = [\"80\"]", "no guest port"},
+		{"[nat]\ndns = [\"8.8.8.8\"]", "want ADDR:PORT"},
+		{"network = \"nat\"\n[pool]\nsize = 2", "pool sandboxes cannot have a NAT"},
 	} {
 		_, err := Parse([]byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -126,5 +131,20 @@ func TestSentryPath(t *testing.T) {
 	c.Sentry = sentry
 	if _, err := c.SentryPath(self); err == nil || !strings.Contains(err.Error(), "not an executable") {
 		t.Errorf("non-executable sentry: err = %v", err)
+	}
+}
+
+func TestNATConfig(t *testing.T) {
+	c, err := Parse([]byte("network = \"nat\"\n[nat]\ndns = [\"127.0.0.1:53\"]\nports = [\"8080:80\"]\n[nat.egress]\ndefault = \"deny\"\nallow = [\"pypi.org:443\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.NAT.API()
+	if n.Egress == nil || n.Egress.Default != "deny" || n.Egress.Allow[0] != "pypi.org:443" || n.Ports[0] != "8080:80" {
+		t.Errorf("NAT = %+v", n)
+	}
+	flags := strings.Join(c.SentryFlagList(), " ")
+	if !strings.Contains(flags, "--network=none") {
+		t.Errorf("flags %q: a NAT sandbox's gVisor runs with --network=none", flags)
 	}
 }

@@ -224,3 +224,31 @@ func TestSDKCheckpointRefused(t *testing.T) {
 		t.Errorf("a refused checkpoint left handles: %+v", cks)
 	}
 }
+
+// TestSDKCheckpointRefusedNAT: a NAT sandbox (SDK Network NetworkNAT) is
+// refused before it is paused, and keeps running with its network.
+func TestSDKCheckpointRefusedNAT(t *testing.T) {
+	checkNoLeaks(t)
+	c, _ := ckClient(t, 0)
+	ctx := context.Background()
+	sb, err := c.New(ctx, sdk.Config{ID: "sdkcknat", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"},
+		Network: sdk.NetworkNAT, NAT: &sdk.NAT{DNS: []string{"127.0.0.1:9"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if got := sh(t, sb, "ip -4 -o addr show eth0"); !strings.Contains(got, "10.0.2.15/24") {
+		t.Errorf("SDK NAT sandbox's eth0: %q", got)
+	}
+	_, err = sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "userspace NAT") {
+		t.Errorf("checkpoint of a NAT sandbox: %v, want ErrUnsupported naming the NAT", err)
+	}
+	if got := sh(t, sb, "echo alive"); got != "alive" {
+		t.Errorf("after the refusal: %q", got)
+	}
+}

@@ -1,11 +1,14 @@
 package oci
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/contracttest"
 	"github.com/gvxrun/gvx/config"
 )
@@ -172,6 +175,71 @@ func TestConfigResources(t *testing.T) {
 		applyResources(s, r)
 		if got, want := SandboxResources(s.Linux.Resources), ConfigResources(r); got != want {
 			t.Errorf("%+v: applied %+v, ConfigResources %+v", r, got, want)
+		}
+	}
+}
+
+func TestNetworkMode(t *testing.T) {
+	c := config.Default()
+	s := baseSpec()
+	if m, err := NetworkMode(s, c); err != nil || m != "sandbox" {
+		t.Errorf("no annotation: %q, %v; want the config's", m, err)
+	}
+	s.Annotations = map[string]string{api.AnnotationNetwork: "nat"}
+	if m, err := NetworkMode(s, c); err != nil || m != "nat" {
+		t.Errorf("annotation nat: %q, %v", m, err)
+	}
+	s.Annotations[api.AnnotationNetwork] = "bridge"
+	if _, err := NetworkMode(s, c); err == nil || !strings.Contains(err.Error(), api.AnnotationNetwork) {
+		t.Errorf("annotation bridge: %v, want an error naming the annotation", err)
+	}
+}
+
+func TestPrepareNAT(t *testing.T) {
+	bundle, sockDir := t.TempDir(), t.TempDir()
+	if err := os.Chown(sockDir, 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	s := baseSpec()
+	s.Mounts = []specs.Mount{{Destination: "/etc/resolv.conf", Source: "/etc/resolv.conf", Type: "bind"}}
+	s.Annotations = map[string]string{api.AnnotationNAT: `{"ports":["unix:` + sockDir + `/ep.sock:2375"]}`}
+	cfg := config.NAT{Ports: []string{"8080:80"}, DNS: []string{"127.0.0.1:53"}, Egress: config.Egress{Default: "deny"}}
+	n, err := PrepareNAT(s, cfg, bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The annotation's ports replace the config's; the rest stays.
+	if len(n.Ports) != 1 || n.DNS[0] != "127.0.0.1:53" || n.Egress.Default != "deny" {
+		t.Errorf("merged NAT %+v", n)
+	}
+	if len(n.Owner) != 1 || n.Owner[0] != (api.Owner{Path: sockDir + "/ep.sock", UID: 1234, GID: 5678}) {
+		t.Errorf("owners %+v, want the socket directory's owner", n.Owner)
+	}
+	back, err := api.DecodeNAT(s.Annotations[api.AnnotationNAT])
+	if err != nil || len(back.Owner) != 1 {
+		t.Errorf("annotation written back: %+v, %v", back, err)
+	}
+	var resolv []specs.Mount
+	for _, m := range s.Mounts {
+		if m.Destination == "/etc/resolv.conf" {
+			resolv = append(resolv, m)
+		}
+	}
+	if len(resolv) != 1 || resolv[0].Source != filepath.Join(bundle, ResolvConfFile) {
+		t.Errorf("resolv.conf mounts %+v, want only the bundle's", resolv)
+	}
+	if data, _ := os.ReadFile(filepath.Join(bundle, ResolvConfFile)); string(data) != "nameserver 10.0.2.3\n" {
+		t.Errorf("resolv.conf %q", data)
+	}
+	for ann, why := range map[string]string{
+		`{"ports":["unix:/nonexistent-gvx/x.sock:80"]}`:               "create it first",
+		`{"ports":["unix:` + bundle + `/` + ResolvConfFile + `:80"]}`: "already exists",
+		`{"egress":{"allow":["bad rule!"]}}`:                          "egress rule",
+	} {
+		s := baseSpec()
+		s.Annotations = map[string]string{api.AnnotationNAT: ann}
+		if _, err := PrepareNAT(s, config.NAT{}, t.TempDir()); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("PrepareNAT(%s) = %v, want an error saying %q", ann, err, why)
 		}
 	}
 }

@@ -65,6 +65,9 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if err := checkpointable(string(flags)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
+	if nat, _ := filepath.Glob(api.SentryRoot(filepath.Join(e.layout.SentryRoot(b.id), "*")).NATStats(b.id)); len(nat) > 0 {
+		return nil, fmt.Errorf("checkpoint %s: %w: it runs on gvx's userspace NAT (network = \"nat\"), whose eth0 is a host socket", sb.ID, ErrNotCheckpointable)
+	}
 	if err := e.outsideTCP(ctx, b, string(flags), spec); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/internal/cgroups"
 	"github.com/gvxrun/gvx/oci"
@@ -100,7 +101,9 @@ func checkpointOptions(r *task.CheckpointTaskRequest) (*options.CheckpointOption
 // checkpointable refuses, naming why, a task gvx cannot checkpoint.
 func (t *gvxTask) checkpointable() error {
 	switch {
-	case t.cfg.Network == "host":
+	case t.network == api.NetworkNAT:
+		return fmt.Errorf("it runs on gvx's userspace NAT (network = \"nat\"), whose eth0 is a host socket gVisor cannot save")
+	case t.network == api.NetworkHost:
 		return fmt.Errorf("it uses the host's network stack (network = \"host\"): its sockets live in the host kernel, which gVisor cannot save")
 	case !ownNetNS(t.spec):
 		return fmt.Errorf("it has no network namespace of its own (host network): gVisor would have to save the host's network interfaces")

@@ -62,6 +62,9 @@ type record struct {
 	Dirs []string `json:"dirs,omitempty"`
 	// Docker is docker mode.
 	Docker bool `json:"docker,omitempty"`
+	// Sockets are the host unix sockets of the NAT's published ports,
+	// removed once the sandbox is gone.
+	Sockets []string `json:"sockets,omitempty"`
 }
 
 // save writes r to its bundle.
@@ -136,6 +139,11 @@ func (r *record) release(ctx context.Context) {
 		}
 	}
 	cgroups.Remove(ctx, r.Cgroup)
+	for _, p := range r.Sockets {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 	for _, dir := range r.Dirs {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)

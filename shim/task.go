@@ -46,6 +46,7 @@ type gvxTask struct {
 	pause     *gvxTask
 	mapping   oci.Mapping
 	hook      string               // gvx-hook, when the sandbox's network needs it
+	network   string               // the task's network mode (api.Network*)
 	flags     []string             // gvx-sentry global flags of the task
 	rootVol   *api.Volume          // an ext4 root filesystem, mounted like a volume
 	vols      *taskVolumes         // leased ext4lite volumes (held in memory)
@@ -146,7 +147,10 @@ func (t *gvxTask) prepareSpec(ctx context.Context) error {
 	}
 	t.mapping = m
 	t.flags = t.cfg.SentryFlagList()
-	if t.cfg.Network == "sandbox" {
+	if err := t.prepareNetwork(); err != nil {
+		return grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	if t.network == api.NetworkSandbox {
 		if t.hook, err = config.HookPath(t.rec.Sentry); err != nil {
 			return grpcError(errdefs.ErrFailedPrecondition, err)
 		}
@@ -216,6 +220,9 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 func (t *gvxTask) adoptPool(ctx context.Context) error {
 	r := t.rec
 	why := adopt.Blocker(t.cfg, t.spec, t.role, t.rootVol != nil)
+	if why == "" && t.network != t.cfg.Network {
+		why = "it asks for network " + t.network + ", not the pool's " + t.cfg.Network
+	}
 	if why != "" {
 		if t.cfg.Pool.Size > 0 {
 			log.G(ctx).Infof("gvx shim: %s boots its own sandbox: %s", r.ID, why)

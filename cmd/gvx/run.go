@@ -49,8 +49,12 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "hostname", Usage: "the sandbox's hostname"},
 			&cli.StringSliceFlag{Name: "volume", Aliases: []string{"v"}, Usage: "IMG.ext4:/guest/path[:ro|:clone] (an ext4lite volume) or HOST:/guest/path:ro (a read-only bind); repeatable"},
 			&cli.BoolFlag{Name: "docker", Usage: "docker mode: dockerd inside; its socket on the host"},
-			&cli.StringSliceFlag{Name: "publish", Aliases: []string{"p"}, Usage: "unix:/host.sock:/guest/dir/app.sock: a socket the guest creates, reachable on the host; repeatable"},
-			&cli.StringFlag{Name: "net", Aliases: []string{"network"}, Value: "none", Usage: "network: none (loopback only)"},
+			&cli.StringSliceFlag{Name: "publish", Aliases: []string{"p"}, Usage: "unix:/host.sock:/guest/dir/app.sock: a socket the guest creates, reachable on the host; with --net nat also HOSTPORT:GUESTPORT[/udp] and unix:/host.sock:GUESTPORT; repeatable"},
+			&cli.StringFlag{Name: "net", Aliases: []string{"network"}, Value: "none", Usage: "network: none (loopback only) or nat (eth0 behind the sandbox's own userspace NAT, docs/network.md)"},
+			&cli.StringSliceFlag{Name: "allow", Usage: "with --net nat: an egress allow rule (CIDR, address or DNS name, each [:PORT]); repeatable"},
+			&cli.StringSliceFlag{Name: "deny", Usage: "with --net nat: an egress deny rule; repeatable"},
+			&cli.StringFlag{Name: "egress", Usage: "with --net nat: what no rule matches: allow (default) or deny"},
+			&cli.StringSliceFlag{Name: "dns", Usage: "with --net nat: a resolver ADDR:PORT the NAT's DNS forwards to; repeatable"},
 			&cli.DurationFlag{Name: "timeout", Usage: "kill the sandbox after this long (exit 124)"},
 		),
 		Action: exiting(exitCodeGVX, runAction),
@@ -210,17 +214,30 @@ func runConfig(cmd *cli.Command, image string, args []string) (gvx.Config, error
 		}
 		cfg.Mounts = append(cfg.Mounts, m)
 	}
+	var nat gvx.NAT
 	for _, p := range cmd.StringSlice("publish") {
+		if natPort(p) {
+			nat.Ports = append(nat.Ports, p)
+			continue
+		}
 		pub, err := parsePublish(p)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Publish = append(cfg.Publish, pub)
 	}
+	// Empty stays nil: the gvx config's value then applies.
+	nat.EgressAllow, nat.EgressDeny = nonEmpty(cmd.StringSlice("allow")), nonEmpty(cmd.StringSlice("deny"))
+	nat.EgressDefault, nat.DNS = cmd.String("egress"), nonEmpty(cmd.StringSlice("dns"))
 	switch n := cmd.String("net"); n {
 	case "", "none":
+		if len(nat.Ports)+len(nat.EgressAllow)+len(nat.EgressDeny)+len(nat.DNS) > 0 || nat.EgressDefault != "" {
+			return cfg, fmt.Errorf("published ports (-p %s), --allow, --deny, --egress and --dns need --net nat", strings.Join(nat.Ports, ", -p "))
+		}
+	case "nat":
+		cfg.Network, cfg.NAT = gvx.NetworkNAT, &nat
 	default:
-		return cfg, fmt.Errorf("--net %s: needs gvx's networking, which is not in this version; only --net none (loopback) works", n)
+		return cfg, fmt.Errorf("--net %s: want none (loopback) or nat", n)
 	}
 	return cfg, nil
 }
@@ -297,13 +314,30 @@ func parseVolume(v string) (gvx.Mount, error) {
 	return m, nil
 }
 
-// parsePublish reads -p unix:/host.sock:/guest/dir/app.sock; TCP ports
-// are refused until gvx's networking lands.
+func nonEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// natPort reports whether -p p publishes a guest port through the NAT
+// (HOSTPORT:GUESTPORT…, unix:/host.sock:GUESTPORT) rather than a guest
+// unix socket (unix:/host.sock:/guest/path).
+func natPort(p string) bool {
+	if rest, ok := strings.CutPrefix(p, "unix:"); ok {
+		_, guest, _ := strings.Cut(rest, ":")
+		return !strings.HasPrefix(guest, "/")
+	}
+	return true
+}
+
+// parsePublish reads -p unix:/host.sock:/guest/dir/app.sock.
 func parsePublish(p string) (gvx.Publish, error) {
 	rest, ok := strings.CutPrefix(p, "unix:")
 	host, guest, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 {
-		return gvx.Publish{}, fmt.Errorf("-p %s: publishing TCP ports needs gvx's networking, which is not in this version; publish a guest Unix socket with -p unix:/host/path.sock:/guest/dir/app.sock", p)
+		return gvx.Publish{}, fmt.Errorf("-p %s: want unix:/host/path.sock:/guest/dir/app.sock, or with --net nat HOSTPORT:GUESTPORT or unix:/host.sock:GUESTPORT", p)
 	}
 	if !filepath.IsAbs(host) || !strings.HasPrefix(guest, "/") {
 		return gvx.Publish{}, fmt.Errorf("-p %s: both socket paths must be absolute", p)

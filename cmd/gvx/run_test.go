@@ -54,8 +54,9 @@ func TestRunFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--net", "host", "img"}, "networking"},
-		{[]string{"-p", "8080:80", "img"}, "networking"},
+		{[]string{"--net", "host", "img"}, "want none (loopback) or nat"},
+		{[]string{"-p", "8080:80", "img"}, "need --net nat"},
+		{[]string{"--allow", "pypi.org", "img"}, "need --net nat"},
 		{[]string{"-p", "unix:rel.sock:/run/a/a.sock", "img"}, "absolute"},
 		{[]string{"--cpus", "0", "img"}, "--cpus"},
 		{[]string{"-m", "4x", "img"}, "-m"},
@@ -65,6 +66,12 @@ func TestRunFlags(t *testing.T) {
 		if _, err := parseRun(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.want)
 		}
+	}
+	cfg, err = parseRun(t, "--net", "nat", "-p", "8080:80", "-p", "unix:/tmp/e.sock:2375", "-p", "unix:/tmp/h.sock:/run/app/g.sock",
+		"--allow", "10.0.2.2:5000", "--egress", "deny", "--dns", "127.0.0.1:53", "img")
+	if err != nil || cfg.Network != gvx.NetworkNAT || !reflect.DeepEqual(cfg.NAT, &gvx.NAT{Ports: []string{"8080:80", "unix:/tmp/e.sock:2375"},
+		EgressDefault: "deny", EgressAllow: []string{"10.0.2.2:5000"}, DNS: []string{"127.0.0.1:53"}}) || len(cfg.Publish) != 1 {
+		t.Errorf("--net nat: %+v %+v, %v", cfg, cfg.NAT, err)
 	}
 	cfg, err = parseRun(t, "-p", "unix:/tmp/h.sock:/run/app/g.sock", "img")
 	if err != nil || len(cfg.Publish) != 1 || cfg.Publish[0] != (gvx.Publish{HostPath: "/tmp/h.sock", GuestPath: "/run/app/g.sock"}) {

@@ -11,7 +11,8 @@ import (
 )
 
 // TestContract: a create whose spec carries contract.json's pool-exec
-// annotation is a task's, one with its CRI container role a sub-container's;
+// annotation is a task's, one with its CRI container role a sub-container's,
+// one with its NAT annotation a NAT sandbox's;
 // a kill whose container is gone says contract.json's not_running phrase.
 func TestContract(t *testing.T) {
 	c := contractroot.Load(t)
@@ -22,6 +23,7 @@ func TestContract(t *testing.T) {
 		{map[string]string{c.Name("annotation_pool_exec"): "gvxpool-1"}, kindTask},
 		{map[string]string{c.Name("cri_container_type"): c.Name("cri_role_container"), c.Name("cri_sandbox_id"): "sb"}, kindSubcontainer},
 		{map[string]string{c.Name("cri_container_type"): c.Name("cri_role_sandbox"), c.Name("cri_sandbox_id"): "sb"}, kindPlain},
+		{map[string]string{c.Name("annotation_nat"): "{}"}, kindNAT},
 	} {
 		cl, _ := argv.Parse([]string{c.Name("sentry_binary"), "--root", t.TempDir(), "create", "--bundle", writeBundle(t, tc.annotations), "t1"})
 		if got := kindOf(cl); got != tc.want {

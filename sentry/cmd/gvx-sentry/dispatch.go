@@ -7,6 +7,7 @@ import (
 	"gvisor.dev/gvisor/runsc/cli/maincli"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/checkpoint"
 	"github.com/gvxrun/gvx/sentry/compat"
@@ -14,6 +15,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/natsandbox"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
 )
 
@@ -25,11 +27,13 @@ var table = map[string]map[kind]handler{
 		kindPlain:        runsc, // in the mount namespace of its volumes (mountVolumes)
 		kindSubcontainer: gvx(new(subcontainer.Create)),
 		kindTask:         gvx(new(exectask.Create)),
+		kindNAT:          gvx(new(natsandbox.Create)), // runsc's, then the NAT and eth0
 	},
 	"start": {
 		kindPlain:        runsc,
 		kindSubcontainer: gvx(new(subcontainer.Start)), // asks its monitor, on the start socket
 		kindTask:         gvx(new(subcontainer.Start)), // the same, to the task's monitor
+		kindNAT:          gvx(new(natsandbox.Start)),   // runsc's, keeping the NAT's eth0
 	},
 	"kill": {
 		kindPlain: gvx(new(Kill)), // runsc's, saying api.NotRunning when gone
@@ -60,6 +64,7 @@ var table = map[string]map[kind]handler{
 	subcontainer.MonitorCommand: {kindHelper: gvx(new(subcontainer.Monitor))},
 	exectask.MonitorCommand:     {kindHelper: gvx(new(exectask.Monitor))},
 	fastexec.WaitCommand:        {kindHelper: gvx(new(fastexec.Wait))},
+	api.NATCommand:              {kindHelper: gvx(new(natsandbox.Serve))},
 	"boot":                      {kindHelper: before(compat.Install, runsc)}, // the Sentry runs in this process
 }
 
@@ -79,6 +84,9 @@ const (
 	// kindTask is a task started as a process in a running sandbox's root
 	// container, an image pool's sandbox (package exectask).
 	kindTask
+	// kindNAT is the create or start of a sandbox of its own with gvx's
+	// userspace NAT (package natsandbox).
+	kindNAT
 	// kindHelper is an internal command gvx-sentry runs itself as: a
 	// monitor, an exec's waiter, gVisor's boot.
 	kindHelper
@@ -91,7 +99,7 @@ const (
 // sentry root, and a delete also at gVisor's state of it.
 func kindOf(c argv.Command) kind {
 	switch c.Sub {
-	case subcontainer.MonitorCommand, exectask.MonitorCommand, fastexec.WaitCommand, "boot":
+	case subcontainer.MonitorCommand, exectask.MonitorCommand, fastexec.WaitCommand, api.NATCommand, "boot":
 		return kindHelper
 	case "create":
 		spec, err := c.CreateSpec()
@@ -102,6 +110,8 @@ func kindOf(c argv.Command) kind {
 			return kindTask
 		case subcontainer.IsSubcontainer(spec):
 			return kindSubcontainer
+		case natsandbox.Wants(spec):
+			return kindNAT
 		}
 		return kindPlain
 	}
@@ -111,6 +121,8 @@ func kindOf(c argv.Command) kind {
 		return kindPlain
 	case c.Sub == "start":
 		switch {
+		case len(ids) == 1 && natsandbox.Has(c.Root, ids[0]):
+			return kindNAT
 		case len(ids) != 1 || !monitor.Has(c.Root, ids[0]):
 			return kindPlain
 		case record.Exists(c.Root, ids[0]):

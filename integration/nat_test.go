@@ -1,0 +1,411 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/integration/harness"
+)
+
+// natHTTP is an HTTP server on 127.0.0.1 answering body, counting its
+// connections.
+type natHTTP struct {
+	port  int
+	conns atomic.Int64
+}
+
+func startNATHTTP(t *testing.T, body string) *natHTTP {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &natHTTP{port: ln.Addr().(*net.TCPAddr).Port}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				h.conns.Add(1)
+			}
+		},
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return h
+}
+
+// startNATDNS is a DNS server on 127.0.0.1 (UDP) answering A queries for
+// the names in zone; it returns its address.
+func startNATDNS(t *testing.T, zone map[string]netip.Addr) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var m dnsmessage.Message
+			if m.Unpack(buf[:k]) != nil || len(m.Questions) != 1 {
+				continue
+			}
+			q := m.Questions[0]
+			m.Header.Response, m.Header.Authoritative = true, true
+			if a, ok := zone[strings.ToLower(q.Name.String())]; ok && q.Type == dnsmessage.TypeA {
+				m.Answers = []dnsmessage.Resource{{
+					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
+					Body:   &dnsmessage.AResource{A: a.As4()},
+				}}
+			} else if !ok {
+				m.Header.RCode = dnsmessage.RCodeNameError
+			}
+			if out, err := m.Pack(); err == nil {
+				pc.WriteTo(out, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().String()
+}
+
+func natAnnotations(t *testing.T, n api.NAT) []string {
+	t.Helper()
+	enc, err := api.EncodeNAT(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--annotation", api.AnnotationNetwork + "=" + api.NetworkNAT, "--annotation", api.AnnotationNAT + "=" + enc}
+}
+
+// natStats reads the NAT counters of task id.
+func natStats(t *testing.T, id string) api.NATStats {
+	t.Helper()
+	root := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), testNS))
+	data, err := os.ReadFile(root.NATStats(id))
+	if err != nil {
+		t.Fatalf("NAT stats of %s: %v", id, err)
+	}
+	var s api.NATStats
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatalf("NAT stats of %s: %v (%q)", id, err, data)
+	}
+	return s
+}
+
+// logNATOnFailure logs the NAT log of task id if the test fails (while
+// the task still exists).
+func logNATOnFailure(t *testing.T, id string) func() {
+	return func() {
+		if t.Failed() {
+			root := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), testNS))
+			data, _ := os.ReadFile(root.NATLog(id))
+			t.Logf("NAT log of %s:\n%s", id, data)
+		}
+	}
+}
+
+func ctrExec(t *testing.T, id, execID string, args ...string) result {
+	t.Helper()
+	r, err := e.ctrResult(context.Background(), append([]string{"task", "exec", "--exec-id", execID, id}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestNATEgress: a NAT sandbox sees eth0 10.0.2.15 and DNS 10.0.2.3,
+// resolves a name through a DNS server the test runs on loopback, reaches
+// a host HTTP server on 127.0.0.1 through 10.0.2.2 on the port its policy
+// allows, and is refused at once (an RST, counted, no host socket opened)
+// on another port where a server listens too.
+func TestNATEgress(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	allowed := startNATHTTP(t, "hello-from-host")
+	other := startNATHTTP(t, "must-not-be-reached")
+	dns := startNATDNS(t, map[string]netip.Addr{"host.gvx.test.": api.NATGateway})
+	id := "nat-egress"
+	cleanupTask(t, id)
+	args := append([]string{"run", "-d", "--runtime", runtime}, natAnnotations(t, api.NAT{
+		DNS:    []string{dns},
+		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", allowed.port)}},
+	})...)
+	mustCtr(t, append(args, busybox, id, "sleep", "120")...)
+	defer logNATOnFailure(t, id)()
+
+	r := ctrExec(t, id, "ip", "sh", "-c", "ip -4 addr show eth0; ip route; cat /etc/resolv.conf")
+	for _, want := range []string{"10.0.2.15/24", "default via 10.0.2.2", "nameserver 10.0.2.3"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("guest network lacks %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	r = ctrExec(t, id, "ns", "nslookup", "host.gvx.test", "10.0.2.3")
+	if !strings.Contains(r.stdout, "10.0.2.2") {
+		t.Errorf("nslookup through 10.0.2.3: code %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = ctrExec(t, id, "get", "wget", "-q", "-O", "-", fmt.Sprintf("http://host.gvx.test:%d/", allowed.port))
+	if r.code != 0 || r.stdout != "hello-from-host" {
+		t.Errorf("wget through the NAT: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	before := natStats(t, id)
+	start := time.Now()
+	r = ctrExec(t, id, "refused", "wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", other.port))
+	took := time.Since(start)
+	if r.code == 0 || !strings.Contains(r.stderr, "refused") {
+		t.Errorf("wget to a port the policy refuses: code %d stdout %q stderr %q; want connection refused", r.code, r.stdout, r.stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the refusal took %v: want an immediate RST, not a timeout", took)
+	}
+	time.Sleep(100 * time.Millisecond) // the stats file's write delay
+	after := natStats(t, id)
+	if after.Refused <= before.Refused {
+		t.Errorf("NAT refusals %d → %d: the refusal was not counted", before.Refused, after.Refused)
+	}
+	if after.HostSockets != before.HostSockets {
+		t.Errorf("NAT host sockets %d → %d: a refused flow opened a host socket", before.HostSockets, after.HostSockets)
+	}
+	if n := other.conns.Load(); n != 0 {
+		t.Errorf("the refused server saw %d connections", n)
+	}
+	if allowed.conns.Load() != 1 {
+		t.Errorf("the allowed server saw %d connections, want 1", allowed.conns.Load())
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", after.Pid))
+	if err != nil {
+		t.Fatalf("the NAT process %d: %v", after.Pid, err)
+	}
+	for _, want := range []string{"Uid:\t100000\t100000\t100000\t100000", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(string(status), want) {
+			t.Errorf("the NAT process lacks %q:\n%s", want, status)
+		}
+	}
+	mustCtr(t, "task", "kill", "-s", "SIGKILL", id)
+	waitStatus(t, id, "STOPPED")
+	mustCtr(t, "task", "rm", id)
+	mustCtr(t, "container", "rm", id)
+}
+
+// TestNATPublish: a server inside answers on a published TCP port (on
+// 127.0.0.1) and a published unix socket (mode 0600, owned by its
+// directory's owner); kill -9 of the sandbox leaves no process (the NAT
+// exits with the sandbox), and the socket goes at teardown.
+func TestNATPublish(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	const owner = 4321
+	if err := os.Chown(dir, owner, owner); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "ep.sock")
+	port := freePort(t)
+	id := "nat-publish"
+	cleanupTask(t, id)
+	args := append([]string{"run", "-d", "--runtime", runtime}, natAnnotations(t, api.NAT{
+		Ports: []string{fmt.Sprintf("%d:8080", port), "unix:" + sock + ":8080"},
+	})...)
+	mustCtr(t, append(args, busybox, id, "sh", "-c", "mkdir /www && echo hi-from-inside > /www/index.html && exec httpd -f -p 8080 -h /www")...)
+	pid := taskPid(t, id)
+
+	get := func(c *http.Client, url string) string {
+		t.Helper()
+		var last error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			resp, err := c.Get(url)
+			if err != nil {
+				last = err
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return string(b)
+		}
+		t.Fatalf("GET %s: %v", url, last)
+		return ""
+	}
+	if got := get(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/", port)); got != "hi-from-inside\n" {
+		t.Errorf("published TCP port: %q", got)
+	}
+	unixClient := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	if got := get(unixClient, "http://ep/"); got != "hi-from-inside\n" {
+		t.Errorf("published unix socket: %q", got)
+	}
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 || st.Uid != owner || st.Gid != owner {
+		t.Errorf("socket %s: mode %v owner %d:%d, want a socket 0600 of %d:%d", sock, fi.Mode(), st.Uid, st.Gid, owner, owner)
+	}
+
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, id, "STOPPED")
+	mustCtr(t, "task", "rm", id)
+	mustCtr(t, "container", "rm", id)
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket %s after teardown: %v, want it gone", sock, err)
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+		c.Close()
+		t.Errorf("published port %d still accepts after teardown", port)
+	}
+}
+
+// TestNATBadInput: a malformed mapping, an unknown policy key, a bad rule,
+// a port in use and a socket in a missing directory each fail the create
+// with an error naming the problem, and leave nothing behind.
+func TestNATBadInput(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+	for i, tc := range []struct {
+		nat  string
+		want string
+	}{
+		{`{"ports":["80"]}`, "no guest port"},
+		{`{"ports":["8080:80/sctp"]}`, "neither tcp nor udp"},
+		{`{"egres":{"default":"deny"}}`, `unknown field "egres"`},
+		{`{"egress":{"default":"maybe"}}`, "want allow or deny"},
+		{`{"egress":{"allow":["10.0.0.0/33"]}}`, "egress rule"},
+		{fmt.Sprintf(`{"ports":["%d:80"]}`, busyPort), "address already in use"},
+		{`{"ports":["unix:/nonexistent-gvx-dir/x.sock:80"]}`, "create it first"},
+	} {
+		id := fmt.Sprintf("nat-bad-%d", i)
+		cleanupTask(t, id)
+		r, err := e.ctrResult(context.Background(), "run", "--rm", "--runtime", runtime,
+			"--annotation", api.AnnotationNetwork+"=nat", "--annotation", api.AnnotationNAT+"="+tc.nat, busybox, id, "true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: code %d stderr %q; want a failure saying %q", tc.nat, r.code, r.stderr, tc.want)
+		}
+		e.ctr(context.Background(), "container", "rm", id)
+	}
+	r, err := e.ctrResult(context.Background(), "run", "--rm", "--runtime", runtime,
+		"--annotation", api.AnnotationNetwork+"=natt", busybox, "nat-bad-mode", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, "want sandbox, none, host or nat") {
+		t.Errorf("unknown network mode: code %d stderr %q", r.code, r.stderr)
+	}
+	e.ctr(context.Background(), "container", "rm", "nat-bad-mode")
+}
+
+// hostNet is the host's network state a NAT sandbox must not touch.
+type hostNet struct{ iptables, links, conntrack string }
+
+func hostNetState(t *testing.T) hostNet {
+	t.Helper()
+	var s hostNet
+	if out, err := exec.Command("iptables-save").Output(); err == nil {
+		var keep []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if !strings.HasPrefix(l, "#") { // timestamps
+				keep = append(keep, strings.TrimSpace(regexpCounters.ReplaceAllString(l, "")))
+			}
+		}
+		s.iptables = strings.Join(keep, "\n")
+	} else {
+		s.iptables = "iptables-save: " + err.Error()
+	}
+	out, err := exec.Command("ip", "-o", "link").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.links = string(out)
+	if b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count"); err == nil {
+		s.conntrack = strings.TrimSpace(string(b))
+	}
+	return s
+}
+
+// regexpCounters are iptables-save's packet and byte counters.
+var regexpCounters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// TestNATHostUnchanged: 200 NAT sandboxes (GVX_NAT_SANDBOXES) started, 20
+// at a time, each resolving through and connecting out of its NAT, then
+// stopped: the host's iptables rules, links and conntrack count are the
+// same before, during and after.
+func TestNATHostUnchanged(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	total, batch := 200, 20
+	if v := os.Getenv("GVX_NAT_SANDBOXES"); v != "" {
+		fmt.Sscan(v, &total)
+	}
+	srv := startNATHTTP(t, "ok")
+	before := hostNetState(t)
+	enc := natAnnotations(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
+	started := time.Now()
+	for n := 0; n < total; n += batch {
+		var ids []string
+		errs := make(chan error, batch)
+		for i := n; i < n+batch && i < total; i++ {
+			id := fmt.Sprintf("nat-many-%03d", i)
+			ids = append(ids, id)
+			cleanupTask(t, id)
+			go func() {
+				_, stderr, err := e.ctr(context.Background(), append(append([]string{"run", "-d", "--runtime", runtime}, enc...), busybox, id,
+					"sh", "-c", fmt.Sprintf("wget -q -O /dev/null http://10.0.2.2:%d/ && sleep 60", srv.port))...)
+				if err != nil {
+					err = fmt.Errorf("%s: %v: %s", id, err, stderr)
+				}
+				errs <- err
+			}()
+		}
+		for range ids {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if during := hostNetState(t); during != before {
+			t.Errorf("with %d NAT sandboxes running the host's network changed:\nbefore %+v\nduring %+v", len(ids), before, during)
+		}
+		for _, id := range ids {
+			mustCtr(t, "task", "kill", "-s", "SIGKILL", id)
+		}
+		for _, id := range ids {
+			waitStatus(t, id, "STOPPED")
+			mustCtr(t, "task", "rm", id)
+			mustCtr(t, "container", "rm", id)
+		}
+	}
+	t.Logf("%d NAT sandboxes in %v; the host server saw %d connections", total, time.Since(started).Round(time.Second), srv.conns.Load())
+	if after := hostNetState(t); after != before {
+		t.Errorf("after %d NAT sandboxes the host's network changed:\nbefore %+v\nafter  %+v", total, before, after)
+	}
+}

@@ -1,0 +1,112 @@
+package oci
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/config"
+)
+
+// ResolvConfFile is the NAT sandbox's /etc/resolv.conf, written in the
+// bundle.
+const ResolvConfFile = "gvx-resolv.conf"
+
+// NetworkMode is the task's network mode: its api.AnnotationNetwork, else
+// the config's.
+func NetworkMode(s *specs.Spec, c config.Config) (string, error) {
+	v, ok := s.Annotations[api.AnnotationNetwork]
+	if !ok {
+		return c.Network, nil
+	}
+	if err := config.CheckNetwork(v); err != nil {
+		return "", fmt.Errorf("annotation %s: %w", api.AnnotationNetwork, err)
+	}
+	return v, nil
+}
+
+// PrepareNAT merges the task's api.AnnotationNAT over the config's [nat],
+// checks every mapping and rule, resolves the owner of each published
+// unix socket (the owner of its directory, which must exist), writes the
+// merged NAT back into the annotation for gvx-sentry and points the
+// guest's /etc/resolv.conf at the NAT's DNS (a file in bundle). It returns
+// the NAT.
+func PrepareNAT(s *specs.Spec, c config.NAT, bundle string) (api.NAT, error) {
+	n := c.API()
+	if v, ok := s.Annotations[api.AnnotationNAT]; ok {
+		over, err := api.DecodeNAT(v)
+		if err != nil {
+			return api.NAT{}, err
+		}
+		if over.Ports != nil {
+			n.Ports = over.Ports
+		}
+		if over.Egress != nil {
+			n.Egress = over.Egress
+		}
+		if over.DNS != nil {
+			n.DNS = over.DNS
+		}
+	}
+	if err := n.Check(); err != nil {
+		return api.NAT{}, err
+	}
+	n.Owner = nil
+	for _, ps := range n.Ports {
+		p, _ := api.ParsePort(ps)
+		if p.Unix == "" {
+			continue
+		}
+		o, err := socketOwner(p.Unix)
+		if err != nil {
+			return api.NAT{}, fmt.Errorf("port %q: %w", ps, err)
+		}
+		n.Owner = append(n.Owner, o)
+	}
+	enc, err := api.EncodeNAT(n)
+	if err != nil {
+		return api.NAT{}, err
+	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[api.AnnotationNAT] = enc
+	resolv := filepath.Join(bundle, ResolvConfFile)
+	if err := os.WriteFile(resolv, []byte("nameserver "+api.NATDNS.String()+"\n"), 0o644); err != nil {
+		return api.NAT{}, fmt.Errorf("nat resolv.conf: %w", err)
+	}
+	mounts := s.Mounts[:0]
+	for _, m := range s.Mounts {
+		if m.Destination != "/etc/resolv.conf" {
+			mounts = append(mounts, m)
+		}
+	}
+	s.Mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolv, Options: []string{"rbind", "ro"}})
+	return n, nil
+}
+
+// socketOwner is who a published unix socket at path belongs to: the
+// owner of its directory, who must be able to write there; path itself
+// must not exist.
+func socketOwner(path string) (api.Owner, error) {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return api.Owner{}, fmt.Errorf("the socket's directory: %w; create it first", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok {
+		return api.Owner{}, fmt.Errorf("%s is not a directory", dir)
+	}
+	if fi.Mode().Perm()&0o200 == 0 {
+		return api.Owner{}, fmt.Errorf("%s is not writable by its owner (uid %d), who would own the socket", dir, st.Uid)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return api.Owner{}, fmt.Errorf("%s already exists: remove it or publish on another path", path)
+	}
+	return api.Owner{Path: path, UID: int(st.Uid), GID: int(st.Gid)}, nil
+}

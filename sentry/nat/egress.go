@@ -1,0 +1,212 @@
+package nat
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// udpIdle ends a UDP flow nobody sent on for this long.
+const udpIdle = 60 * time.Second
+
+func addrPort(a tcpip.Address, port uint16) netip.AddrPort {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return netip.AddrPortFrom(ip.Unmap(), port)
+}
+
+// forwardTCP handles the guest's SYN to dst: a refusal is an RST before any
+// host socket exists; else the host connection is opened first, and the
+// guest's handshake completes only if it succeeded.
+func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
+	id := r.ID()
+	dst := addrPort(id.LocalAddress, id.LocalPort)
+	if dst.Addr() == api.NATDNS {
+		n.refuse("tcp", dst, "10.0.2.3 answers DNS over UDP only")
+		r.Complete(true)
+		return
+	}
+	if d := n.policy.Decide(dst.Addr(), dst.Port()); !d.Allow {
+		n.refuse("tcp", dst, d.Reason)
+		r.Complete(true)
+		return
+	}
+	n.stats.add(func(s *api.NATStats) { s.Allowed++; s.HostSockets++ })
+	host, err := n.dial(context.Background(), "tcp", hostAddr(dst).String())
+	if err != nil {
+		log.Debugf("nat: tcp to %s: %v", dst, err)
+		r.Complete(true)
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		host.Close()
+		r.Complete(true)
+		return
+	}
+	r.Complete(false)
+	ep.SocketOptions().SetKeepAlive(true)
+	n.flowStarted()
+	go func() {
+		defer n.flowEnded()
+		splice(gonet.NewTCPConn(&wq, ep), host)
+	}()
+}
+
+// idleRelease is how long the NAT waits, once its last TCP flow ended,
+// before it gives the memory the flows grew back to the host.
+const idleRelease = 2 * time.Second
+
+func (n *NAT) flowStarted() { n.flows.Add(1) }
+
+// flowEnded returns the memory a burst of traffic grew (TCP buffers,
+// splice buffers: Go keeps freed heap for reuse) to the host once no TCP
+// flow is left: an idle NAT is small again.
+func (n *NAT) flowEnded() {
+	if n.flows.Add(-1) == 0 {
+		time.AfterFunc(idleRelease, func() {
+			if n.flows.Load() == 0 {
+				debug.FreeOSMemory()
+			}
+		})
+	}
+}
+
+// halfCloser is a connection that can end its writes alone.
+type halfCloser interface{ CloseWrite() error }
+
+// splice copies both ways between a and b until both directions end.
+func splice(a, b net.Conn) {
+	var wg sync.WaitGroup
+	one := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.CopyBuffer(dst, src, make([]byte, 256<<10))
+		if hc, ok := dst.(halfCloser); ok {
+			_ = hc.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+	}
+	wg.Add(2)
+	go one(a, b)
+	go one(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
+}
+
+// forwardUDP handles the first datagram of a guest's UDP flow. A refusal
+// returns false: the stack answers ICMP port unreachable.
+func (n *NAT) forwardUDP(r *udp.ForwarderRequest) bool {
+	id := r.ID()
+	dst := addrPort(id.LocalAddress, id.LocalPort)
+	if dst.Addr() == api.NATDNS {
+		if dst.Port() != 53 {
+			n.refuse("udp", dst, "10.0.2.3 answers DNS on port 53 only")
+			return false
+		}
+		return n.serveDNS(r)
+	}
+	if d := n.policy.Decide(dst.Addr(), dst.Port()); !d.Allow {
+		n.refuse("udp", dst, d.Reason)
+		return false
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		return true
+	}
+	n.stats.add(func(s *api.NATStats) { s.Allowed++; s.HostSockets++ })
+	guest := gonet.NewUDPConn(&wq, ep)
+	host, err := n.dial(context.Background(), "udp", hostAddr(dst).String())
+	if err != nil {
+		log.Debugf("nat: udp to %s: %v", dst, err)
+		guest.Close()
+		return true
+	}
+	go relayUDP(guest, host)
+	return true
+}
+
+// relayUDP copies datagrams both ways until neither side sent for udpIdle.
+func relayUDP(guest, host net.Conn) {
+	defer guest.Close()
+	defer host.Close()
+	done := make(chan struct{}, 2)
+	one := func(dst, src net.Conn) {
+		buf := make([]byte, 65535)
+		for {
+			_ = src.SetReadDeadline(time.Now().Add(udpIdle))
+			k, err := src.Read(buf)
+			if err != nil {
+				break
+			}
+			if _, err := dst.Write(buf[:k]); err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}
+	go one(host, guest)
+	go one(guest, host)
+	<-done
+}
+
+// echoFilter drops ICMP echo requests to addresses other than the NAT's
+// own: promiscuous mode would otherwise answer a ping to any address
+// itself, a reply no host gave (the host's unprivileged ping sockets are
+// not assumed; docs/network.md).
+type echoFilter struct {
+	nested.Endpoint
+}
+
+var _ stack.NetworkDispatcher = (*echoFilter)(nil)
+
+func newEchoFilter(ep stack.LinkEndpoint) *echoFilter {
+	e := &echoFilter{}
+	e.Endpoint.Init(ep, e)
+	return e
+}
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher.
+func (e *echoFilter) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if proto == header.IPv4ProtocolNumber && isForeignEcho(pkt) {
+		return
+	}
+	e.Endpoint.DeliverNetworkPacket(proto, pkt)
+}
+
+func isForeignEcho(pkt *stack.PacketBuffer) bool {
+	v := pkt.ToView()
+	defer v.Release()
+	b := v.AsSlice()
+	if len(b) < header.IPv4MinimumSize {
+		return false
+	}
+	ip := header.IPv4(b)
+	if ip.TransportProtocol() != header.ICMPv4ProtocolNumber {
+		return false
+	}
+	hl := int(ip.HeaderLength())
+	if len(b) < hl+header.ICMPv4MinimumSize || header.ICMPv4(b[hl:]).Type() != header.ICMPv4Echo {
+		return false
+	}
+	dst := ip.DestinationAddress()
+	return dst != tcpip.AddrFrom4(api.NATGateway.As4()) && dst != tcpip.AddrFrom4(api.NATDNS.As4())
+}

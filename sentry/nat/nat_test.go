@@ -1,0 +1,278 @@
+package nat
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// guestStack is a gVisor netstack configured as a NAT sandbox's guest
+// (eth0 10.0.2.15/24, default via 10.0.2.2) on fd, as the Sentry's is.
+func guestStack(t *testing.T, fd int) *stack.Stack { return guestStackMTU(t, fd, api.NATMTU) }
+
+func guestStackMTU(t testing.TB, fd int, mtu uint32) *stack.Stack {
+	t.Helper()
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
+	})
+	ep, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: mtu, PacketDispatchMode: fdbased.RecvMMsg,
+		TXChecksumOffload: true, RXChecksumOffload: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := s.CreateNIC(1, ep); e != nil {
+		t.Fatal(e)
+	}
+	pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{
+		Address: tcpip.AddrFrom4(api.NATGuest.As4()), PrefixLen: 24}}
+	if e := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); e != nil {
+		t.Fatal(e)
+	}
+	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(api.NATGateway.As4()), NIC: 1}})
+	t.Cleanup(s.Close)
+	return s
+}
+
+// dials records the host sockets the NAT asks for and answers each TCP one
+// with "ok from " and the address.
+type dials struct {
+	mu   sync.Mutex
+	addr []string
+}
+
+func (d *dials) dial(_ context.Context, network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	d.addr = append(d.addr, network+"/"+address)
+	d.mu.Unlock()
+	a, b := net.Pipe()
+	go func() {
+		io.WriteString(b, "ok from "+address)
+		b.Close()
+	}()
+	return a, nil
+}
+
+func (d *dials) list() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.addr...)
+}
+
+// dnsServer answers A queries from zone on a loopback UDP socket.
+func dnsServer(t *testing.T, zone map[string]netip.Addr) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var m dnsmessage.Message
+			if m.Unpack(buf[:k]) != nil || len(m.Questions) != 1 {
+				continue
+			}
+			q := m.Questions[0]
+			m.Header.Response = true
+			if a, ok := zone[q.Name.String()]; ok {
+				m.Answers = []dnsmessage.Resource{{
+					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 5},
+					Body:   &dnsmessage.AResource{A: a.As4()},
+				}}
+			}
+			out, _ := m.Pack()
+			pc.WriteTo(out, from)
+		}
+	}()
+	return pc.LocalAddr().String()
+}
+
+func setup(t *testing.T, cfg api.NAT) (*stack.Stack, *NAT, *dials) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dials{}
+	n, err := New(Options{LinkFD: fds[1], Config: cfg, Dial: d.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return guestStack(t, fds[0]), n, d
+}
+
+func full(a netip.Addr, port uint16) tcpip.FullAddress {
+	return tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.As4()), Port: port}
+}
+
+// lookup asks 10.0.2.3 for name's A record from the guest.
+func lookup(t *testing.T, g *stack.Stack, name string) netip.Addr {
+	t.Helper()
+	c, err := gonet.DialUDP(g, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(api.NATDNS.As4()), Port: 53}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, RecursionDesired: true},
+		Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}
+	b, _ := q.Pack()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1500)
+	k, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("dns answer for %s: %v", name, err)
+	}
+	var m dnsmessage.Message
+	if err := m.Unpack(buf[:k]); err != nil || len(m.Answers) != 1 {
+		t.Fatalf("dns answer for %s: %v %+v", name, err, m)
+	}
+	return netip.AddrFrom4(m.Answers[0].Body.(*dnsmessage.AResource).A)
+}
+
+// TestNameAllow: with default deny, a name rule admits the addresses the
+// NAT's DNS answered for that name only; a refused flow is an RST before
+// any host socket is asked for.
+func TestNameAllow(t *testing.T) {
+	server := dnsServer(t, map[string]netip.Addr{
+		"allowed.test.": netip.MustParseAddr("203.0.113.10"),
+		"denied.test.":  netip.MustParseAddr("203.0.113.11"),
+	})
+	g, n, d := setup(t, api.NAT{DNS: []string{server}, Egress: &api.Egress{Default: "deny", Allow: []string{"allowed.test:80"}}})
+	ok, bad := lookup(t, g, "allowed.test."), lookup(t, g, "denied.test.")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := gonet.DialContextTCP(ctx, g, full(ok, 80), ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatalf("dial allowed.test (%s): %v", ok, err)
+	}
+	got, _ := io.ReadAll(c)
+	c.Close()
+	if string(got) != "ok from 203.0.113.10:80" {
+		t.Errorf("allowed flow read %q", got)
+	}
+	for _, dst := range []tcpip.FullAddress{full(bad, 80), full(ok, 81), full(netip.MustParseAddr("169.254.169.254"), 80), full(api.NATGateway, 80)} {
+		start := time.Now()
+		_, err := gonet.DialContextTCP(ctx, g, dst, ipv4.ProtocolNumber)
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("dial %v: %v, want connection refused", dst, err)
+		}
+		if time.Since(start) > time.Second {
+			t.Errorf("refusal of %v took %v, want an immediate RST", dst, time.Since(start))
+		}
+	}
+	if l := d.list(); len(l) != 1 || l[0] != "tcp/203.0.113.10:80" {
+		t.Errorf("host sockets asked for: %q, want only tcp/203.0.113.10:80", l)
+	}
+	if s := n.stats.Get(); s.Refused != 4 || s.Allowed != 1 || s.HostSockets != 1 || s.DNSQueries != 2 {
+		t.Errorf("stats %+v, want 4 refused, 1 allowed, 1 host socket, 2 DNS queries", s)
+	}
+}
+
+// TestUDPRefusal: a refused UDP flow gets ICMP port unreachable (the
+// guest's socket reports connection refused) and no host socket; an
+// allowed one is relayed; 10.0.2.2 maps to the host's loopback.
+func TestUDPRefusal(t *testing.T) {
+	g, n, d := setup(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{"10.0.2.2:7000"}}})
+	c, err := gonet.DialUDP(g, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4([4]byte{10, 1, 2, 3}), Port: 9}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("x"))
+	unreachable := g.Stats().ICMP.V4.PacketsReceived.DstUnreachable
+	for deadline := time.Now().Add(3 * time.Second); unreachable.Value() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if unreachable.Value() != 1 {
+		t.Errorf("the guest got %d ICMP destination unreachable for a refused datagram, want 1", unreachable.Value())
+	}
+	if _, err := c.Write([]byte("x")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("the next write on the refused flow: %v, want connection refused", err)
+	}
+	u, err := gonet.DialUDP(g, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(api.NATGateway.As4()), Port: 7000}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	u.Write([]byte("y"))
+	deadline := time.Now().Add(3 * time.Second)
+	for len(d.list()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := d.list(); len(l) != 1 || l[0] != "udp/127.0.0.1:7000" {
+		t.Errorf("host sockets: %q, want udp/127.0.0.1:7000 only", l)
+	}
+	if s := n.stats.Get(); s.Refused != 1 {
+		t.Errorf("stats %+v, want 1 refused", s)
+	}
+}
+
+// TestPing: the NAT answers echo requests to its own addresses and drops
+// those to others (it cannot ping for the guest).
+func TestPing(t *testing.T) {
+	g, _, _ := setup(t, api.NAT{DNS: []string{"127.0.0.1:9"}})
+	if !ping(t, g, api.NATGateway) {
+		t.Error("no echo reply from 10.0.2.2")
+	}
+	if ping(t, g, netip.MustParseAddr("198.51.100.7")) {
+		t.Error("an echo reply from 198.51.100.7: the NAT answered for an address it is not")
+	}
+}
+
+func ping(t *testing.T, g *stack.Stack, dst netip.Addr) bool {
+	t.Helper()
+	var wq waiter.Queue
+	ep, e := g.NewEndpoint(icmp.ProtocolNumber4, ipv4.ProtocolNumber, &wq)
+	if e != nil {
+		t.Fatal(e)
+	}
+	conn := gonet.NewUDPConn(&wq, ep)
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	req := header.ICMPv4(make([]byte, header.ICMPv4MinimumSize+4))
+	req.SetType(header.ICMPv4Echo)
+	req.SetIdent(1)
+	req.SetSequence(1)
+	if _, err := conn.WriteTo(req, &net.UDPAddr{IP: dst.AsSlice()}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := conn.ReadFrom(make([]byte, 100))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return err == nil
+}

@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func TestDefaults(t *testing.T) {
+	p, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dst    string
+		allow  bool
+		reason string
+	}{
+		{"93.184.216.34", true, "default allow"},
+		{"2606:4700::1111", true, "default allow"},
+		{"10.0.2.2", false, "host loopback"},
+		{"127.0.0.1", false, "loopback"},
+		{"10.1.2.3", false, "private"},
+		{"172.16.0.1", false, "private"},
+		{"192.168.1.1", false, "private"},
+		{"169.254.169.254", false, "metadata"},
+		{"169.254.1.1", false, "link-local"},
+		{"100.64.0.1", false, "shared"},
+		{"0.0.0.0", false, "this-network"},
+		{"224.0.0.1", false, "multicast"},
+		{"::1", false, "loopback"},
+		{"fe80::1", false, "link-local"},
+		{"fd00::1", false, "private"},
+		{"::ffff:127.0.0.1", false, "loopback"}, // unmapped first
+	} {
+		d := p.Decide(addr(tc.dst), 80)
+		if d.Allow != tc.allow || !strings.Contains(d.Reason, tc.reason) {
+			t.Errorf("Decide(%s) = %+v, want allow=%v reason ~ %q", tc.dst, d, tc.allow, tc.reason)
+		}
+	}
+}
+
+func TestRules(t *testing.T) {
+	p, err := New(&api.Egress{
+		Default: "deny",
+		Allow:   []string{"10.0.2.2:8080", "0.0.0.0/0:443", "192.168.7.0/24", "pypi.org", "*.example.com:80", "[2001:db8::1]:53"},
+		Deny:    []string{"198.51.100.0/24", "bad.example.com"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Learn("PyPI.org.", []netip.Addr{addr("151.101.0.223")})
+	p.Learn("a.example.com", []netip.Addr{addr("203.0.113.9")})
+	p.Learn("bad.example.com", []netip.Addr{addr("203.0.113.66")})
+	p.Learn("rebind.example.com", []netip.Addr{addr("10.9.9.9")})
+	for _, tc := range []struct {
+		dst   string
+		port  uint16
+		allow bool
+	}{
+		{"10.0.2.2", 8080, true},        // the host mapping, on its port
+		{"10.0.2.2", 22, false},         // not another port
+		{"1.1.1.1", 443, true},          // any address on 443
+		{"169.254.169.254", 443, false}, // 0.0.0.0/0 does not open metadata
+		{"127.0.0.1", 443, false},       // nor loopback
+		{"10.0.2.2", 443, false},        // nor the host
+		{"192.168.7.9", 22, true},       // a rule inside a private range opens it
+		{"192.168.8.9", 22, false},      // only that part
+		{"1.1.1.1", 80, false},          // default deny
+		{"151.101.0.223", 80, true},     // learned name, any port
+		{"151.101.0.224", 80, false},    // not learned
+		{"203.0.113.9", 80, true},       // wildcard name
+		{"203.0.113.9", 81, false},      // wrong port
+		{"203.0.113.66", 80, false},     // deny by name wins
+		{"198.51.100.1", 443, false},    // deny by CIDR wins over allow 0.0.0.0/0:443
+		{"10.9.9.9", 80, false},         // a name never opens a built-in range (DNS rebinding)
+		{"2001:db8::1", 53, true},       // v6 rule with port
+		{"2001:db8::1", 54, false},
+	} {
+		d := p.Decide(addr(tc.dst), tc.port)
+		if d.Allow != tc.allow {
+			t.Errorf("Decide(%s:%d) = %+v, want allow=%v", tc.dst, tc.port, d, tc.allow)
+		}
+	}
+}
+
+func TestBadPolicy(t *testing.T) {
+	for _, e := range []api.Egress{
+		{Default: "maybe"},
+		{Allow: []string{"10.0.0.0/33"}},
+		{Deny: []string{"exa mple.com"}},
+		{Allow: []string{"1.2.3.4:99999"}},
+		{Allow: []string{"[::1"}},
+	} {
+		if _, err := New(&e); err == nil {
+			t.Errorf("New(%+v) accepted a bad policy", e)
+		} else if !strings.Contains(err.Error(), "want") {
+			t.Errorf("New(%+v): %v does not say what it wants", e, err)
+		}
+	}
+}

@@ -1,0 +1,222 @@
+// Package natsandbox gives a sandbox gvx's userspace NAT (network = "nat").
+//
+// Create is runsc's create of a sandbox that asks for a NAT (the spec's
+// api.AnnotationNAT): first the host side of its published ports is bound
+// (so that a port in use fails the create before any sandbox exists), then
+// gVisor creates the sandbox with --network=none, then Create makes a unix
+// datagram socketpair, starts the NAT process (Serve, gvx-sentry's
+// api.NATCommand) on one end and hands the other to the Sentry as eth0
+// (containerManager.SetNetworkArgs, which gVisor applies when the sandbox
+// starts). See docs/network.md.
+package natsandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/urpc"
+	"gvisor.dev/gvisor/runsc/boot"
+	"gvisor.dev/gvisor/runsc/cmd"
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/nat"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
+)
+
+// Wants reports whether spec asks for a NAT.
+func Wants(spec *specs.Spec) bool {
+	_, ok := spec.Annotations[api.AnnotationNAT]
+	return ok
+}
+
+// linkBuffer is each end's socket buffer: a burst of full-size packets.
+const linkBuffer = 4 << 20
+
+// Create is runsc's create of a sandbox with a NAT.
+type Create struct {
+	cmd.Create
+}
+
+// Execute implements subcommands.Command.
+func (c *Create) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+	if f.NArg() != 1 {
+		f.Usage()
+		return subcommands.ExitUsageError
+	}
+	conf := args[0].(*config.Config)
+	id, spec, err := c.FetchSpec(conf, f)
+	if err != nil {
+		return util.Errorf("reading spec: %v", err)
+	}
+	cfg, err := api.DecodeNAT(spec.Annotations[api.AnnotationNAT])
+	if err != nil {
+		return util.Errorf("container %s: %v", id, err)
+	}
+	if conf.Network != config.NetworkNone {
+		return util.Errorf("container %s asks for a NAT (%s) but gVisor's network is %q: the shim runs NAT sandboxes with --network=none", id, api.AnnotationNAT, conf.Network)
+	}
+	listeners, err := nat.Listen(cfg.Ports, cfg.Owner)
+	if err != nil {
+		return util.Errorf("container %s: %v", id, err)
+	}
+	closeAll := func(remove bool) {
+		for _, l := range listeners {
+			l.Close()
+		}
+		if remove {
+			RemoveSockets(cfg)
+		}
+	}
+	if st := c.Create.Execute(ctx, f, args...); st != subcommands.ExitSuccess {
+		closeAll(true)
+		return st
+	}
+	err = attach(conf, id, spec, cfg, listeners)
+	closeAll(err != nil)
+	if err != nil {
+		if cont, lerr := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true}); lerr == nil {
+			_ = cont.Destroy()
+		}
+		return util.Errorf("container %s: NAT: %v", id, err)
+	}
+	return subcommands.ExitSuccess
+}
+
+// RemoveSockets removes the unix sockets cfg publishes.
+func RemoveSockets(cfg api.NAT) {
+	for _, s := range cfg.Ports {
+		if p, err := api.ParsePort(s); err == nil && p.Unix != "" {
+			_ = os.Remove(p.Unix)
+		}
+	}
+}
+
+// attach starts the NAT process of sandbox id and gives the sandbox its
+// eth0 on the NAT's socketpair.
+func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, listeners []*os.File) error {
+	cont, err := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{})
+	if err != nil {
+		return fmt.Errorf("load sandbox: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	guestEnd, natEnd := os.NewFile(uintptr(fds[0]), "eth0"), os.NewFile(uintptr(fds[1]), "nat")
+	defer guestEnd.Close()
+	defer natEnd.Close()
+	for _, fd := range fds {
+		// As root: past net.core.wmem_max/rmem_max.
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, linkBuffer)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, linkBuffer)
+	}
+	pid := int(cont.Sandbox.Pid.Load())
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fmt.Errorf("pidfd of sandbox %d: %w", pid, err)
+	}
+	pidFile := os.NewFile(uintptr(pidfd), "sandbox")
+	defer pidFile.Close()
+	uid, gid := sandboxctl.HostRoot(spec)
+	root := api.SentryRoot(conf.RootDir)
+	stats, err := ownedFile(root.NATStats(id), uid, gid)
+	if err != nil {
+		return err
+	}
+	defer stats.Close()
+	logf, err := ownedFile(root.NATLog(id), uid, gid)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	m := argv.Self(api.NATCommand, strconv.Itoa(uid), strconv.Itoa(gid), string(data))
+	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats}, listeners...)
+	m.Stdout, m.Stderr = logf, logf
+	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := startInCgroup(cont, m); err != nil {
+		return err
+	}
+	natPid := m.Process.Pid
+	_ = m.Process.Release()
+	conn, err := sandboxctl.Connect(cont)
+	if err == nil {
+		defer conn.Close()
+		err = conn.Call(boot.ContMgrSetNetworkArgs, linkArgs(guestEnd), nil)
+	}
+	if err != nil {
+		_ = unix.Kill(natPid, unix.SIGKILL)
+		return fmt.Errorf("give the sandbox its eth0: %w", err)
+	}
+	return nil
+}
+
+// startInCgroup starts the NAT process in the sandbox's cgroup, so that
+// its memory counts against the sandbox's limit and the cgroup's teardown
+// ends it: this process joins the cgroup for the fork and leaves again.
+func startInCgroup(cont *container.Container, m *exec.Cmd) error {
+	if cg := cont.Sandbox.CgroupJSON.Cgroup; cg != nil {
+		restore, err := cg.Join()
+		if err != nil {
+			return fmt.Errorf("join the sandbox's cgroup: %w", err)
+		}
+		defer restore()
+	}
+	if err := m.Start(); err != nil {
+		return fmt.Errorf("start the NAT process: %w", err)
+	}
+	return nil
+}
+
+// linkArgs is the sandbox's network: lo, and eth0 on fd.
+func linkArgs(fd *os.File) *boot.CreateLinksAndRoutesArgs {
+	ip := func(a [4]byte) net.IP { return net.IP(a[:]) }
+	gw := ip(api.NATGateway.As4())
+	return &boot.CreateLinksAndRoutesArgs{
+		FilePayload:   urpc.FilePayload{Files: []*os.File{fd}},
+		LoopbackLinks: []boot.LoopbackLink{boot.DefaultLoopbackLink},
+		FDBasedLinks: []boot.FDBasedLink{{
+			Name:              "eth0",
+			MTU:               api.NATMTU,
+			Addresses:         []boot.IPWithPrefix{{Address: ip(api.NATGuest.As4()), PrefixLen: api.NATPrefix.Bits()}},
+			Routes:            []boot.Route{{Destination: net.IPNet{IP: ip(api.NATPrefix.Addr().As4()), Mask: net.CIDRMask(api.NATPrefix.Bits(), 32)}}},
+			TXChecksumOffload: true,
+			RXChecksumOffload: true,
+			NumChannels:       1,
+		}},
+		Defaultv4Gateway: boot.DefaultRoute{
+			Name:  "eth0",
+			Route: boot.Route{Destination: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gateway: gw},
+		},
+	}
+}
+
+// ownedFile creates path (mode 0600) for the NAT process, uid:gid.
+func ownedFile(path string, uid, gid int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("nat file: %w", err)
+	}
+	if err := f.Chown(uid, gid); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("nat file %s: %w", path, err)
+	}
+	return f, nil
+}
