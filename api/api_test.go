@@ -39,6 +39,7 @@ func TestNames(t *testing.T) {
 		"annotation_pool_sandbox":    api.AnnotationPoolSandbox,
 		"annotation_docker":          api.AnnotationDocker,
 		"annotation_restore_from":    api.AnnotationRestoreFrom,
+		"annotation_max_lifetime":    api.AnnotationMaxLifetime,
 		"lease_label":                api.LeaseLabel,
 		"cri_container_type":         api.CRIContainerType,
 		"cri_sandbox_id":             api.CRISandboxID,

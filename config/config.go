@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -56,6 +57,30 @@ type Config struct {
 	// Pool makes tasks adopt sandboxes booted ahead of time by
 	// `gvx pool serve` (a warm pool) instead of booting their own.
 	Pool Pool `toml:"pool"`
+	// Janitor is how `gvx gc` and the long-running gvx processes find and
+	// reclaim what sandboxes left behind.
+	Janitor Janitor `toml:"janitor"`
+}
+
+// Janitor configures the sweep of leftovers (`gvx gc`, and the periodic
+// sweep of `gvx pool serve` and `gvx serve`).
+type Janitor struct {
+	// Interval is how often the long-running gvx processes sweep; 0
+	// turns their sweep off (`gvx gc` still works).
+	Interval time.Duration `toml:"interval"`
+	// MaxLifetime stops gvx sandboxes older than this (a container's
+	// dev.gvx.max-lifetime label or annotation overrides it); 0: none.
+	MaxLifetime time.Duration `toml:"max_lifetime"`
+	// MinAge spares anything younger than this (a create under way).
+	MinAge time.Duration `toml:"min_age"`
+	// Grace is how long a stopped process has between SIGTERM and SIGKILL.
+	Grace time.Duration `toml:"grace"`
+	// Containerd lists the containerd sockets whose tasks use this
+	// state directory (the shims' own containerds are found as well).
+	Containerd []string `toml:"containerd"`
+	// VolumeDirs are directories of ext4lite volumes whose sandbox clones
+	// and loop devices the sweep may reclaim.
+	VolumeDirs []string `toml:"volume_dirs"`
 }
 
 // Pool configures the warm pool of pre-booted sandboxes.
@@ -109,6 +134,7 @@ func Default() Config {
 		RootfsOverlay: "memory",
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
 		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs"},
+		Janitor:       Janitor{Interval: 10 * time.Minute, MinAge: time.Minute, Grace: 10 * time.Second},
 	}
 }
 
@@ -156,7 +182,8 @@ func Parse(data []byte) (Config, error) {
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
-		"pool.size", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter"}
+		"pool.size", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
+		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -210,6 +237,15 @@ func (c Config) Validate() error {
 		}
 		if c.Pool.Namespace == "" || c.Pool.Snapshotter == "" || !filepath.IsAbs(c.Pool.Containerd) {
 			return fmt.Errorf("pool.image %q needs pool.namespace, pool.snapshotter and an absolute pool.containerd socket path", c.Pool.Image)
+		}
+	}
+	j := c.Janitor
+	if j.Interval < 0 || j.MaxLifetime < 0 || j.MinAge < 0 || j.Grace < 0 {
+		return errors.New("janitor: interval, max_lifetime, min_age and grace must not be negative (write durations as \"10m\")")
+	}
+	for _, p := range append(append([]string{}, j.Containerd...), j.VolumeDirs...) {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("janitor: %q must be an absolute path", p)
 		}
 	}
 	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gvxrun/gvx/api"
 )
@@ -126,5 +127,18 @@ func TestSentryPath(t *testing.T) {
 	c.Sentry = sentry
 	if _, err := c.SentryPath(self); err == nil || !strings.Contains(err.Error(), "not an executable") {
 		t.Errorf("non-executable sentry: err = %v", err)
+	}
+}
+
+func TestJanitorDurations(t *testing.T) {
+	c, err := Parse([]byte("[janitor]\ninterval = \"30s\"\nmax_lifetime = \"2h\"\nvolume_dirs = [\"/var/lib/vols\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Janitor.Interval != 30*time.Second || c.Janitor.MaxLifetime != 2*time.Hour || c.Janitor.MinAge != time.Minute || c.Janitor.VolumeDirs[0] != "/var/lib/vols" {
+		t.Errorf("janitor: %+v", c.Janitor)
+	}
+	if _, err := Parse([]byte("[janitor]\nvolume_dirs = [\"vols\"]\n")); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Errorf("relative volume dir: %v", err)
 	}
 }
