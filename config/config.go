@@ -60,6 +60,16 @@ type Config struct {
 	// Janitor is how `gvx gc` and the long-running gvx processes find and
 	// reclaim what sandboxes left behind.
 	Janitor Janitor `toml:"janitor"`
+	// Metrics is where `gvx pool serve` exports Prometheus metrics.
+	Metrics Metrics `toml:"metrics"`
+}
+
+// Metrics configures a long-running gvx process's metrics endpoint.
+type Metrics struct {
+	// Listen is unix:///path or host:port (loopback unless AllowRemote);
+	// empty: no endpoint.
+	Listen      string `toml:"listen"`
+	AllowRemote bool   `toml:"allow_remote"`
 }
 
 // Janitor configures the sweep of leftovers (`gvx gc`, and the periodic
@@ -88,6 +98,12 @@ type Pool struct {
 	// Size is how many booted sandboxes `gvx pool serve` keeps ready; 0
 	// turns the pool off (tasks boot their own sandbox).
 	Size int `toml:"size"`
+	// MaxSize is as deep as the pool grows under demand (the claims of
+	// two boot times, bounded by free memory); default 4 × Size.
+	MaxSize int `toml:"max_size"`
+	// BootConcurrency is how many sandboxes it boots at once (default:
+	// the host's CPUs).
+	BootConcurrency int `toml:"boot_concurrency"`
 	// Socket is where `gvx pool serve` hands out sandboxes; empty means
 	// <state_dir>/pool.sock.
 	Socket string `toml:"socket"`
@@ -182,8 +198,9 @@ func Parse(data []byte) (Config, error) {
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
-		"pool.size", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
-		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs"}
+		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
+		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
+		"metrics.listen", "metrics.allow_remote"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -227,6 +244,12 @@ func (c Config) Validate() error {
 	}
 	if c.Pool.Size < 0 || c.Pool.Size > 1024 {
 		return fmt.Errorf("pool.size %d: want 0 (no pool) to 1024", c.Pool.Size)
+	}
+	if c.Pool.MaxSize != 0 && (c.Pool.MaxSize < c.Pool.Size || c.Pool.MaxSize > 1024) {
+		return fmt.Errorf("pool.max_size %d: want pool.size (%d) to 1024, or 0 for 4 × pool.size", c.Pool.MaxSize, c.Pool.Size)
+	}
+	if c.Pool.BootConcurrency < 0 || c.Pool.BootConcurrency > 64 {
+		return fmt.Errorf("pool.boot_concurrency %d: want 1 to 64, or 0 for the host's CPUs", c.Pool.BootConcurrency)
 	}
 	if c.Pool.Socket != "" && !filepath.IsAbs(c.Pool.Socket) {
 		return fmt.Errorf("pool.socket %q: must be an absolute path", c.Pool.Socket)

@@ -102,11 +102,11 @@ type Report struct {
 }
 
 // Reclaimed counts the items reclaimed without error, by kind.
-func (r *Report) Reclaimed() map[Kind]int {
-	out := map[Kind]int{}
+func (r *Report) Reclaimed() map[string]int {
+	out := map[string]int{}
 	for _, it := range r.Items {
 		if it.Err == nil && it.How != "" {
-			out[it.Kind]++
+			out[string(it.Kind)]++
 		}
 	}
 	return out
