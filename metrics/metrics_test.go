@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,37 @@ func TestEndpoint(t *testing.T) {
 	}
 	if err := Endpoint(ctx, "10.1.2.3:9464", false, m); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Errorf("a non-loopback address: %v", err)
+	}
+}
+
+// TestDashboard: every gvx family the Grafana dashboard queries exists.
+func TestDashboard(t *testing.T) {
+	data, err := os.ReadFile("../deploy/grafana/gvx.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New("test")
+	m.Observe(OpCreate, time.Now(), nil)
+	m.Lifetime(time.Second)
+	m.Claim("p", true)
+	m.Pool("p", func() float64 { return 0 }, func() float64 { return 0 })
+	m.Swept(map[string]int{"mount": 1}, 0)
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range fams {
+		have[f.GetName()] = true
+	}
+	used := regexp.MustCompile(`\b(gvx|process)_[a-z_]+`).FindAllString(string(data), -1)
+	if len(used) < 10 {
+		t.Fatalf("the dashboard queries only %v", used)
+	}
+	for _, n := range used {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_count"), "_sum")
+		if !have[base] {
+			t.Errorf("the dashboard queries %s, which no Set exports", n)
+		}
 	}
 }

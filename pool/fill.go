@@ -12,7 +12,11 @@ import (
 
 // fill keeps the pool at its target depth (target), booting up to
 // pool.boot_concurrency sandboxes at once; after a failed boot it waits
-// (1 s, doubling to 30 s) before the next.
+// (1 s, doubling to 30 s) before the next. While at least half the target
+// is ready it defers refills until claims pause for refillDelay: a boot
+// takes a CPU for ~100 ms and, on cgroup v1, the kernel's cgroup locks,
+// which would slow the tasks being adopted at that moment; below half,
+// under sustained demand, it boots at once.
 func (s *Server) fill(ctx context.Context) {
 	tick := time.NewTicker(time.Second) // the demand, and so the target, moves with time
 	defer tick.Stop()
@@ -20,9 +24,18 @@ func (s *Server) fill(ctx context.Context) {
 	for {
 		s.pruneDead(ctx)
 		s.mu.Lock()
-		n := 0
-		if time.Now().After(s.retryAt) {
-			n = min(s.targetLocked()-len(s.ready)-s.booting, s.cfg.Pool.BootConcurrency-s.booting)
+		n, target := 0, s.targetLocked()
+		var deferred <-chan time.Time
+		quiet := refillDelay
+		if len(s.claims) > 0 {
+			quiet = time.Since(s.claims[len(s.claims)-1])
+		}
+		switch {
+		case time.Now().Before(s.retryAt):
+		case 2*len(s.ready) >= target && quiet < refillDelay && len(s.ready) < target:
+			deferred = time.After(refillDelay - quiet)
+		default:
+			n = min(target-len(s.ready)-s.booting, s.cfg.Pool.BootConcurrency-s.booting)
 		}
 		s.booting += max(n, 0)
 		s.mu.Unlock()
@@ -39,9 +52,14 @@ func (s *Server) fill(ctx context.Context) {
 			return
 		case <-s.wake:
 		case <-tick.C:
+		case <-deferred:
 		}
 	}
 }
+
+// refillDelay is how long claims must pause before a pool at least half
+// full refills.
+const refillDelay = 250 * time.Millisecond
 
 // bootOne boots a sandbox into the pool, or schedules the retry.
 func (s *Server) bootOne(ctx context.Context) {
