@@ -62,6 +62,20 @@ type Config struct {
 	Janitor Janitor `toml:"janitor"`
 	// Metrics is where `gvx pool serve` exports Prometheus metrics.
 	Metrics Metrics `toml:"metrics"`
+	// Admission refuses new sandboxes while the node is short of memory
+	// or disk.
+	Admission Admission `toml:"admission"`
+}
+
+// Admission configures the refusal of new sandboxes (package admission).
+type Admission struct {
+	// MemoryPercent: refuse while more of the node's memory than this is
+	// in use (not available); 0: never.
+	MemoryPercent float64 `toml:"memory_percent"`
+	// DiskPercent: refuse while the file system of any of DiskPaths
+	// (default: state_dir) is fuller than this; 0: never.
+	DiskPercent float64  `toml:"disk_percent"`
+	DiskPaths   []string `toml:"disk_paths"`
 }
 
 // Metrics configures a long-running gvx process's metrics endpoint.
@@ -200,7 +214,7 @@ func knownKeys() []string {
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
 		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
 		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
-		"metrics.listen", "metrics.allow_remote"}
+		"metrics.listen", "metrics.allow_remote", "admission.memory_percent", "admission.disk_percent", "admission.disk_paths"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -269,6 +283,14 @@ func (c Config) Validate() error {
 	for _, p := range append(append([]string{}, j.Containerd...), j.VolumeDirs...) {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("janitor: %q must be an absolute path", p)
+		}
+	}
+	if a := c.Admission; a.MemoryPercent < 0 || a.MemoryPercent > 100 || a.DiskPercent < 0 || a.DiskPercent > 100 {
+		return errors.New("admission: memory_percent and disk_percent are percentages (0 < p ≤ 100; 0 turns the check off)")
+	}
+	for _, p := range c.Admission.DiskPaths {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("admission.disk_paths: %q must be an absolute path", p)
 		}
 	}
 	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/api"
@@ -392,7 +393,11 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 		s.mu.Unlock()
 		s.save()
 		_ = s.cfg.Backend.Destroy(context.WithoutCancel(ctx), e.rec.ID)
-		return nil, httpErrorf(http.StatusInternalServerError, "create sandbox from template %s: %v", t.Name, err)
+		code := http.StatusInternalServerError
+		if errdefs.IsResourceExhausted(err) {
+			code = http.StatusServiceUnavailable // admission: the node is full
+		}
+		return nil, httpErrorf(code, "create sandbox from template %s: %v", t.Name, err)
 	}
 	log.G(ctx).Debugf("gvx serve: sandbox %s created in %s (backend %s)", e.rec.ID, time.Since(now), time.Since(t0))
 	e.sb = s.measure(sb)
