@@ -69,7 +69,8 @@ func (s *Service) count(f func(*entry) bool) int {
 // Metrics are the service's metrics (the caller adds the janitor's).
 func (s *Service) Metrics() *metrics.Set { return s.metrics.Set }
 
-// measured is a sandbox whose execs are timed.
+// measured is a sandbox whose execs are timed: what envd runs commands
+// on (the entry keeps the backend's own, with its optional interfaces).
 type measured struct {
 	backend.Sandbox
 	m *metrics.Set

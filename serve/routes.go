@@ -201,9 +201,8 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 		_ = s.cfg.Backend.Destroy(context.WithoutCancel(ctx), rec.ID)
 		return httpErrorf(http.StatusInternalServerError, "reset sandbox %s: %v (the sandbox is gone)", rec.ID, err)
 	}
-	sb = s.measure(sb)
 	s.mu.Lock()
-	e.sb, e.envd = sb, envd.New(sb, defaults(e.tmpl, rec))
+	e.sb, e.envd = sb, envd.New(s.measure(sb), defaults(e.tmpl, rec))
 	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
 	s.mu.Unlock()
 	s.save()

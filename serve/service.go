@@ -212,8 +212,7 @@ func (s *Service) restore(ctx context.Context) error {
 			continue
 		}
 		known[r.ID] = true
-		sb = s.measure(sb)
-		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(sb, defaults(t, r))}
+		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(s.measure(sb), defaults(t, r))}
 		log.G(ctx).Infof("gvx serve: re-adopted sandbox %s (%s, %s until %s)", r.ID, r.Template, r.State, r.EndAt.Format(time.RFC3339))
 	}
 	ids, err := s.cfg.Backend.List(ctx)
@@ -400,9 +399,8 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 		return nil, httpErrorf(code, "create sandbox from template %s: %v", t.Name, err)
 	}
 	log.G(ctx).Debugf("gvx serve: sandbox %s created in %s (backend %s)", e.rec.ID, time.Since(now), time.Since(t0))
-	e.sb = s.measure(sb)
-	sb = e.sb
-	e.envd = envd.New(sb, defaults(t, e.rec))
+	e.sb = sb
+	e.envd = envd.New(s.measure(sb), defaults(t, e.rec))
 	s.mu.Lock()
 	e.gone = false
 	// The end time counts from when the sandbox runs.
