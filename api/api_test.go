@@ -43,6 +43,7 @@ func TestNames(t *testing.T) {
 		"annotation_network":         api.AnnotationNetwork,
 		"annotation_nat":             api.AnnotationNAT,
 		"nat_command":                api.NATCommand,
+		"annotation_max_lifetime":    api.AnnotationMaxLifetime,
 		"lease_label":                api.LeaseLabel,
 		"cri_container_type":         api.CRIContainerType,
 		"cri_sandbox_id":             api.CRISandboxID,

@@ -56,6 +56,10 @@ const (
 	AnnotationDocker = "dev.gvx.docker"
 	// GroupLabel puts several containers in one shim (one sandbox).
 	GroupLabel = RuntimeType + ".group"
+	// AnnotationMaxLifetime (a container label or spec annotation, a Go
+	// duration such as "2h") is how long the janitor lets the sandbox run
+	// before it stops it, over the config's janitor.max_lifetime.
+	AnnotationMaxLifetime = "dev.gvx.max-lifetime"
 	// LeaseLabel marks the containerd leases an image pool holds.
 	LeaseLabel = "dev.gvx.pool"
 )

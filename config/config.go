@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -59,6 +60,54 @@ type Config struct {
 	// Pool makes tasks adopt sandboxes booted ahead of time by
 	// `gvx pool serve` (a warm pool) instead of booting their own.
 	Pool Pool `toml:"pool"`
+	// Janitor is how `gvx gc` and the long-running gvx processes find and
+	// reclaim what sandboxes left behind.
+	Janitor Janitor `toml:"janitor"`
+	// Metrics is where `gvx pool serve` exports Prometheus metrics.
+	Metrics Metrics `toml:"metrics"`
+	// Admission refuses new sandboxes while the node is short of memory
+	// or disk.
+	Admission Admission `toml:"admission"`
+}
+
+// Admission configures the refusal of new sandboxes (package admission).
+type Admission struct {
+	// MemoryPercent: refuse while more of the node's memory than this is
+	// in use (not available); 0: never.
+	MemoryPercent float64 `toml:"memory_percent"`
+	// DiskPercent: refuse while the file system of any of DiskPaths
+	// (default: state_dir) is fuller than this; 0: never.
+	DiskPercent float64  `toml:"disk_percent"`
+	DiskPaths   []string `toml:"disk_paths"`
+}
+
+// Metrics configures a long-running gvx process's metrics endpoint.
+type Metrics struct {
+	// Listen is unix:///path or host:port (loopback unless AllowRemote);
+	// empty: no endpoint.
+	Listen      string `toml:"listen"`
+	AllowRemote bool   `toml:"allow_remote"`
+}
+
+// Janitor configures the sweep of leftovers (`gvx gc`, and the periodic
+// sweep of `gvx pool serve` and `gvx serve`).
+type Janitor struct {
+	// Interval is how often the long-running gvx processes sweep; 0
+	// turns their sweep off (`gvx gc` still works).
+	Interval time.Duration `toml:"interval"`
+	// MaxLifetime stops gvx sandboxes older than this (a container's
+	// dev.gvx.max-lifetime label or annotation overrides it); 0: none.
+	MaxLifetime time.Duration `toml:"max_lifetime"`
+	// MinAge spares anything younger than this (a create under way).
+	MinAge time.Duration `toml:"min_age"`
+	// Grace is how long a stopped process has between SIGTERM and SIGKILL.
+	Grace time.Duration `toml:"grace"`
+	// Containerd lists the containerd sockets whose tasks use this
+	// state directory (the shims' own containerds are found as well).
+	Containerd []string `toml:"containerd"`
+	// VolumeDirs are directories of ext4lite volumes whose sandbox clones
+	// and loop devices the sweep may reclaim.
+	VolumeDirs []string `toml:"volume_dirs"`
 }
 
 // NAT is the userspace NAT's settings (api.NAT); a task's
@@ -95,6 +144,12 @@ type Pool struct {
 	// Size is how many booted sandboxes `gvx pool serve` keeps ready; 0
 	// turns the pool off (tasks boot their own sandbox).
 	Size int `toml:"size"`
+	// MaxSize is as deep as the pool grows under demand (the claims of
+	// two boot times, bounded by free memory); default 4 × Size.
+	MaxSize int `toml:"max_size"`
+	// BootConcurrency is how many sandboxes it boots at once (default:
+	// the host's CPUs).
+	BootConcurrency int `toml:"boot_concurrency"`
 	// Socket is where `gvx pool serve` hands out sandboxes; empty means
 	// <state_dir>/pool.sock.
 	Socket string `toml:"socket"`
@@ -141,6 +196,7 @@ func Default() Config {
 		RootfsOverlay: "memory",
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
 		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs"},
+		Janitor:       Janitor{Interval: 10 * time.Minute, MinAge: time.Minute, Grace: 10 * time.Second},
 	}
 }
 
@@ -189,7 +245,9 @@ func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
-		"pool.size", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter"}
+		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
+		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
+		"metrics.listen", "metrics.allow_remote", "admission.memory_percent", "admission.disk_percent", "admission.disk_paths"}
 }
 
 // Validate checks values that would otherwise fail later and less clearly.
@@ -238,6 +296,12 @@ func (c Config) Validate() error {
 	if c.Pool.Size > 0 && c.Network == api.NetworkNAT {
 		return fmt.Errorf("pool.size %d with network = \"nat\": pool sandboxes cannot have a NAT yet; use network = \"none\" for the pool's runtime handler", c.Pool.Size)
 	}
+	if c.Pool.MaxSize != 0 && (c.Pool.MaxSize < c.Pool.Size || c.Pool.MaxSize > 1024) {
+		return fmt.Errorf("pool.max_size %d: want pool.size (%d) to 1024, or 0 for 4 × pool.size", c.Pool.MaxSize, c.Pool.Size)
+	}
+	if c.Pool.BootConcurrency < 0 || c.Pool.BootConcurrency > 64 {
+		return fmt.Errorf("pool.boot_concurrency %d: want 1 to 64, or 0 for the host's CPUs", c.Pool.BootConcurrency)
+	}
 	if c.Pool.Socket != "" && !filepath.IsAbs(c.Pool.Socket) {
 		return fmt.Errorf("pool.socket %q: must be an absolute path", c.Pool.Socket)
 	}
@@ -247,6 +311,23 @@ func (c Config) Validate() error {
 		}
 		if c.Pool.Namespace == "" || c.Pool.Snapshotter == "" || !filepath.IsAbs(c.Pool.Containerd) {
 			return fmt.Errorf("pool.image %q needs pool.namespace, pool.snapshotter and an absolute pool.containerd socket path", c.Pool.Image)
+		}
+	}
+	j := c.Janitor
+	if j.Interval < 0 || j.MaxLifetime < 0 || j.MinAge < 0 || j.Grace < 0 {
+		return errors.New("janitor: interval, max_lifetime, min_age and grace must not be negative (write durations as \"10m\")")
+	}
+	for _, p := range append(append([]string{}, j.Containerd...), j.VolumeDirs...) {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("janitor: %q must be an absolute path", p)
+		}
+	}
+	if a := c.Admission; a.MemoryPercent < 0 || a.MemoryPercent > 100 || a.DiskPercent < 0 || a.DiskPercent > 100 {
+		return errors.New("admission: memory_percent and disk_percent are percentages (0 < p ≤ 100; 0 turns the check off)")
+	}
+	for _, p := range c.Admission.DiskPaths {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("admission.disk_paths: %q must be an absolute path", p)
 		}
 	}
 	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {

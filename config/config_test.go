@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gvxrun/gvx/api"
 )
@@ -146,5 +147,18 @@ func TestNATConfig(t *testing.T) {
 	flags := strings.Join(c.SentryFlagList(), " ")
 	if !strings.Contains(flags, "--network=none") {
 		t.Errorf("flags %q: a NAT sandbox's gVisor runs with --network=none", flags)
+	}
+}
+
+func TestJanitorDurations(t *testing.T) {
+	c, err := Parse([]byte("[janitor]\ninterval = \"30s\"\nmax_lifetime = \"2h\"\nvolume_dirs = [\"/var/lib/vols\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Janitor.Interval != 30*time.Second || c.Janitor.MaxLifetime != 2*time.Hour || c.Janitor.MinAge != time.Minute || c.Janitor.VolumeDirs[0] != "/var/lib/vols" {
+		t.Errorf("janitor: %+v", c.Janitor)
+	}
+	if _, err := Parse([]byte("[janitor]\nvolume_dirs = [\"vols\"]\n")); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Errorf("relative volume dir: %v", err)
 	}
 }

@@ -27,7 +27,7 @@ func (e *claimError) Error() string { return e.msg }
 func (s *Server) status() *client.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &client.Status{Class: s.class, Image: s.cfg.Pool.Image, Size: s.cfg.Pool.Size, Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
+	return &client.Status{Class: s.class, Image: s.cfg.Pool.Image, Size: s.cfg.Pool.Size, Target: s.targetLocked(), Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
 }
 
 // serveConn answers one request (package client's protocol).
@@ -44,6 +44,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	sb, err := s.claim(req.Class)
+	s.Metrics.Claim(s.cfg.PoolSocket(), err == nil)
 	if err != nil {
 		resp := client.Response{Error: err.Error(), Code: client.CodeInternal}
 		if ce, ok := err.(*claimError); ok {
@@ -79,11 +80,12 @@ func (s *Server) claim(class string) (*sandbox.Sandbox, error) {
 		if err := os.WriteFile(api.SandboxDir(sb.Dir).Claimed(), nil, 0o600); err != nil {
 			return nil, fmt.Errorf("mark %s claimed: %w", sb.ID, err)
 		}
-		s.lastClaim = time.Now()
+		s.noteClaim(time.Now())
 		s.claimed++
 		return sb, nil
 	}
-	return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("all %d handed out, refilling", s.cfg.Pool.Size)}
+	s.noteClaim(time.Now()) // demand all the same
+	return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("all %d handed out, refilling", s.targetLocked())}
 }
 
 // wakeFill tells fill to look at the pool again.

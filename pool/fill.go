@@ -6,84 +6,92 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/sandbox"
 )
 
-// fill keeps Size sandboxes ready, booting one at a time.
+// fill keeps the pool at its target depth (target), booting up to
+// pool.boot_concurrency sandboxes at once; after a failed boot it waits
+// (1 s, doubling to 30 s) before the next. While at least half the target
+// is ready it defers refills until claims pause for refillDelay: a boot
+// takes a CPU for ~100 ms and, on cgroup v1, the kernel's cgroup locks,
+// which would slow the tasks being adopted at that moment; below half,
+// under sustained demand, it boots at once.
 func (s *Server) fill(ctx context.Context) {
-	backoff := time.Second
-	tick := time.NewTicker(5 * time.Second)
+	tick := time.NewTicker(time.Second) // the demand, and so the target, moves with time
 	defer tick.Stop()
+	defer s.boots.Wait()
 	for {
 		s.pruneDead(ctx)
 		s.mu.Lock()
-		need := len(s.ready) < s.cfg.Pool.Size
+		n, target := 0, s.targetLocked()
+		var deferred <-chan time.Time
+		quiet := refillDelay
+		if len(s.claims) > 0 {
+			quiet = time.Since(s.claims[len(s.claims)-1])
+		}
+		switch {
+		case time.Now().Before(s.retryAt):
+		case 2*len(s.ready) >= target && quiet < refillDelay && len(s.ready) < target:
+			deferred = time.After(refillDelay - quiet)
+		default:
+			n = min(target-len(s.ready)-s.booting, s.cfg.Pool.BootConcurrency-s.booting)
+		}
+		s.booting += max(n, 0)
 		s.mu.Unlock()
-		if need {
-			s.settle(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			t0 := time.Now()
-			sb, err := s.boot(ctx)
-			s.mu.Lock()
-			if err == nil {
-				s.ready = append(s.ready, sb)
-				s.booted++
-			}
-			n, booted := len(s.ready), s.booted
-			s.mu.Unlock()
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				log.G(ctx).WithError(err).Errorf("gvx pool: boot failed; retrying in %s", backoff)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, 30*time.Second)
-				continue
-			}
-			backoff = time.Second
-			log.G(ctx).Infof("gvx pool: booted %s in %s (%d/%d ready, %d booted)", sb.ID, time.Since(t0).Round(time.Millisecond), n, s.cfg.Pool.Size, booted)
-			if ctx.Err() != nil {
-				return
-			}
-			continue
+		for range n {
+			s.boots.Add(1)
+			go func() {
+				defer s.boots.Done()
+				s.bootOne(ctx)
+				s.wakeFill()
+			}()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
 		case <-tick.C:
+		case <-deferred:
 		}
 	}
 }
 
-// settle defers a refill until claims pause for refillDelay (or the pool
-// runs dry): booting a sandbox takes a CPU for ~100 ms and, on cgroup v1,
-// the kernel's cgroup locks, which would slow the tasks being adopted at
-// that moment.
-func (s *Server) settle(ctx context.Context) {
-	for {
-		s.mu.Lock()
-		empty, quiet := len(s.ready) == 0, time.Since(s.lastClaim)
-		s.mu.Unlock()
-		if empty || quiet >= refillDelay {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(refillDelay - quiet):
-		}
-	}
-}
-
-// refillDelay is how long claims must pause before the pool refills.
+// refillDelay is how long claims must pause before a pool at least half
+// full refills.
 const refillDelay = 250 * time.Millisecond
+
+// bootOne boots a sandbox into the pool, or schedules the retry.
+func (s *Server) bootOne(ctx context.Context) {
+	t0 := time.Now()
+	sb, err := s.boot(ctx)
+	took := time.Since(t0)
+	s.Metrics.Observe(metrics.OpBoot, t0, err)
+	s.mu.Lock()
+	s.booting--
+	if err != nil {
+		s.retryAt = time.Now().Add(s.backoff)
+		backoff := s.backoff
+		s.backoff = min(2*s.backoff, 30*time.Second)
+		s.mu.Unlock()
+		if ctx.Err() == nil {
+			log.G(ctx).WithError(err).Errorf("gvx pool: boot failed; retrying in %s", backoff)
+		}
+		return
+	}
+	s.backoff = time.Second
+	s.ready = append(s.ready, sb)
+	s.booted++
+	// The boot time the target reckons with: a moving average.
+	if s.bootTime == 0 {
+		s.bootTime = took
+	} else {
+		s.bootTime = (3*s.bootTime + took) / 4
+	}
+	n, booted, target := len(s.ready), s.booted, s.targetLocked()
+	s.mu.Unlock()
+	log.G(ctx).Infof("gvx pool: booted %s in %s (%d/%d ready, %d booted)", sb.ID, took.Round(time.Millisecond), n, target, booted)
+}
 
 // pruneDead destroys ready sandboxes whose process is gone.
 func (s *Server) pruneDead(ctx context.Context) {
@@ -101,6 +109,7 @@ func (s *Server) pruneDead(ctx context.Context) {
 	s.mu.Unlock()
 	for _, sb := range dead {
 		log.G(ctx).Warnf("gvx pool: ready sandbox %s died; replacing it", sb.ID)
-		_ = sb.Destroy(ctx, s.sentry)
+		t0 := time.Now()
+		s.Metrics.Observe(metrics.OpDestroy, t0, sb.Destroy(ctx, s.sentry))
 	}
 }

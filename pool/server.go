@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/janitor"
+	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/pool/bootspec"
 	"github.com/gvxrun/gvx/sandbox"
 )
@@ -32,14 +35,24 @@ type Server struct {
 	// OpenImage opens the image of an image pool ([pool] image); the
 	// caller sets it (poolimage.Opener).
 	OpenImage ImageOpener
+	// Metrics are the server's (exported at the config's metrics.listen).
+	Metrics *metrics.Set
 
 	mu      sync.Mutex
 	ready   []*sandbox.Sandbox
 	wake    chan struct{}
 	booted  int // sandboxes booted so far, for progress logs
 	claimed int // sandboxes handed out so far
-	// lastClaim is when the last sandbox was handed out.
-	lastClaim time.Time
+	// booting counts the boots under way (boots waits for them);
+	// bootTime is a moving average of a boot's time.
+	booting  int
+	boots    sync.WaitGroup
+	bootTime time.Duration
+	// retryAt: no boot before, after a failed one; backoff is the next wait.
+	retryAt time.Time
+	backoff time.Duration
+	// claims are the times of the claims in the demand window.
+	claims []time.Time
 }
 
 // NewServer checks the configuration and the binaries a pool needs.
@@ -47,7 +60,15 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 	if cfg.Pool.Size <= 0 {
 		return nil, fmt.Errorf("pool.size is %d: set [pool] size = N (N ≥ 1) in the gvx config, or pass --size", cfg.Pool.Size)
 	}
-	s := &Server{cfg: cfg, sentry: sentry, class: bootspec.Class(cfg, sentry), flags: strings.Join(bootspec.Flags(cfg), " "), wake: make(chan struct{}, 1)}
+	if cfg.Pool.MaxSize == 0 {
+		cfg.Pool.MaxSize = min(4*cfg.Pool.Size, 1024)
+	}
+	if cfg.Pool.BootConcurrency == 0 {
+		cfg.Pool.BootConcurrency = runtime.NumCPU()
+	}
+	s := &Server{cfg: cfg, sentry: sentry, class: bootspec.Class(cfg, sentry), flags: strings.Join(bootspec.Flags(cfg), " "), wake: make(chan struct{}, 1),
+		backoff: time.Second, Metrics: metrics.New("pool")}
+	s.Metrics.Pool(cfg.PoolSocket(), func() float64 { return float64(s.status().Ready) }, func() float64 { return float64(s.target()) })
 	if cfg.Network == "sandbox" {
 		hook, err := config.HookPath(sentry)
 		if err != nil {
@@ -114,7 +135,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.closeImage(ctx)
 		return fmt.Errorf("listen on %s: %w", sock, err)
 	}
+	if m := s.cfg.Metrics; m.Listen != "" {
+		if err := metrics.Endpoint(ctx, m.Listen, m.AllowRemote, s.Metrics); err != nil {
+			ln.Close()
+			s.closeImage(ctx)
+			return err
+		}
+	}
 	log.G(ctx).Infof("gvx pool: class %s, keeping %d sandboxes ready, claims on %s", s.class, s.cfg.Pool.Size, sock)
+	go janitor.Every(ctx, s.cfg.Janitor.Interval, janitor.FromConfig(s.cfg, s.sentry), s.swept)
 
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -145,7 +174,10 @@ func (s *Server) drain(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, sb := range ready {
-		if err := sb.Destroy(ctx, s.sentry); err != nil {
+		t0 := time.Now()
+		err := sb.Destroy(ctx, s.sentry)
+		s.Metrics.Observe(metrics.OpDestroy, t0, err)
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -252,6 +284,11 @@ func sandboxDirs(dir api.PoolDir) []api.SandboxDir {
 		}
 	}
 	return out
+}
+
+// swept counts what a periodic janitor sweep reclaimed.
+func (s *Server) swept(r *janitor.Report) {
+	s.Metrics.Swept(r.Reclaimed(), r.Failed())
 }
 
 // newSandbox describes pool sandbox id as this server boots it.

@@ -2,69 +2,14 @@ package serve
 
 import (
 	"errors"
-	"fmt"
 	"net"
-	"os"
-	"strings"
-	"syscall"
+
+	"github.com/gvxrun/gvx/internal/listen"
 )
 
-// Listen opens the service's listener. addr is unix:///path (or a path,
-// made mode 0600) or tcp://host:port (or host:port), which must be a
-// loopback address unless remote is set. A socket file left by a dead
-// service is replaced; one a live service answers on is refused.
-func Listen(addr string, remote bool) (net.Listener, error) {
-	switch {
-	case strings.HasPrefix(addr, "unix://"):
-		return listenUnix(strings.TrimPrefix(addr, "unix://"))
-	case strings.HasPrefix(addr, "/"):
-		return listenUnix(addr)
-	}
-	hostport := strings.TrimPrefix(addr, "tcp://")
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return nil, fmt.Errorf("listen address %q: give unix:///path or tcp://127.0.0.1:PORT", addr)
-	}
-	if !remote {
-		ips, err := net.LookupIP(host)
-		if host == "" || err != nil || len(ips) == 0 {
-			return nil, fmt.Errorf("listen address %q is not a loopback address: bind 127.0.0.1 (or pass --allow-remote to serve other hosts)", addr)
-		}
-		for _, ip := range ips {
-			if !ip.IsLoopback() {
-				return nil, fmt.Errorf("listen address %q is not a loopback address: bind 127.0.0.1 (or pass --allow-remote to serve other hosts)", addr)
-			}
-		}
-	}
-	l, err := net.Listen("tcp", hostport)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	return l, nil
-}
-
-func listenUnix(path string) (net.Listener, error) {
-	if _, err := os.Stat(path); err == nil {
-		if c, err := net.Dial("unix", path); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("listen on %s: a service answers there already", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("listen on %s: remove the stale socket: %w", path, err)
-		}
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	return l, nil
-}
+// Listen opens the service's listener (package listen: unix:///path, or a
+// loopback tcp://host:port unless remote).
+func Listen(addr string, remote bool) (net.Listener, error) { return listen.Listen(addr, remote) }
 
 // IsClosed says whether err is the error of a closed listener.
 func IsClosed(err error) bool { return errors.Is(err, net.ErrClosed) }

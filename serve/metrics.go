@@ -1,93 +1,88 @@
 package serve
 
 import (
-	"fmt"
-	"net/http"
-	"sort"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"context"
+	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gvxrun/gvx/metrics"
+	"github.com/gvxrun/gvx/serve/backend"
 )
 
-// metrics are the service's Prometheus metrics (text exposition format).
-type metrics struct {
-	mu       sync.Mutex
-	requests map[string]int64   // route and code → count
-	seconds  map[string]float64 // route → total seconds
-	creates  int64
-	createS  float64
-	expired  atomic.Int64
+// serviceMetrics are the service's Prometheus metrics: gvx's operation
+// families (package metrics) and the service's own.
+type serviceMetrics struct {
+	*metrics.Set
+	requests *prometheus.CounterVec
+	seconds  *prometheus.HistogramVec
+	expired  prometheus.Counter
 }
 
-func newMetrics() *metrics {
-	return &metrics{requests: map[string]int64{}, seconds: map[string]float64{}}
+func newMetrics(s *Service) *serviceMetrics {
+	m := &serviceMetrics{
+		Set: metrics.New("serve"),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gvx_serve_requests_total", Help: "HTTP requests, by route (api or envd) and status code.",
+		}, []string{"route", "code"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gvx_serve_request_seconds", Help: "Time to answer requests, by route.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 30},
+		}, []string{"route"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gvx_serve_sandboxes_expired_total", Help: "Sandboxes removed at their end time.",
+		}),
+	}
+	m.Registry.MustRegister(m.requests, m.seconds, m.expired)
+	for _, st := range []State{Running, Paused} {
+		m.Gauge("gvx_serve_sandboxes", "Sandboxes the service holds, by state.", prometheus.Labels{"state": string(st)}, func() float64 {
+			return float64(s.count(func(e *entry) bool { return e.rec.State == st }))
+		})
+	}
+	m.Gauge("gvx_serve_commands_running", "Commands running through envd.", nil, func() float64 {
+		n := 0
+		s.count(func(e *entry) bool { n += e.envd.Running(); return false })
+		return float64(n)
+	})
+	return m
 }
 
-func (m *metrics) request(route string, code int, d time.Duration) {
-	m.mu.Lock()
-	m.requests[fmt.Sprintf(`route=%q,code="%d"`, route, code)]++
-	m.seconds[fmt.Sprintf(`route=%q`, route)] += d.Seconds()
-	m.mu.Unlock()
+func (m *serviceMetrics) request(route string, code int, d time.Duration) {
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.seconds.WithLabelValues(route).Observe(d.Seconds())
 }
 
-func (m *metrics) created(d time.Duration) {
-	m.mu.Lock()
-	m.creates++
-	m.createS += d.Seconds()
-	m.mu.Unlock()
-}
-
-// promHandler is GET /metrics.
-func (s *Service) promHandler(w http.ResponseWriter, _ *http.Request) {
-	var b strings.Builder
-	states := map[State]int{Running: 0, Paused: 0}
-	commands := 0
+// count counts the live sandboxes f says yes to.
+func (s *Service) count(f func(*entry) bool) int {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
 	for _, e := range s.boxes {
-		if !e.gone {
-			states[e.rec.State]++
-			commands += e.envd.Running()
+		if !e.gone && f(e) {
+			n++
 		}
 	}
-	s.mu.Unlock()
-	fmt.Fprintln(&b, "# HELP gvx_serve_sandboxes Sandboxes the service holds, by state.")
-	fmt.Fprintln(&b, "# TYPE gvx_serve_sandboxes gauge")
-	for _, st := range []State{Running, Paused} {
-		fmt.Fprintf(&b, "gvx_serve_sandboxes{state=%q} %d\n", st, states[st])
-	}
-	fmt.Fprintln(&b, "# HELP gvx_serve_commands_running Commands running through envd.")
-	fmt.Fprintln(&b, "# TYPE gvx_serve_commands_running gauge")
-	fmt.Fprintf(&b, "gvx_serve_commands_running %d\n", commands)
-	m := s.metrics
-	m.mu.Lock()
-	fmt.Fprintln(&b, "# HELP gvx_serve_sandbox_create_seconds Time to create a sandbox (backend create until it runs commands).")
-	fmt.Fprintln(&b, "# TYPE gvx_serve_sandbox_create_seconds summary")
-	fmt.Fprintf(&b, "gvx_serve_sandbox_create_seconds_sum %g\ngvx_serve_sandbox_create_seconds_count %d\n", m.createS, m.creates)
-	fmt.Fprintln(&b, "# HELP gvx_serve_requests_total HTTP requests, by route (api or envd) and status code.")
-	fmt.Fprintln(&b, "# TYPE gvx_serve_requests_total counter")
-	keys := make([]string, 0, len(m.requests))
-	for k := range m.requests {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "gvx_serve_requests_total{%s} %d\n", k, m.requests[k])
-	}
-	fmt.Fprintln(&b, "# HELP gvx_serve_request_seconds_total Time spent answering requests, by route.")
-	fmt.Fprintln(&b, "# TYPE gvx_serve_request_seconds_total counter")
-	keys = keys[:0]
-	for k := range m.seconds {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "gvx_serve_request_seconds_total{%s} %g\n", k, m.seconds[k])
-	}
-	m.mu.Unlock()
-	fmt.Fprintln(&b, "# HELP gvx_serve_sandboxes_expired_total Sandboxes removed at their end time.")
-	fmt.Fprintln(&b, "# TYPE gvx_serve_sandboxes_expired_total counter")
-	fmt.Fprintf(&b, "gvx_serve_sandboxes_expired_total %d\n", m.expired.Load())
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	_, _ = w.Write([]byte(b.String()))
+	return n
+}
+
+// Metrics are the service's metrics (the caller adds the janitor's).
+func (s *Service) Metrics() *metrics.Set { return s.metrics.Set }
+
+// measured is a sandbox whose execs are timed: what envd runs commands
+// on (the entry keeps the backend's own, with its optional interfaces).
+type measured struct {
+	backend.Sandbox
+	m *metrics.Set
+}
+
+func (s *Service) measure(sb backend.Sandbox) backend.Sandbox {
+	return measured{sb, s.metrics.Set}
+}
+
+func (x measured) Exec(ctx context.Context, c backend.Cmd) (backend.Process, error) {
+	t0 := time.Now()
+	p, err := x.Sandbox.Exec(ctx, c)
+	x.m.Observe(metrics.OpExec, t0, err)
+	return p, err
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/serve/backend"
 	"github.com/gvxrun/gvx/serve/envd"
 )
@@ -56,7 +57,7 @@ func (s *Service) apiMux() *http.ServeMux {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = fmt.Fprintln(w, "ok")
 	})
-	m.HandleFunc("GET /metrics", s.promHandler)
+	m.Handle("GET /metrics", s.metrics.Handler())
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, httpErrorf(http.StatusNotFound, "%s %s: no such route (E2B's API, /gvx/v1/…: see GET /gvx/v1/openapi.json)", r.Method, r.URL.Path))
 	})
@@ -190,6 +191,7 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	}
 	t0 := time.Now()
 	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, envList(rec.EnvVars))
+	s.metrics.Observe(metrics.OpReset, t0, err)
 	if err != nil {
 		s.mu.Lock()
 		e.gone = true
@@ -199,9 +201,8 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 		_ = s.cfg.Backend.Destroy(context.WithoutCancel(ctx), rec.ID)
 		return httpErrorf(http.StatusInternalServerError, "reset sandbox %s: %v (the sandbox is gone)", rec.ID, err)
 	}
-	s.metrics.created(time.Since(t0))
 	s.mu.Lock()
-	e.sb, e.envd = sb, envd.New(sb, defaults(e.tmpl, rec))
+	e.sb, e.envd = sb, envd.New(s.measure(sb), defaults(e.tmpl, rec))
 	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
 	s.mu.Unlock()
 	s.save()

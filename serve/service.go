@@ -23,9 +23,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/serve/backend"
 	"github.com/gvxrun/gvx/serve/envd"
 )
@@ -85,7 +87,7 @@ type entry struct {
 // Service is a running gvx serve.
 type Service struct {
 	cfg     Config
-	metrics *metrics
+	metrics *serviceMetrics
 
 	mu    sync.Mutex
 	boxes map[string]*entry
@@ -116,7 +118,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	s := &Service{cfg: cfg, boxes: map[string]*entry{}, cks: map[string]ckRecord{}, stop: make(chan struct{}), done: make(chan struct{}),
-		dirty: make(chan struct{}, 1), saved: make(chan struct{}), metrics: newMetrics()}
+		dirty: make(chan struct{}, 1), saved: make(chan struct{})}
+	s.metrics = newMetrics(s)
 	if err := s.restore(ctx); err != nil {
 		return nil, err
 	}
@@ -209,7 +212,7 @@ func (s *Service) restore(ctx context.Context) error {
 			continue
 		}
 		known[r.ID] = true
-		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(sb, defaults(t, r))}
+		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(s.measure(sb), defaults(t, r))}
 		log.G(ctx).Infof("gvx serve: re-adopted sandbox %s (%s, %s until %s)", r.ID, r.Template, r.State, r.EndAt.Format(time.RFC3339))
 	}
 	ids, err := s.cfg.Backend.List(ctx)
@@ -327,7 +330,7 @@ func (s *Service) expire(e *entry) {
 		log.G(ctx).WithError(err).Warnf("gvx serve: sandbox %s at its end time", id)
 		return
 	}
-	s.metrics.expired.Add(1)
+	s.metrics.expired.Inc()
 	log.G(ctx).Infof("gvx serve: sandbox %s reached its end time and was removed", id)
 }
 
@@ -382,18 +385,22 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 	s.save()
 	t0 := time.Now()
 	sb, err := s.cfg.Backend.Create(ctx, e.rec.ID, t, envList(spec.EnvVars))
+	s.metrics.Observe(metrics.OpCreate, t0, err)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.boxes, e.rec.ID)
 		s.mu.Unlock()
 		s.save()
 		_ = s.cfg.Backend.Destroy(context.WithoutCancel(ctx), e.rec.ID)
-		return nil, httpErrorf(http.StatusInternalServerError, "create sandbox from template %s: %v", t.Name, err)
+		code := http.StatusInternalServerError
+		if errdefs.IsResourceExhausted(err) {
+			code = http.StatusServiceUnavailable // admission: the node is full
+		}
+		return nil, httpErrorf(code, "create sandbox from template %s: %v", t.Name, err)
 	}
-	s.metrics.created(time.Since(t0))
 	log.G(ctx).Debugf("gvx serve: sandbox %s created in %s (backend %s)", e.rec.ID, time.Since(now), time.Since(t0))
 	e.sb = sb
-	e.envd = envd.New(sb, defaults(t, e.rec))
+	e.envd = envd.New(s.measure(sb), defaults(t, e.rec))
 	s.mu.Lock()
 	e.gone = false
 	// The end time counts from when the sandbox runs.
@@ -426,7 +433,10 @@ func (s *Service) kill(ctx context.Context, e *entry) error {
 	e.gone = true
 	s.mu.Unlock()
 	e.envd.Close()
+	t0 := time.Now()
 	err := e.sb.Close(ctx)
+	s.metrics.Observe(metrics.OpDestroy, t0, err)
+	s.metrics.Lifetime(t0.Sub(e.rec.StartedAt))
 	s.mu.Lock()
 	delete(s.boxes, e.rec.ID)
 	s.mu.Unlock()

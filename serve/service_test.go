@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/gvxrun/gvx/serve/internal/fakebackend"
 )
@@ -396,5 +400,35 @@ func TestKeysFile(t *testing.T) {
 	os.WriteFile(p, []byte("sk-123\n"), 0o600)
 	if _, _, err := LoadKeys(p, false); err == nil || !strings.Contains(err.Error(), "e2b_<hex>") {
 		t.Fatalf("malformed key: %v", err)
+	}
+}
+
+// TestCreateRefused: a create the node refuses (admission's
+// ResourceExhausted) is a 503 naming the reason, counted as an admission
+// failure in the metrics; other failures stay 500s.
+func TestCreateRefused(t *testing.T) {
+	f := newFixture(t)
+	f.b.FailCreate = fmt.Errorf("sandbox x: %w: node memory is 95.0%% used, above admission.memory_percent = 90", errdefs.ErrResourceExhausted)
+	var e struct{ Message string }
+	if c, _ := f.do("POST", "/sandboxes", f.key, `{"templateID":"base"}`, &e); c != http.StatusServiceUnavailable || !strings.Contains(e.Message, "admission.memory_percent") {
+		t.Errorf("refused create: %d %q", c, e.Message)
+	}
+	f.b.FailCreate = errors.New("clone volume /v.ext4: no space left on device")
+	if c, _ := f.do("POST", "/sandboxes", f.key, `{"templateID":"base"}`, nil); c != http.StatusInternalServerError {
+		t.Errorf("failed create: %d", c)
+	}
+	resp, err := http.Get(f.hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`gvx_operations_total{component="serve",op="create",outcome="admission"} 1`,
+		`gvx_operations_total{component="serve",op="create",outcome="volume"} 1`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/gvxrun/gvx/admission"
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/config"
@@ -107,6 +108,9 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 	t.role, t.pod = oci.PodRole(spec)
 	if t.role == oci.RoleContainer {
 		t.pause = pod(t.pod)
+	} else if err := admission.Check(cfg.Admission, cfg.StateDir); err != nil {
+		// A new sandbox: refused before anything is set up.
+		return nil, grpcError(errdefs.ErrResourceExhausted, fmt.Errorf("sandbox %s: %w", r.ID, err))
 	}
 	return t, nil
 }

@@ -33,6 +33,7 @@ func main() {
 			rollbackCommand(),
 			forkCommand(),
 			checkpointsCommand(),
+			gcCommand(),
 		},
 	}
 	if err := app.Run(context.Background(), os.Args); err != nil {

@@ -14,6 +14,9 @@ import (
 	"github.com/containerd/log"
 	"github.com/urfave/cli/v3"
 
+	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/janitor"
+	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/serve"
 	"github.com/gvxrun/gvx/serve/gvxbackend"
 )
@@ -42,6 +45,7 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "paused-timeout", Value: time.Hour, Usage: "how long a sandbox paused at its end time is kept"},
 			&cli.StringFlag{Name: "checkpoint-dir", Usage: "where checkpoints are kept; on the volumes' XFS or btrfs for reflink copies (default: the SDK's, <data dir>/checkpoints)"},
 			&cli.IntFlag{Name: "spares", Usage: "restored sandboxes kept ready per checkpoint: a rollback or fork to it is then ≈ 1 ms instead of a restore (each costs a sandbox's memory)"},
+			&cli.StringFlag{Name: "metrics-listen", Usage: "also serve GET /metrics on unix:///path or a loopback host:port (it is on --listen too)"},
 			&cli.BoolFlag{Name: "kill-on-exit", Usage: "kill every sandbox when the service stops (default: keep them for the next start)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
@@ -144,6 +148,21 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	})
 	if err != nil {
 		return err
+	}
+	if a := cmd.String("metrics-listen"); a != "" {
+		if err := metrics.Endpoint(ctx, a, cmd.Bool("allow-remote"), svc.Metrics()); err != nil {
+			return err
+		}
+	}
+	// The janitor sweeps the state of the runtime config's sandboxes.
+	if rc, err := config.Load(cmd.String("runtime-config")); err != nil {
+		log.G(ctx).WithError(err).Warn("gvx serve: no janitor (the runtime config does not load)")
+	} else {
+		self, _ := os.Executable()
+		sentry, _ := rc.SentryPath(self)
+		o := janitor.FromConfig(rc, sentry)
+		o.Containerd = append(o.Containerd, b.Client().Address())
+		go janitor.Every(ctx, rc.Janitor.Interval, o, func(r *janitor.Report) { svc.Metrics().Swept(r.Reclaimed(), r.Failed()) })
 	}
 	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)

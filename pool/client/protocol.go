@@ -42,6 +42,7 @@ type Status struct {
 	Class   string `json:"class"`
 	Image   string `json:"image,omitempty"`
 	Size    int    `json:"size"`
+	Target  int    `json:"target"` // the depth it aims at now (size, or more under demand)
 	Ready   int    `json:"ready"`
 	Booted  int    `json:"booted"`  // since the server started
 	Claimed int    `json:"claimed"` // since the server started

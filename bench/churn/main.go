@@ -1,0 +1,283 @@
+// Command churn benchmarks sustained sandbox churn: create→exec→destroy
+// cycles, back to back from several workers, for a bounded time.
+//
+// It drives every runtime the same way through the containerd client:
+// gvx adopting from a warm pool that follows demand (the default), gvx
+// with the pool refilling one sandbox at a time at a fixed size (the pool
+// as it was), gvx without a pool, and runsc of the same gVisor version
+// through containerd's runc shim. For each it prints the sustained rate,
+// p50/p99 create→exec, failed cycles, the adopt ratio, host CPU per
+// cycle, and what `gvx gc --dry-run` finds left behind afterwards.
+// `make bench` runs it briefly (CHURNBENCHFLAGS).
+//
+//	go run ./bench/churn [-duration 20s] [-workers 8] [-pool 8]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/janitor"
+)
+
+const ns = "gvxchurn"
+
+type variant struct {
+	name    string
+	runtime string
+	opts    any
+	pool    *harness.Pool
+}
+
+type result struct {
+	cycles, failed, adopted int
+	toExec                  []time.Duration
+	elapsed                 time.Duration
+	cpu                     time.Duration // host CPU time over the run
+	firstErr                error
+	leftovers               int
+}
+
+func main() {
+	dur := flag.Duration("duration", 20*time.Second, "how long each runtime churns (at most 15m)")
+	workers := flag.Int("workers", 8, "concurrent create→exec→destroy loops")
+	poolSize := flag.Int("pool", 8, "pool.size of the warm pools (the default one grows with demand up to 4×)")
+	flag.Parse()
+	if *dur <= 0 || *dur > 15*time.Minute {
+		fmt.Fprintln(os.Stderr, "bench: -duration must be in (0, 15m]")
+		os.Exit(2)
+	}
+	if err := run(*dur, *workers, *poolSize); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(dur time.Duration, workers, poolSize int) error {
+	ctx := namespaces.WithNamespace(context.Background(), ns)
+	bins := harness.BinsFromEnv()
+	images := os.Getenv("IMAGES")
+	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
+		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
+	}
+	ctrd, err := harness.Start(ctx, bins)
+	if err != nil {
+		return err
+	}
+	defer ctrd.Close()
+	defer harness.RemoveRuntimeRoot("/run/containerd/runc/" + ns)
+	c, err := client.New(ctrd.Socket())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
+	if err != nil {
+		return err
+	}
+	pool := func(extra string) (*harness.Pool, func(), error) {
+		dir, err := os.MkdirTemp("", "gvx-churn-")
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := harness.StartPoolWithConfig(ctx, bins.GVX, dir, poolSize, extra)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		return p, func() {
+			if err := p.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			}
+			os.RemoveAll(dir)
+		}, nil
+	}
+	demand, stopDemand, err := pool("")
+	if err != nil {
+		return err
+	}
+	defer stopDemand()
+	serial, stopSerial, err := pool(fmt.Sprintf("max_size = %d\nboot_concurrency = 1\n", poolSize))
+	if err != nil {
+		return err
+	}
+	defer stopSerial()
+	vs := []variant{
+		{name: "gvx (pool following demand)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: demand.Config}, pool: demand},
+		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: serial.Config}, pool: serial},
+		{name: "gvx (no pool)", runtime: api.RuntimeType},
+		{name: "runsc (runc shim)", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
+	}
+	fmt.Printf("gvx churn bench: create→start→exec→delete for %s per runtime, %d workers, busybox, pools of %d, %d CPUs\n\n", dur, workers, poolSize, cpus())
+	res := map[string]*result{}
+	for _, v := range vs {
+		if v.pool != nil {
+			if err := v.pool.WaitReady(ctx, poolSize, 2*time.Minute); err != nil {
+				return err
+			}
+		}
+		r := churn(ctx, c, img, v, dur, workers)
+		r.leftovers = leftovers(ctx, ctrd.Socket())
+		res[v.name] = r
+	}
+	fmt.Printf("%-30s %9s %8s %11s %11s %7s %8s %10s %9s\n", "runtime", "cycles/s", "cycles", "p50 →exec", "p99 →exec", "failed", "adopted", "CPU/cycle", "leftover")
+	for _, v := range vs {
+		r := res[v.name]
+		fmt.Printf("%-30s %9.1f %8d %11s %11s %7d %8s %10s %9d\n", v.name, float64(r.cycles)/r.elapsed.Seconds(), r.cycles,
+			ms(harness.Percentile(r.toExec, 50)), ms(harness.Percentile(r.toExec, 99)), r.failed, adoptRatio(v, r), ms(r.cpu/time.Duration(max(r.cycles, 1))), r.leftovers)
+		if r.firstErr != nil {
+			fmt.Printf("  first failure: %v\n", r.firstErr)
+		}
+	}
+	g, s, rs := res[vs[0].name], res[vs[1].name], res[vs[3].name]
+	rate := func(r *result) float64 { return float64(r.cycles) / r.elapsed.Seconds() }
+	fmt.Printf("\nratios: sustained rate gvx (demand pool)/runsc %.2f×, demand/1-boot pool %.2f×; p99 create→exec gvx/runsc %.2f×\n",
+		rate(g)/rate(rs), rate(g)/rate(s), float64(harness.Percentile(g.toExec, 99))/float64(harness.Percentile(rs.toExec, 99)))
+	return nil
+}
+
+// churn runs workers loops of create→exec→destroy until dur has passed.
+func churn(ctx context.Context, c *client.Client, img client.Image, v variant, dur time.Duration, workers int) *result {
+	r := &result{}
+	var mu sync.Mutex
+	var seq atomic.Int64
+	cpu0 := hostCPU()
+	t0 := time.Now()
+	deadline := t0.Add(dur)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				id := fmt.Sprintf("churn-%06d", seq.Add(1))
+				d, adopted, err := cycle(ctx, c, img, v, id)
+				mu.Lock()
+				if err != nil {
+					r.failed++
+					if r.firstErr == nil {
+						r.firstErr = err
+					}
+				} else {
+					r.cycles++
+					r.toExec = append(r.toExec, d)
+					if adopted {
+						r.adopted++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(t0)
+	r.cpu = hostCPU() - cpu0
+	return r
+}
+
+// cycle creates and starts a sandbox, runs `true` in it, and deletes it;
+// it returns create→exec (exec done) and whether it adopted.
+func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, id string) (time.Duration, bool, error) {
+	t0 := time.Now()
+	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600")), client.WithRuntime(v.runtime, v.opts))
+	if err != nil {
+		return 0, false, fmt.Errorf("container: %w", err)
+	}
+	defer func() { _ = cont.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup) }()
+	task, err := cont.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		return 0, false, fmt.Errorf("task: %w", err)
+	}
+	defer func() { _, _ = task.Delete(context.WithoutCancel(ctx), client.WithProcessKill) }()
+	if err := task.Start(ctx); err != nil {
+		return 0, false, fmt.Errorf("start: %w", err)
+	}
+	adopted := v.pool != nil && harness.Adopted(ns, id) != ""
+	spec, err := cont.Spec(ctx)
+	if err != nil {
+		return 0, adopted, err
+	}
+	ps := *spec.Process
+	ps.Args = []string{"true"}
+	p, err := task.Exec(ctx, "e", &ps, cio.NullIO)
+	if err != nil {
+		return 0, adopted, fmt.Errorf("exec: %w", err)
+	}
+	ch, err := p.Wait(ctx)
+	if err != nil {
+		return 0, adopted, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return 0, adopted, fmt.Errorf("exec start: %w", err)
+	}
+	if st := <-ch; st.ExitCode() != 0 {
+		return 0, adopted, fmt.Errorf("exec exited %d", st.ExitCode())
+	}
+	d := time.Since(t0)
+	_, _ = p.Delete(ctx)
+	return d, adopted, nil
+}
+
+// leftovers is what a dry-run sweep of the janitor finds once the
+// runtime's churn is over (shims exit asynchronously: it waits briefly).
+func leftovers(ctx context.Context, socket string) int {
+	var n int
+	for range 20 {
+		r := janitor.Sweep(ctx, janitor.Options{Layout: harness.State, Containerd: []string{socket}, DryRun: true})
+		if n = len(r.Items); n == 0 {
+			return 0
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return n
+}
+
+func adoptRatio(v variant, r *result) string {
+	if v.pool == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(r.adopted)/float64(max(r.cycles, 1)))
+}
+
+// hostCPU is the CPU time the host spent so far (all CPUs, not idle).
+func hostCPU() time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+func cpus() int {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(data), "processor\t:")
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

@@ -1,0 +1,161 @@
+package janitor
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sandbox"
+)
+
+// pools destroys pool sandboxes nobody owns — unclaimed ones whose server
+// is gone, claimed ones whose task containerd no longer knows — and pool
+// directories left with neither server nor sandbox.
+func (s *sweep) pools(ctx context.Context) {
+	links := s.poolLinks()
+	entries, _ := os.ReadDir(s.o.Layout.Pools())
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := api.PoolDir(filepath.Join(s.o.Layout.Pools(), e.Name()))
+		served := s.poolServed(dir)
+		for _, d := range sandboxDirs(dir) {
+			id := filepath.Base(string(d))
+			sb, err := sandbox.Load(d.Record())
+			if err != nil {
+				// Died while booting: the pool server's own layout.
+				sb = &sandbox.Sandbox{ID: id, Dir: string(d), Root: d.Root(), PidFile: d.PidFile(), Cgroup: "/" + poolCgroupParent + "/" + id}
+			}
+			var why string
+			if st, err := os.Stat(d.Claimed()); err == nil {
+				if !s.old(st.ModTime()) || !s.cd.complete() {
+					continue
+				}
+				tid, linked := links[string(d.Root())]
+				if linked && s.cd.ids[tid] {
+					continue
+				}
+				why = "claimed, and no task's sentry root links to it"
+				if linked {
+					why = "claimed by task " + tid + ", which no containerd knows"
+				}
+			} else {
+				if served || !s.old(modTime(string(d))) {
+					continue
+				}
+				why = "ready, and no pool server answers for its pool"
+			}
+			s.add(KindPoolSandbox, id, why, func() (string, error) {
+				if err := sb.Destroy(ctx, s.o.Sentry); err != nil {
+					return "", err
+				}
+				return "destroyed", nil
+			})
+		}
+		if served || len(sandboxDirs(dir)) > 0 {
+			continue
+		}
+		if _, err := os.Stat(string(dir)); err != nil || !s.old(modTime(string(dir))) {
+			continue
+		}
+		s.add(KindPool, string(dir), "no pool server and no sandbox", func() (string, error) {
+			sandbox.RemovePoolDir(dir)
+			if _, err := os.Stat(string(dir)); err == nil {
+				return "", os.ErrExist
+			}
+			return "removed (image unmounted)", nil
+		})
+	}
+}
+
+// poolServed: a pool server answers for dir. Its sandboxes record its
+// socket; without any, any running `gvx pool serve` may be its server.
+func (s *sweep) poolServed(dir api.PoolDir) bool {
+	if v, ok := s.served[dir]; ok {
+		return v
+	}
+	served := false
+	socket := ""
+	for _, d := range sandboxDirs(dir) {
+		if sb, err := sandbox.Load(d.Record()); err == nil && sb.Pool != nil && sb.Pool.Socket != "" {
+			socket = sb.Pool.Socket
+			break
+		}
+	}
+	if socket != "" {
+		served = answers(socket)
+	} else {
+		for _, p := range s.procs {
+			if p.isPoolServer() {
+				served = true
+			}
+		}
+	}
+	s.served[dir] = served
+	return served
+}
+
+// poolInUse: dir still exists with a server or a sandbox.
+func (s *sweep) poolInUse(dir api.PoolDir) bool {
+	if _, err := os.Stat(string(dir)); err != nil {
+		return false
+	}
+	return s.poolServed(dir) || len(sandboxDirs(dir)) > 0
+}
+
+// poolLinks maps the roots of adopted pool sandboxes to the tasks whose
+// sentry roots link to them.
+func (s *sweep) poolLinks() map[string]string {
+	out := map[string]string{}
+	tasks, _ := os.ReadDir(s.o.Layout.SentryRoots())
+	for _, t := range tasks {
+		dir := filepath.Join(s.o.Layout.SentryRoots(), t.Name())
+		nss, _ := os.ReadDir(dir)
+		for _, ns := range nss {
+			if ns.Type()&os.ModeSymlink == 0 {
+				continue
+			}
+			if target, err := os.Readlink(filepath.Join(dir, ns.Name())); err == nil {
+				out[target] = t.Name()
+			}
+		}
+	}
+	return out
+}
+
+// sandboxDirs lists the sandbox directories of pool dir.
+func sandboxDirs(dir api.PoolDir) []api.SandboxDir {
+	entries, _ := os.ReadDir(string(dir))
+	var out []api.SandboxDir
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), api.PoolSandboxPrefix) {
+			out = append(out, dir.Sandbox(e.Name()))
+		}
+	}
+	return out
+}
+
+// answers: something accepts connections on the unix socket.
+func answers(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// modTime is a path's modification time (now if it cannot be read: too
+// young to touch).
+func modTime(path string) time.Time {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return time.Now()
+	}
+	return st.ModTime()
+}
