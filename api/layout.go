@@ -3,7 +3,9 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"path/filepath"
+	"strings"
 )
 
 // DefaultStateDir is gvx's state directory unless the config's state_dir
@@ -93,6 +95,19 @@ func (p PoolDir) ImageUpper() string { return p.Image() + "-rw" }
 
 // Sandbox is the directory of pool sandbox id.
 func (p PoolDir) Sandbox(id string) SandboxDir { return SandboxDir(filepath.Join(string(p), id)) }
+
+// Sandboxes lists the directories of the pool's sandboxes (those named
+// with PoolSandboxPrefix).
+func (p PoolDir) Sandboxes() []SandboxDir {
+	entries, _ := os.ReadDir(string(p))
+	var out []SandboxDir
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), PoolSandboxPrefix) {
+			out = append(out, p.Sandbox(e.Name()))
+		}
+	}
+	return out
+}
 
 // SandboxDir is the directory of one sandbox a pool booted: everything it
 // has on the host.

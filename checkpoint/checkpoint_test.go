@@ -46,14 +46,6 @@ func TestManifest(t *testing.T) {
 	}
 }
 
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/t\011ab\134`: "/t\tab\\"} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestSaveAndRestoreVolume: a volume mounted (as a sandbox has it) is
 // frozen, copied while its writes are still in the host's cache, and the
 // copy put back over the image later restores what was written before the

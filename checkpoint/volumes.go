@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gvxrun/gvx/internal/mountinfo"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/volume"
@@ -116,7 +118,7 @@ func mountOf(pid int, image *unix.Stat_t) (string, error) {
 			continue
 		}
 		if backedBy(b[1], image) {
-			return unescape(a[4]), nil
+			return mountinfo.Unescape(a[4]), nil
 		}
 	}
 	return "", errNotMounted
@@ -131,25 +133,6 @@ func backedBy(dev string, image *unix.Stat_t) bool {
 	defer f.Close()
 	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
 	return err == nil && info.Device == uint64(image.Dev) && info.Inode == image.Ino
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space, …).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // RestoreVolume makes the image at dst the volume copy src (of a

@@ -39,9 +39,6 @@ func TestParsers(t *testing.T) {
 	if poolCgroupID("/gvx-pool/gvxpool-ab") != "gvxpool-ab" || poolCgroupID("/gvx-pool/other") != "" || poolCgroupID("/x/gvxpool-ab") != "" {
 		t.Error("poolCgroupID")
 	}
-	if got := unescape(`/run/a\040b`); got != "/run/a b" {
-		t.Errorf("unescape: %q", got)
-	}
 }
 
 func TestCloneOwners(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/gvxrun/gvx/api"
@@ -24,7 +23,7 @@ func (s *sweep) pools(ctx context.Context) {
 		}
 		dir := api.PoolDir(filepath.Join(s.o.Layout.Pools(), e.Name()))
 		served := s.poolServed(dir)
-		for _, d := range sandboxDirs(dir) {
+		for _, d := range dir.Sandboxes() {
 			id := filepath.Base(string(d))
 			sb, err := sandbox.Load(d.Record())
 			if err != nil {
@@ -57,7 +56,7 @@ func (s *sweep) pools(ctx context.Context) {
 				return "destroyed", nil
 			})
 		}
-		if served || len(sandboxDirs(dir)) > 0 {
+		if served || len(dir.Sandboxes()) > 0 {
 			continue
 		}
 		if _, err := os.Stat(string(dir)); err != nil || !s.old(modTime(string(dir))) {
@@ -81,7 +80,7 @@ func (s *sweep) poolServed(dir api.PoolDir) bool {
 	}
 	served := false
 	socket := ""
-	for _, d := range sandboxDirs(dir) {
+	for _, d := range dir.Sandboxes() {
 		if sb, err := sandbox.Load(d.Record()); err == nil && sb.Pool != nil && sb.Pool.Socket != "" {
 			socket = sb.Pool.Socket
 			break
@@ -105,7 +104,7 @@ func (s *sweep) poolInUse(dir api.PoolDir) bool {
 	if _, err := os.Stat(string(dir)); err != nil {
 		return false
 	}
-	return s.poolServed(dir) || len(sandboxDirs(dir)) > 0
+	return s.poolServed(dir) || len(dir.Sandboxes()) > 0
 }
 
 // poolLinks maps the roots of adopted pool sandboxes to the tasks whose
@@ -123,18 +122,6 @@ func (s *sweep) poolLinks() map[string]string {
 			if target, err := os.Readlink(filepath.Join(dir, ns.Name())); err == nil {
 				out[target] = t.Name()
 			}
-		}
-	}
-	return out
-}
-
-// sandboxDirs lists the sandbox directories of pool dir.
-func sandboxDirs(dir api.PoolDir) []api.SandboxDir {
-	entries, _ := os.ReadDir(string(dir))
-	var out []api.SandboxDir
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), api.PoolSandboxPrefix) {
-			out = append(out, dir.Sandbox(e.Name()))
 		}
 	}
 	return out

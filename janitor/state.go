@@ -8,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gvxrun/gvx/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 
@@ -103,7 +104,7 @@ func mountsUnder(path string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescape(f[4])
+		mp := mountinfo.Unescape(f[4])
 		if (mp == path || strings.HasPrefix(mp, path+"/")) && !seen[mp] {
 			seen[mp] = true
 			out = append(out, mp)
@@ -111,25 +112,6 @@ func mountsUnder(path string) []string {
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // cgroups removes pool sandboxes' cgroups no pool sandbox has any more,

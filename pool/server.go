@@ -206,7 +206,7 @@ func (s *Server) closeImage(ctx context.Context) {
 // claimedRunning counts the claimed sandboxes in dir whose process runs.
 func claimedRunning(dir api.PoolDir) int {
 	n := 0
-	for _, d := range sandboxDirs(dir) {
+	for _, d := range dir.Sandboxes() {
 		if _, err := os.Stat(d.Claimed()); err != nil {
 			continue
 		}
@@ -256,7 +256,7 @@ func lockPoolDir(ctx context.Context, dir api.PoolDir) (unlock func(), err error
 // removeStale destroys sandboxes a previous server left ready (it was
 // killed); claimed ones belong to tasks and are left alone.
 func (s *Server) removeStale(ctx context.Context) {
-	for _, d := range sandboxDirs(s.cfg.PoolDir()) {
+	for _, d := range s.cfg.PoolDir().Sandboxes() {
 		if _, err := os.Stat(d.Claimed()); err == nil {
 			continue
 		}
@@ -272,18 +272,6 @@ func (s *Server) removeStale(ctx context.Context) {
 			log.G(ctx).Infof("gvx pool: removed stale sandbox %s", sb.ID)
 		}
 	}
-}
-
-// sandboxDirs lists the directories of the sandboxes in pool dir.
-func sandboxDirs(dir api.PoolDir) []api.SandboxDir {
-	entries, _ := os.ReadDir(string(dir))
-	var out []api.SandboxDir
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), api.PoolSandboxPrefix) {
-			out = append(out, dir.Sandbox(e.Name()))
-		}
-	}
-	return out
 }
 
 // swept counts what a periodic janitor sweep reclaimed.
