@@ -127,7 +127,7 @@ unit:
 
 integration: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) CRICTL_BIN=$(CRICTL_BIN) IMAGES=$(IMAGES) \
-		$(GO) test -count=1 -timeout 40m -v ./integration/... 2>&1 | tee $(OUT)/integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
+		$(GO) test -count=1 -timeout 40m -v ./integration/ 2>&1 | tee $(OUT)/integration.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
 		exit $${PIPESTATUS[0]}
 	# The SDK's godoc examples, on real sandboxes.
 	GVX_BIN=$(BIN) IMAGES=$(IMAGES) $(GO) test -count=1 -run Example .
