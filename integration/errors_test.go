@@ -39,7 +39,7 @@ func TestBadInput(t *testing.T) {
 		{
 			name: "bad option value",
 			args: []string{"--runtime-config-path", writeCfg("badnet.toml", `network = "bridge"`)},
-			want: []string{`network "bridge"`, "want sandbox, none or host"},
+			want: []string{`network "bridge"`, "want sandbox, none, host or nat"},
 		},
 		{
 			name: "missing config file",

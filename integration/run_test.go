@@ -78,8 +78,8 @@ func TestRunExitCodes(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-p", "8080:80", busyboxArchive(), "true"}, "networking"},
-		{[]string{"--net", "nat", busyboxArchive(), "true"}, "networking"},
+		{[]string{"-p", "8080:80", busyboxArchive(), "true"}, "need --net nat"},
+		{[]string{"--net", "host", busyboxArchive(), "true"}, "want none (loopback) or nat"},
 		{[]string{"-v", t.TempDir() + ":/data", busyboxArchive(), "true"}, "read-only"},
 		{[]string{"-d", "--rm", busyboxArchive(), "true"}, "--rm with -d"},
 		{[]string{"/no/such/image.tar", "true"}, "no such file"},

@@ -292,7 +292,7 @@ func TestSDKTimeoutAndErrors(t *testing.T) {
 		"bad id":       {sdk.Config{ID: "Bad id!", Image: busybox}, sdk.ErrInvalid},
 		"no image":     {sdk.Config{ID: "x1"}, sdk.ErrInvalid},
 		"unknown ref":  {sdk.Config{ID: "x2", Image: "gvx.test/nothing:here"}, sdk.ErrNotFound},
-		"nat":          {sdk.Config{ID: "x3", Image: busybox, Network: "nat"}, sdk.ErrUnsupported},
+		"network":      {sdk.Config{ID: "x3", Image: busybox, Network: "bridge"}, sdk.ErrUnsupported},
 		"volume":       {sdk.Config{ID: "x4", Image: busybox, Mounts: []sdk.Mount{{Type: sdk.MountVolume, Source: "/nonexistent.ext4", Target: "/data"}}}, sdk.ErrInvalid},
 		"small memory": {sdk.Config{ID: "x5", Image: busybox, Resources: sdk.Resources{MemoryBytes: 1 << 20}}, sdk.ErrInvalid},
 		"in use":       {sdk.Config{ID: "sdkttl", Image: busybox}, sdk.ErrExists},

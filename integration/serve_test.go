@@ -468,7 +468,16 @@ func TestServeRestartPool(t *testing.T) {
 	}
 	s.stop(syscall.SIGKILL) // a crash: the pool's directory stays
 	s = startGvxServe(t, dir)
-	defer s.stop(syscall.SIGTERM)
+	defer func() {
+		s.stop(syscall.SIGTERM)
+		// Its pool's server stops with it (SIGTERM at its parent's death)
+		// and destroys its ready sandbox; wait for that before the leak
+		// check.
+		deadline := time.Now().Add(time.Minute)
+		for poolServers(dir) > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	if !ready(s) {
 		t.Fatalf("after a crash the template has no ready pool:\n%s", s.stderr)
 	}
@@ -482,4 +491,18 @@ func TestServeRestartPool(t *testing.T) {
 	if c := s.call("DELETE", "/sandboxes/"+sb.SandboxID, s.key, "", nil); c != 204 {
 		t.Fatalf("kill: %d", c)
 	}
+}
+
+// poolServers counts the `gvx pool serve` processes whose config is below
+// dir.
+func poolServers(dir string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "pool\x00serve\x00") && strings.Contains(string(b), dir) {
+			n++
+		}
+	}
+	return n
 }
