@@ -104,7 +104,11 @@ func runtimeKillPid(ctx context.Context, binary, root, bundle, id string, pid in
 		"kill", "--pid", strconv.Itoa(pid), id, strconv.Itoa(int(sig)))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	code, err := runReaped(cmd)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d", code)
+	}
+	if err != nil {
 		return fmt.Errorf("kill --pid %d: %w: %s", pid, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil

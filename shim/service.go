@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/gvxrun/gvx/api/procfs"
+	"github.com/gvxrun/gvx/volume"
 )
 
 // service is the task service: containerd's runc task service, driving
@@ -36,6 +37,9 @@ type service struct {
 
 // NewTaskService returns gvx's task service.
 func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (task.TTRPCTaskService, error) {
+	// The task service reaps every child of the shim: volume checks
+	// (e2fsck) wait through its reaper.
+	volume.Runner = runReaped
 	s := &service{tasks: map[string]*gvxTask{}}
 	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
 	if err != nil {

@@ -47,19 +47,32 @@ func run(ctx context.Context, name string, args ...string) (runResult, error) {
 	cmd.Stderr = &out
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	log.G(ctx).WithField("args", args).Debugf("run %s", name)
-	err = cmd.Run()
-	res := runResult{output: out.String()}
-	var ee *exec.ExitError
+	code, err := Runner(cmd)
+	res := runResult{output: out.String(), exitCode: code}
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("%s: %w", name, ctx.Err())
-	case errors.As(err, &ee) && ee.Exited():
-		res.exitCode = ee.ExitCode()
 	default:
 		return res, fmt.Errorf("%s: %w", name, err)
 	}
 	return res, nil
+}
+
+// Runner runs a tool's command to its end and returns its exit status
+// (an error if it could not be run or did not exit). A process that reaps
+// all its children itself — containerd's shim — sets one that waits
+// through its reaper.
+var Runner = func(cmd *exec.Cmd) (int, error) {
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &ee) && ee.Exited():
+		return ee.ExitCode(), nil
+	}
+	return -1, err
 }
 
 // summary returns the last few non-empty lines of tool output, which is

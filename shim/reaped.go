@@ -1,0 +1,19 @@
+package shim
+
+import (
+	"os/exec"
+
+	"github.com/containerd/containerd/v2/pkg/sys/reaper"
+)
+
+// runReaped runs cmd to its end through the shim's reaper and returns its
+// exit status (128+n for a death by signal n). containerd's task service
+// reaps every child of the shim on SIGCHLD, so exec.Cmd.Wait would race it
+// and now and then find no child ("waitid: no child processes").
+func runReaped(cmd *exec.Cmd) (int, error) {
+	ec, err := reaper.Default.Start(cmd)
+	if err != nil {
+		return -1, err
+	}
+	return reaper.Default.Wait(cmd, ec)
+}
