@@ -168,7 +168,13 @@ func TestNATEgress(t *testing.T) {
 	if r.code != 0 || r.stdout != "hello-from-host" {
 		t.Errorf("wget through the NAT: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
-	before := natStats(t, id)
+	// The counters are written with a delay: wait until they show the
+	// allowed flow's host socket before taking them as "before".
+	var before api.NATStats
+	waitFor(t, "the allowed flow in the NAT's counters", func() bool {
+		before = natStats(t, id)
+		return before.HostSockets >= 1
+	})
 	start := time.Now()
 	r = ctrExec(t, id, "refused", "wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", other.port))
 	took := time.Since(start)

@@ -106,8 +106,18 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 				errs = append(errs, fmt.Errorf("%s did not exit after SIGKILL", b.id))
 			}
 		}
-		if _, err := b.task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete task %s: %w", b.id, err))
+		// gVisor's delete waits 5 s for the gofer to exit; on a loaded
+		// node that is not always enough: try again before giving up.
+		for attempt := 1; ; attempt++ {
+			_, err := b.task.Delete(ctx, client.WithProcessKill)
+			if err == nil || errdefs.IsNotFound(err) {
+				break
+			}
+			if attempt == 3 {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", b.id, err))
+				break
+			}
+			time.Sleep(time.Second)
 		}
 	}
 	if b.container != nil {
