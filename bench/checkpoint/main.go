@@ -56,26 +56,12 @@ type env struct {
 
 func run(runs int, mems string, steps int, think time.Duration) error {
 	ctx := namespaces.WithNamespace(context.Background(), "gvxckbench")
-	bins := harness.BinsFromEnv()
-	images := os.Getenv("IMAGES")
-	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
-		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
-	}
-	ctrd, err := harness.Start(ctx, bins)
+	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err
 	}
-	defer ctrd.Close()
-	defer harness.RemoveRuntimeRoot("/run/containerd/runc/gvxckbench")
-	c, err := client.New(ctrd.Socket())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
-	if err != nil {
-		return err
-	}
+	defer b.Close()
+	bins, c, img := b.Bins, b.Client, b.Busybox
 	store, err := os.MkdirTemp("", "gvx-ckbench-")
 	if err != nil {
 		return err

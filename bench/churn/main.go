@@ -72,26 +72,12 @@ func main() {
 
 func run(dur time.Duration, workers, poolSize int) error {
 	ctx := namespaces.WithNamespace(context.Background(), ns)
-	bins := harness.BinsFromEnv()
-	images := os.Getenv("IMAGES")
-	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
-		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
-	}
-	ctrd, err := harness.Start(ctx, bins)
+	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err
 	}
-	defer ctrd.Close()
-	defer harness.RemoveRuntimeRoot("/run/containerd/runc/" + ns)
-	c, err := client.New(ctrd.Socket())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
-	if err != nil {
-		return err
-	}
+	defer b.Close()
+	bins, c, img := b.Bins, b.Client, b.Busybox
 	pool := func(extra string) (*harness.Pool, func(), error) {
 		dir, err := os.MkdirTemp("", "gvx-churn-")
 		if err != nil {
@@ -134,7 +120,7 @@ func run(dur time.Duration, workers, poolSize int) error {
 			}
 		}
 		r := churn(ctx, c, img, v, dur, workers)
-		r.leftovers = leftovers(ctx, ctrd.Socket())
+		r.leftovers = leftovers(ctx, b.Containerd.Socket())
 		res[v.name] = r
 	}
 	fmt.Printf("%-30s %9s %8s %11s %11s %7s %8s %10s %9s\n", "runtime", "cycles/s", "cycles", "p50 →exec", "p99 →exec", "failed", "adopted", "CPU/cycle", "leftover")

@@ -58,26 +58,12 @@ func main() {
 
 func run(runs, conc, burst, poolSize int) error {
 	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
-	bins := harness.BinsFromEnv()
-	images := os.Getenv("IMAGES")
-	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
-		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
-	}
-	ctrd, err := harness.Start(ctx, bins)
+	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err
 	}
-	defer ctrd.Close()
-	defer harness.RemoveRuntimeRoot("/run/containerd/runc/gvxbench")
-	c, err := client.New(ctrd.Socket())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
-	if err != nil {
-		return err
-	}
+	defer b.Close()
+	bins, c, img := b.Bins, b.Client, b.Busybox
 
 	volDir, err := os.MkdirTemp("/var/tmp", "gvx-bench-")
 	if err != nil {
@@ -108,7 +94,7 @@ func run(runs, conc, burst, poolSize int) error {
 	}
 	defer os.RemoveAll(imgDir)
 	ip, err := harness.StartPoolWithConfig(ctx, bins.GVX, imgDir, poolSize,
-		fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), ctrd.Socket(), "gvxbench"))
+		fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), "gvxbench"))
 	if err != nil {
 		return err
 	}

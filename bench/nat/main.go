@@ -71,11 +71,12 @@ func main() {
 
 func run(size int64, connects, runs int) error {
 	ctx := namespaces.WithNamespace(context.Background(), ns)
-	bins := harness.BinsFromEnv()
-	images := os.Getenv("IMAGES")
-	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {
-		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
+	b, err := harness.StartBench(ctx)
+	if err != nil {
+		return err
 	}
+	defer b.Close()
+	bins, c, img := b.Bins, b.Client, b.Busybox
 	dir, err := os.MkdirTemp("", "gvx-bench-nat-")
 	if err != nil {
 		return err
@@ -103,21 +104,6 @@ func run(size int64, connects, runs int) error {
 	}
 	defer vethSrv.Close()
 
-	ctrd, err := harness.Start(ctx, bins)
-	if err != nil {
-		return err
-	}
-	defer ctrd.Close()
-	defer harness.RemoveRuntimeRoot("/run/containerd/runc/" + ns)
-	c, err := client.New(ctrd.Socket())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	img, err := harness.ImportArchive(ctx, c, filepath.Join(images, "busybox.tar"), "")
-	if err != nil {
-		return err
-	}
 	peers := []peer{
 		{name: "gvx nat", runtime: api.RuntimeType, nat: true},
 		{name: "runsc veth", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
