@@ -62,6 +62,7 @@ type Process struct {
 	timeout time.Duration
 	stdout  *syncBuffer
 	stderr  *syncBuffer
+	stdin   *stdinStream // nil without ExecOptions.Stdin
 	exit    <-chan client.ExitStatus
 	killed  chan struct{} // closed by Kill, a timeout or the context
 	kill    sync.Once
@@ -121,19 +122,24 @@ func (s *Sandbox) Start(ctx context.Context, cmd []string, o ExecOptions) (_ *Pr
 	defer close(ready)
 	var stdin io.Reader
 	if o.Stdin != nil {
-		stdin = &eofReader{r: o.Stdin, eof: func() {
-			go func() {
-				<-ready
-				if retErr == nil {
-					_ = p.proc.CloseIO(context.WithoutCancel(cctx), client.WithStdinCloser)
-				}
-			}()
-		}}
+		p.stdin = newStdinStream(o.Stdin, func() error {
+			<-ready
+			if retErr != nil {
+				return nil
+			}
+			return p.proc.CloseIO(context.WithoutCancel(cctx), client.WithStdinCloser)
+		})
+		stdin = p.stdin
 	}
 	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(s.c.fifoDir)}
 	if o.TTY {
 		opts = append(opts, cio.WithTerminal)
 	}
+	defer func() {
+		if retErr != nil && p.stdin != nil {
+			p.stdin.release()
+		}
+	}()
 	proc, err := s.curTask().Exec(cctx, id, spec, cio.NewCreator(opts...))
 	if err != nil {
 		return nil, newError("exec in", s.id, nil, err)
@@ -242,6 +248,9 @@ func (p *Process) run(ctx context.Context) {
 	default:
 	}
 	dctx := context.WithoutCancel(ctx)
+	if p.stdin != nil {
+		p.stdin.release()
+	}
 	p.drain()
 	if _, err := p.proc.Delete(dctx); err != nil && !errdefs.IsNotFound(err) {
 		log.G(ctx).WithError(err).Debugf("gvx: %s: delete exec %s", p.s.id, p.id)
@@ -343,7 +352,15 @@ func (p *Process) Resize(ctx context.Context, cols, rows uint32) error {
 }
 
 // CloseStdin closes the process's standard input.
+// It ends the copy from ExecOptions.Stdin even while that reader is
+// still open: the process reads EOF.
 func (p *Process) CloseStdin(ctx context.Context) error {
+	if p.stdin != nil {
+		if err := p.stdin.Close(); err != nil {
+			return newError("close stdin", p.s.id, nil, err)
+		}
+		return nil
+	}
 	if err := p.proc.CloseIO(p.s.c.Context(ctx), client.WithStdinCloser); err != nil {
 		return newError("close stdin", p.s.id, nil, err)
 	}

@@ -81,10 +81,17 @@ func (s *Sandbox) Resize(ctx context.Context, cols, rows uint32) error {
 	return nil
 }
 
-// CloseStdin closes the init's standard input.
+// CloseStdin closes the init's standard input, ending the copy from
+// Config.Stdin even while that reader is still open.
 func (s *Sandbox) CloseStdin(ctx context.Context) error {
 	if s.curTask() == nil {
 		return newError("close stdin", s.id, ErrNotRunning, nil)
+	}
+	if s.initStdin != nil {
+		if err := s.initStdin.Close(); err != nil {
+			return newError("close stdin", s.id, nil, err)
+		}
+		return nil
 	}
 	if err := s.curTask().CloseIO(s.c.Context(ctx), client.WithStdinCloser); err != nil {
 		return newError("close stdin", s.id, nil, err)

@@ -66,6 +66,7 @@ type Sandbox struct {
 	status    client.ExitStatus
 	timer     *time.Timer
 	timedOut  atomic.Bool
+	initStdin *stdinStream // nil without Config.Stdin
 	execs     atomic.Uint64
 	users     sync.Map // user string → specs.User
 	onClose   func(context.Context) error
@@ -212,21 +213,22 @@ func (s *Sandbox) load(ctx context.Context) error {
 	return nil
 }
 
-// stdin is the init's stdin: Config.Stdin, whose EOF closes the task's
-// stdin once the init has started (ready is closed then).
+// stdin is the init's stdin: Config.Stdin, whose end (its EOF, or
+// CloseStdin) closes the task's stdin once the init has started (ready is
+// closed then).
 func (s *Sandbox) stdin(ctx context.Context) (io.Reader, chan struct{}) {
 	ready := make(chan struct{})
 	if s.cfg.Stdin == nil {
 		return nil, ready
 	}
-	return &eofReader{r: s.cfg.Stdin, eof: func() {
-		go func() {
-			<-ready
-			if s.curTask() != nil {
-				_ = s.curTask().CloseIO(context.WithoutCancel(ctx), client.WithStdinCloser)
-			}
-		}()
-	}}, ready
+	s.initStdin = newStdinStream(s.cfg.Stdin, func() error {
+		<-ready
+		if t := s.curTask(); t != nil {
+			return t.CloseIO(context.WithoutCancel(ctx), client.WithStdinCloser)
+		}
+		return nil
+	})
+	return s.initStdin, ready
 }
 
 // watch records the init's exit: of the current task, unless a rollback
@@ -247,6 +249,9 @@ func (s *Sandbox) watch(ctx context.Context) error {
 		}
 		s.status = st
 		close(s.exited)
+		if s.initStdin != nil {
+			s.initStdin.release()
+		}
 	}()
 	return nil
 }
@@ -309,20 +314,6 @@ func randomID() string {
 }
 
 // eofReader calls eof once when r reports EOF.
-type eofReader struct {
-	r    io.Reader
-	eof  func()
-	once sync.Once
-}
-
-func (e *eofReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err != nil {
-		e.once.Do(e.eof)
-	}
-	return n, err
-}
-
 func (c *Client) isClosed() bool {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
