@@ -74,3 +74,24 @@ type ErrOutsideTCP struct{ Peers []string }
 func (e *ErrOutsideTCP) Error() string {
 	return fmt.Sprintf("it has TCP connections to peers outside the sandbox (%s), which a restore cannot bring back: close them before checkpointing", strings.Join(e.Peers, ", "))
 }
+
+// OnlyLoopback says whether dev, the text of a sandbox process's
+// /proc/<pid>/net/dev (its network namespace's interfaces), lists no
+// interface but lo: such a sandbox can have no connection out, and need
+// not be asked for its TCP tables.
+func OnlyLoopback(dev []byte) bool {
+	for _, l := range strings.Split(string(dev), "\n") {
+		name, _, ok := strings.Cut(l, ":")
+		if !ok || strings.Contains(name, "|") {
+			continue // headers
+		}
+		if strings.TrimSpace(name) != "lo" {
+			return false
+		}
+	}
+	return true
+}
+
+// TCPTablesCmd is the guest command that prints the tables OutsidePeers
+// reads.
+var TCPTablesCmd = []string{"cat", "/proc/net/tcp", "/proc/net/tcp6"}

@@ -83,6 +83,17 @@ while True:
 	if hs, _ := eng.Store().List(); len(hs) != 0 {
 		t.Errorf("a refused checkpoint left handles: %v", hs)
 	}
+	// The same through containerd: ctr c checkpoint is refused by the shim.
+	r, err := e.ctrResult(ctx, "container", "checkpoint", "--task", id, "gvx.test/cktcp:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, "10.213.0.2:8080") {
+		t.Errorf("ctr c checkpoint with a connection out: exit %d, %q; want it refused naming 10.213.0.2:8080", r.code, r.stderr)
+	}
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Errorf("%s is %s after the refused ctr checkpoint, want RUNNING", id, st)
+	}
 	inTask(t, id, "killall nc; true")
 	waitFor(t, "the connection's end", func() bool {
 		return !strings.Contains(inTaskQuiet(id, "cat /proc/net/tcp"), " 0200D50A:1F90 01 ")
@@ -92,4 +103,10 @@ while True:
 		t.Fatalf("checkpoint after the connection closed: %v", err)
 	}
 	t.Logf("checkpoint of a sandbox with an interface (asked for its connections): %v", time.Since(t0))
+	// And containerd's, of the task it paused, once the connection is gone.
+	mustCtr(t, "container", "checkpoint", "--task", id, "gvx.test/cktcp:1")
+	mustCtr(t, "image", "rm", "gvx.test/cktcp:1")
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Errorf("%s is %s after ctr's checkpoint, want RUNNING", id, st)
+	}
 }

@@ -33,14 +33,14 @@ func (e *Engine) outsideTCP(ctx context.Context, b *backing, flags string, spec 
 		return nil // no sandbox process to look at: gVisor's save says what is wrong
 	}
 	dev, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/net/dev")
-	if err != nil || onlyLoopback(dev) {
+	if err != nil || checkpoint.OnlyLoopback(dev) {
 		return nil
 	}
 	if spec.Process == nil {
 		return nil
 	}
 	p := *spec.Process
-	p.Args, p.Terminal = []string{"cat", "/proc/net/tcp", "/proc/net/tcp6"}, false
+	p.Args, p.Terminal = checkpoint.TCPTablesCmd, false
 	var out, errOut bytes.Buffer
 	id := "gvx-ck-tcp-" + strconv.FormatInt(e.seq.Add(1), 36)
 	proc, err := b.task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, &errOut)))
@@ -68,18 +68,4 @@ func (e *Engine) outsideTCP(ctx context.Context, b *backing, flags string, spec 
 		return fmt.Errorf("%w: %w", ErrNotCheckpointable, &checkpoint.ErrOutsideTCP{Peers: peers})
 	}
 	return nil
-}
-
-// onlyLoopback says whether /proc/<pid>/net/dev lists no interface but lo.
-func onlyLoopback(dev []byte) bool {
-	for _, l := range strings.Split(string(dev), "\n") {
-		name, _, ok := strings.Cut(l, ":")
-		if !ok || strings.Contains(name, "|") {
-			continue // headers
-		}
-		if strings.TrimSpace(name) != "lo" {
-			return false
-		}
-	}
-	return true
 }

@@ -45,6 +45,11 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 	}
 	switch st.Status {
 	case tasktypes.Status_RUNNING:
+		if t.mayConnectOut(st.Pid) {
+			if err := t.outsideTCP(ctx, r.ID); err != nil {
+				return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", r.ID, err))
+			}
+		}
 		if _, err := s.TTRPCTaskService.Pause(ctx, &task.PauseRequest{ID: r.ID}); err != nil {
 			return nil, err
 		}
@@ -56,6 +61,13 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 			}()
 		}
 	case tasktypes.Status_PAUSED:
+		// containerd's client pauses a task before it checkpoints it: the
+		// guest runs again for the check (tens of ms), then is paused.
+		if t.mayConnectOut(st.Pid) {
+			if err := s.checkPausedOutsideTCP(ctx, t, r.ID); err != nil {
+				return nil, err
+			}
+		}
 	default:
 		return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: the task is %s; only a running or paused task can be checkpointed", r.ID, st.Status))
 	}
@@ -140,4 +152,20 @@ func (t *gvxTask) saveVolumes(ctx context.Context, dir string) error {
 		m.Volumes = vols
 	}
 	return m.Write(dir)
+}
+
+// checkPausedOutsideTCP runs outsideTCP on paused task id, resuming it for
+// the check and pausing it again.
+func (s *service) checkPausedOutsideTCP(ctx context.Context, t *gvxTask, id string) error {
+	if _, err := s.TTRPCTaskService.Resume(ctx, &task.ResumeRequest{ID: id}); err != nil {
+		return err
+	}
+	cerr := t.outsideTCP(ctx, id)
+	if _, err := s.TTRPCTaskService.Pause(ctx, &task.PauseRequest{ID: id}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", id, cerr))
+	}
+	return nil
 }

@@ -1,0 +1,77 @@
+package shim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
+)
+
+// mayConnectOut says whether task's sandbox, whose host process is pid,
+// can hold TCP connections to peers outside it: only one whose network
+// namespace has an interface besides loopback can.
+func (t *gvxTask) mayConnectOut(pid uint32) bool {
+	if t.network == api.NetworkNone || pid == 0 || t.binary == "" || t.spec.Process == nil {
+		return false
+	}
+	dev, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/net/dev")
+	return err == nil && !checkpoint.OnlyLoopback(dev)
+}
+
+// outsideTCP refuses the checkpoint of running task id when its sandbox
+// holds TCP connections to peers outside it (checkpoint.ErrOutsideTCP): a
+// restore could not bring them back, their peers keep no state of them.
+// It runs cat of the guest's /proc/net/tcp{,6} through the task's runtime
+// (`exec --process`); an image without cat is checkpointed without the
+// check, with a warning. (gVisor's control server can cat a guest file
+// while the sandbox is paused, but outside a task its /proc/net/tcp shows
+// every address as zero.)
+func (t *gvxTask) outsideTCP(ctx context.Context, id string) error {
+	p := *t.spec.Process
+	p.Args, p.Terminal, p.ConsoleSize = checkpoint.TCPTablesCmd, false, nil
+	data, err := json.Marshal(&p)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(t.rec.Bundle, "gvx-ck-tcp-*.json")
+	if err != nil {
+		return fmt.Errorf("list its TCP connections: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("list its TCP connections: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("list its TCP connections: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, t.binary, "--root", filepath.Join(t.rec.RuncRoot, t.rec.Namespace),
+		"--log", filepath.Join(t.rec.Bundle, "log.json"), "--log-format", "json", "exec", "--process", f.Name(), id)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	code, err := runReaped(cmd)
+	if ctx.Err() != nil {
+		return fmt.Errorf("listing its TCP connections (%s) took over 10 s", strings.Join(checkpoint.TCPTablesCmd, " "))
+	}
+	if err != nil || code != 0 {
+		log.G(ctx).WithError(err).Warnf("gvx shim: %s: cannot list its TCP connections (exit %d: %s); checkpointing without that check", id, code, strings.TrimSpace(stderr.String()))
+		return nil
+	}
+	if peers := checkpoint.OutsidePeers(out.Bytes()); len(peers) > 0 {
+		return &checkpoint.ErrOutsideTCP{Peers: peers}
+	}
+	return nil
+}
