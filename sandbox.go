@@ -243,12 +243,13 @@ func (s *Sandbox) watch(ctx context.Context) error {
 	go func() {
 		st := <-ch
 		s.bmu.Lock()
-		defer s.bmu.Unlock()
 		if s.task != t {
+			s.bmu.Unlock()
 			return
 		}
 		s.status = st
 		close(s.exited)
+		s.bmu.Unlock()
 		if s.initStdin != nil {
 			s.initStdin.release()
 		}

@@ -53,9 +53,8 @@ func (s *stdinStream) Close() error {
 	return s.finish()
 }
 
-// release ends the copy into containerd's FIFO without telling the shim
-// (the process is gone).
-func (s *stdinStream) release() {
-	s.once.Do(func() {})
-	s.pw.Close()
-}
+// release ends the copy into containerd's FIFO once the process is gone
+// (the shim's CloseIO that may follow finds nothing to close, harmlessly).
+// It does not wait for a closeIO under way: its caller may hold what
+// closeIO needs.
+func (s *stdinStream) release() { s.pw.Close() }

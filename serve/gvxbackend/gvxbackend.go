@@ -148,10 +148,17 @@ func (b *Backend) List(ctx context.Context) ([]string, error) {
 // Prepare starts t's pool when t asks for one (PoolSize > 0), replacing
 // the pool of an earlier template of that name. A pool that cannot start
 // is logged and the template served without one (sandboxes boot at
-// create).
+// create). A template without a pool has its image prefetched (imported
+// and unpacked: gvx.Client.Prefetch), so that its first create does not
+// pay for that; a failure is logged (the create says it again).
 func (b *Backend) Prepare(ctx context.Context, t backend.Template) error {
 	b.Forget(ctx, t.Name)
 	if t.PoolSize == 0 {
+		if t.Image != "" {
+			if err := b.c.Prefetch(ctx, t.Image); err != nil {
+				log.G(ctx).WithError(err).Warnf("gvx serve: template %s: its image is not ready", t.Name)
+			}
+		}
 		return nil
 	}
 	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, nil), Size: t.PoolSize})
