@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -159,4 +161,73 @@ func TestNATLimits(t *testing.T) {
 	waitStatus(t, id, "STOPPED")
 	mustCtr(t, "task", "rm", id)
 	mustCtr(t, "container", "rm", id)
+}
+
+// TestNATMetrics: a pool server with metrics.listen exports the NAT
+// counters of the NAT sandboxes in its state directory: a policy refusal
+// and a max_connections refusal of a sandbox show up in the scraped text
+// by reason, with its open flow and its allowed one.
+func TestNATMetrics(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	sock := filepath.Join(t.TempDir(), "metrics.sock")
+	startPoolWith(t, 1, fmt.Sprintf("[metrics]\nlisten = %q\n", "unix://"+sock))
+	srv := startLimitServer(t, 1)
+	id := "nat-metrics"
+	cleanupTask(t, id)
+	args := append([]string{"run", "-d", "--runtime", runtime}, natAnnotations(t, api.NAT{
+		Egress:         &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}},
+		MaxConnections: 1,
+	})...)
+	hold := fmt.Sprintf("http://10.0.2.2:%d/hold", srv.port)
+	mustCtr(t, append(args, busybox, id, "sh", "-c", "wget -q -O /dev/null "+hold+"; sleep 120")...)
+	defer logNATOnFailure(t, id)()
+	waitFor(t, "the held connection at the host server", func() bool { return srv.holds.Load() == 1 })
+	if r := ctrExec(t, id, "policy", "wget", "-q", "-O", "/dev/null", fmt.Sprintf("http://10.0.2.2:%d/", srv.upPort)); r.code == 0 {
+		t.Error("a port the policy does not allow was reached")
+	}
+	if r := ctrExec(t, id, "limit", "wget", "-q", "-O", "/dev/null", hold); r.code == 0 {
+		t.Error("a second connection with max_connections 1 was let out")
+	}
+	series := func(name string, labels ...string) string {
+		return fmt.Sprintf(`%s{%snamespace=%q,%ssandbox=%q}`, name, labels[0], testNS, labels[1], id)
+	}
+	want := []string{
+		series("gvx_nat_refused_total", "", `reason="policy",`) + " 1",
+		series("gvx_nat_refused_total", "", `reason="limit",`) + " 1",
+		series("gvx_nat_open_flows", "", "") + " 1",
+		series("gvx_nat_flows_total", "", "") + " 1",
+	}
+	var body string
+	waitFor(t, "the NAT's refusals in the pool server's scrape", func() bool {
+		body = scrapeUnix(t, sock)
+		for _, w := range want {
+			if !strings.Contains(body, w+"\n") {
+				return false
+			}
+		}
+		return true
+	})
+	mustCtr(t, "task", "kill", "-s", "SIGKILL", id)
+	waitStatus(t, id, "STOPPED")
+	mustCtr(t, "task", "rm", id)
+	mustCtr(t, "container", "rm", id)
+	if body = scrapeUnix(t, sock); strings.Contains(body, fmt.Sprintf("sandbox=%q", id)) {
+		t.Errorf("the removed sandbox's NAT counters are still exported")
+	}
+}
+
+// scrapeUnix GETs /metrics on the unix socket sock.
+func scrapeUnix(t *testing.T, sock string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://gvx/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
