@@ -87,7 +87,8 @@ func startLimitServer(t *testing.T, size int) *limitServer {
 // connections to a host server on 127.0.0.1; a fourth is refused at once
 // (connection refused, counted as a limit refusal) and the server sees
 // three only; once they end, a download and an upload of 4 MiB run at the
-// 1 MiB/s bandwidth cap (± 20%, measured in the guest and on the host).
+// 1 MiB/s bandwidth cap (no faster than 20% over it, measured in the
+// guest and on the host).
 func TestNATLimits(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -131,8 +132,10 @@ func TestNATLimits(t *testing.T) {
 	want := time.Duration(float64(size) / rate * float64(time.Second))
 	within := func(what string, took time.Duration) {
 		t.Logf("%s: %d MiB in %v = %.2f MiB/s (cap %d MiB/s)", what, size>>20, took, float64(size)/took.Seconds()/(1<<20), rate>>20)
-		if took < want*80/100 || took > want*120/100 {
-			t.Errorf("%s took %v, want %v ± 20%% (bandwidth %d B/s)", what, took, want, rate)
+		// The cap is the lower bound; a loaded node can only make the
+		// bytes slower.
+		if took < want*80/100 || took > want*2 {
+			t.Errorf("%s took %v, want %v − 20%% … × 2 (bandwidth %d B/s)", what, took, want, rate)
 		}
 	}
 	r = ctrExec(t, id, "down", "sh", "-c", fmt.Sprintf(

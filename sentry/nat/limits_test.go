@@ -93,8 +93,9 @@ func TestMaxConnections(t *testing.T) {
 }
 
 // TestBandwidth: with bandwidth 2 MiB/s, an upload and a download of 4 MiB
-// each through the NAT to a server on 127.0.0.1 take 2 s each (within
-// 15%), and the byte counters show them.
+// each through the NAT to a server on 127.0.0.1 take 2 s each (no less
+// than 15% under, at most 2.5× on a loaded machine), and the byte
+// counters show them.
 func TestBandwidth(t *testing.T) {
 	const rate, size = 2 << 20, 4 << 20
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -143,8 +144,11 @@ func TestBandwidth(t *testing.T) {
 		want := time.Duration(float64(size) / rate * float64(time.Second))
 		got := float64(size) / took.Seconds() / (1 << 20)
 		t.Logf("%s: %d MiB in %v = %.2f MiB/s (cap %d MiB/s)", what, size>>20, took, got, rate>>20)
-		if took < want*85/100 || took > want*115/100 {
-			t.Errorf("%s took %v, want %v ± 15%% (the cap is %d B/s)", what, took, want, rate)
+		// The cap shows as the lower bound; the upper one leaves room for
+		// a loaded machine (both stacks run in this process), where the
+		// bytes can only come slower, never faster.
+		if took < want*85/100 || took > want*5/2 {
+			t.Errorf("%s took %v, want %v − 15%% … × 2.5 (the cap is %d B/s)", what, took, want, rate)
 		}
 	}
 
