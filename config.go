@@ -129,11 +129,17 @@ type NAT struct {
 	EgressAllow, EgressDeny []string
 	// DNS lists resolvers (ADDR:PORT) the NAT's 10.0.2.3 forwards to.
 	DNS []string
+	// MaxConnections caps the flows open at once; a new one over it is
+	// refused (RST / ICMP unreachable). 0: the gvx config's (no cap).
+	MaxConnections int
+	// Bandwidth caps the traffic in bytes per second each way (guest →
+	// host, host → guest). 0: the gvx config's (no cap).
+	Bandwidth int64
 }
 
 // api is n as the dev.gvx.nat annotation's value.
 func (n *NAT) api() api.NAT {
-	out := api.NAT{Ports: n.Ports, DNS: n.DNS}
+	out := api.NAT{Ports: n.Ports, DNS: n.DNS, MaxConnections: n.MaxConnections, Bandwidth: n.Bandwidth}
 	if n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil {
 		out.Egress = &api.Egress{Default: n.EgressDefault, Allow: n.EgressAllow, Deny: n.EgressDeny}
 	}

@@ -32,6 +32,7 @@ func TestValidate(t *testing.T) {
 		"nat no mode": {func(c *Config) { c.NAT = &NAT{} }, "set Network to \"nat\""},
 		"nat port":    {func(c *Config) { c.Network, c.NAT = NetworkNAT, &NAT{Ports: []string{"80"}} }, "no guest port"},
 		"nat rule":    {func(c *Config) { c.Network, c.NAT = NetworkNAT, &NAT{EgressAllow: []string{"a b"}} }, "egress rule"},
+		"nat rate":    {func(c *Config) { c.Network, c.NAT = NetworkNAT, &NAT{Bandwidth: 10} }, "bandwidth 10"},
 		"env":         {func(c *Config) { c.Env = []string{"NOEQUALS"} }, "KEY=VALUE"},
 		"target":      {func(c *Config) { c.Mounts = []Mount{{Type: MountBind, Source: "/x", Target: "rel"}} }, "absolute"},
 		"type":        {func(c *Config) { c.Mounts = []Mount{{Type: "nfs", Source: "/x", Target: "/x"}} }, "Type"},
@@ -58,9 +59,12 @@ func TestValidate(t *testing.T) {
 	if err := validate(c); err != nil {
 		t.Errorf("volume and publish: %v", err)
 	}
-	c.Network, c.NAT = NetworkNAT, &NAT{Ports: []string{"8080:80"}, EgressDefault: "deny", EgressAllow: []string{"pypi.org:443"}}
+	c.Network, c.NAT = NetworkNAT, &NAT{Ports: []string{"8080:80"}, EgressDefault: "deny", EgressAllow: []string{"pypi.org:443"}, MaxConnections: 8, Bandwidth: 1 << 20}
 	if err := validate(c); err != nil {
 		t.Errorf("nat: %v", err)
+	}
+	if a := c.NAT.api(); a.MaxConnections != 8 || a.Bandwidth != 1<<20 {
+		t.Errorf("the SDK's NAT limits as the annotation's: %+v", a)
 	}
 	if err := validate(Config{ID: "x", Image: "i", Network: "host"}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("network host: %v, want ErrUnsupported", err)

@@ -59,10 +59,23 @@ type NAT struct {
 	// NAT's DNS server at 10.0.2.3 forwards to; empty: the host's
 	// /etc/resolv.conf.
 	DNS []string `json:"dns,omitempty"`
+	// MaxConnections caps the flows the sandbox has open at once (TCP
+	// connections and UDP flows, egress and published; DNS to 10.0.2.3
+	// is not counted): a new one over the cap is refused as the policy
+	// refuses (RST / ICMP port unreachable; a published port's host
+	// connection is closed) and counted. 0: no cap.
+	MaxConnections int `json:"max_connections,omitempty"`
+	// Bandwidth caps the sandbox's traffic in bytes per second, each
+	// way: guest → host and host → guest each have one token bucket
+	// shared by all the sandbox's flows. 0: no cap.
+	Bandwidth int64 `json:"bandwidth,omitempty"`
 	// Owner is the host uid:gid unix sockets are created for (the shim
 	// fills it in: the owner of each socket's directory).
 	Owner []Owner `json:"owner,omitempty"`
 }
+
+// MinNATBandwidth is the smallest Bandwidth cap accepted (1 KiB/s).
+const MinNATBandwidth = 1 << 10
 
 // Owner is the owner of Ports' unix socket at Path.
 type Owner struct {
@@ -89,7 +102,7 @@ func DecodeNAT(v string) (NAT, error) {
 	dec := json.NewDecoder(bytes.NewReader([]byte(v)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&n); err != nil {
-		return NAT{}, fmt.Errorf("annotation %s: %w (known keys: ports, egress.default, egress.allow, egress.deny, dns)", AnnotationNAT, err)
+		return NAT{}, fmt.Errorf("annotation %s: %w (known keys: ports, egress.default, egress.allow, egress.deny, dns, max_connections, bandwidth)", AnnotationNAT, err)
 	}
 	if err := n.Check(); err != nil {
 		return NAT{}, fmt.Errorf("annotation %s: %w", AnnotationNAT, err)
@@ -133,6 +146,12 @@ func (n NAT) Check() error {
 				}
 			}
 		}
+	}
+	if n.MaxConnections < 0 {
+		return fmt.Errorf("max_connections %d: want a positive number of flows, or 0 for no cap", n.MaxConnections)
+	}
+	if n.Bandwidth < 0 || n.Bandwidth > 0 && n.Bandwidth < MinNATBandwidth {
+		return fmt.Errorf("bandwidth %d: want bytes per second, at least %d (1 KiB/s), or 0 for no cap", n.Bandwidth, MinNATBandwidth)
 	}
 	for _, d := range n.DNS {
 		if _, err := netip.ParseAddrPort(d); err != nil {
@@ -299,8 +318,14 @@ func labelOK(l string) bool {
 type NATStats struct {
 	Pid         int   `json:"pid"`
 	Allowed     int64 `json:"allowed"`      // flows the policy let out
-	Refused     int64 `json:"refused"`      // flows the policy refused (RST / ICMP unreachable)
+	Refused     int64 `json:"refused"`      // flows refused, every reason (RST / ICMP unreachable)
 	HostSockets int64 `json:"host_sockets"` // host sockets opened for the guest's flows
 	DNSQueries  int64 `json:"dns_queries"`
 	Published   int64 `json:"published"` // connections accepted on published ports
+	// RefusedLimit counts the refusals (of Refused) for MaxConnections;
+	// the rest are the policy's.
+	RefusedLimit int64 `json:"refused_limit"`
+	Open         int64 `json:"open"`      // flows open now (what MaxConnections caps)
+	BytesOut     int64 `json:"bytes_out"` // guest → host bytes relayed
+	BytesIn      int64 `json:"bytes_in"`  // host → guest bytes relayed
 }

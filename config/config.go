@@ -19,6 +19,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/volume"
 )
 
 // DefaultPath is read when the runtime options name no config file. A
@@ -121,6 +122,24 @@ type NAT struct {
 	Ports []string `toml:"ports"`
 	// Egress is the egress policy.
 	Egress Egress `toml:"egress"`
+	// MaxConnections caps each sandbox's open flows (api.NAT's); 0: no
+	// cap.
+	MaxConnections int `toml:"max_connections"`
+	// Bandwidth caps each sandbox's traffic per second, each way: a size
+	// such as "8M" (bytes, binary units); empty: no cap.
+	Bandwidth string `toml:"bandwidth"`
+}
+
+// bandwidth is n.Bandwidth in bytes per second.
+func (n NAT) bandwidth() (int64, error) {
+	if n.Bandwidth == "" {
+		return 0, nil
+	}
+	b, err := volume.ParseSize(n.Bandwidth)
+	if err != nil {
+		return 0, fmt.Errorf("nat.bandwidth: %w (bytes per second, e.g. \"8M\")", err)
+	}
+	return b, nil
 }
 
 // Egress is the NAT's egress policy (docs/network.md#policy).
@@ -132,7 +151,9 @@ type Egress struct {
 
 // API is n as the NAT's wire type.
 func (n NAT) API() api.NAT {
-	out := api.NAT{DNS: n.DNS, Ports: n.Ports}
+	// Validate checked the bandwidth.
+	bw, _ := n.bandwidth()
+	out := api.NAT{DNS: n.DNS, Ports: n.Ports, MaxConnections: n.MaxConnections, Bandwidth: bw}
 	if n.Egress.Default != "" || len(n.Egress.Allow) > 0 || len(n.Egress.Deny) > 0 {
 		out.Egress = &api.Egress{Default: n.Egress.Default, Allow: n.Egress.Allow, Deny: n.Egress.Deny}
 	}
@@ -243,7 +264,7 @@ func Parse(data []byte) (Config, error) {
 
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
-		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny",
+		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny", "nat.max_connections", "nat.bandwidth",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
 		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
 		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
@@ -263,6 +284,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("platform %q: want systrap or ptrace (KVM needs /dev/kvm, which gvx does not use)", c.Platform)
 	}
 	if err := CheckNetwork(c.Network); err != nil {
+		return err
+	}
+	if _, err := c.NAT.bandwidth(); err != nil {
 		return err
 	}
 	if err := c.NAT.API().Check(); err != nil {

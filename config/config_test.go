@@ -53,6 +53,9 @@ func TestParseErrors(t *testing.T) {
 		{"[nat.egress]\ndefault = \"maybe\"", "want allow or deny"},
 		{"[nat]\nports = [\"80\"]", "no guest port"},
 		{"[nat]\ndns = [\"8.8.8.8\"]", "want ADDR:PORT"},
+		{"[nat]\nbandwidth = \"fast\"", "nat.bandwidth"},
+		{"[nat]\nbandwidth = \"100\"", "at least 1024"},
+		{"[nat]\nmax_connections = -1", "max_connections -1"},
 		{"network = \"nat\"\n[pool]\nsize = 2", "pool sandboxes cannot have a NAT"},
 	} {
 		_, err := Parse([]byte(tc.body))
@@ -136,12 +139,12 @@ func TestSentryPath(t *testing.T) {
 }
 
 func TestNATConfig(t *testing.T) {
-	c, err := Parse([]byte("network = \"nat\"\n[nat]\ndns = [\"127.0.0.1:53\"]\nports = [\"8080:80\"]\n[nat.egress]\ndefault = \"deny\"\nallow = [\"pypi.org:443\"]\n"))
+	c, err := Parse([]byte("network = \"nat\"\n[nat]\ndns = [\"127.0.0.1:53\"]\nports = [\"8080:80\"]\nmax_connections = 128\nbandwidth = \"8M\"\n[nat.egress]\ndefault = \"deny\"\nallow = [\"pypi.org:443\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := c.NAT.API()
-	if n.Egress == nil || n.Egress.Default != "deny" || n.Egress.Allow[0] != "pypi.org:443" || n.Ports[0] != "8080:80" {
+	if n.Egress == nil || n.Egress.Default != "deny" || n.Egress.Allow[0] != "pypi.org:443" || n.Ports[0] != "8080:80" || n.MaxConnections != 128 || n.Bandwidth != 8<<20 {
 		t.Errorf("NAT = %+v", n)
 	}
 	flags := strings.Join(c.SentryFlagList(), " ")

@@ -38,6 +38,15 @@ type Runner struct {
 	Client *gvx.Client
 	// Progress, if set, receives one line per step.
 	Progress io.Writer
+	// Network and NAT are every sandbox's network (gvx.Config's:
+	// empty is loopback only; gvx.NetworkNAT lets dockerd pull through
+	// the sandbox's NAT and publish `docker run -p` ports on the host).
+	Network gvx.NetworkMode
+	NAT     *gvx.NAT
+	// Env is added to every sandbox's environment (gvx's dind image
+	// passes GVX_DOCKERD_ARGS to dockerd, e.g.
+	// "--insecure-registry=10.0.2.2:5000").
+	Env []string
 }
 
 func (r *Runner) logf(format string, a ...any) {
@@ -67,7 +76,7 @@ func (r *Runner) Start(ctx context.Context, id, image, volume string) (*Sandbox,
 		return nil, err
 	}
 	sb, err := r.Client.New(ctx, gvx.Config{
-		ID: id, Image: image, Docker: true,
+		ID: id, Image: image, Docker: true, Env: r.Env, Network: r.Network, NAT: r.NAT,
 		Mounts: []gvx.Mount{{Type: gvx.MountVolume, Source: abs, Target: DockerRoot}},
 		Labels: map[string]string{labelVolume: abs},
 	})

@@ -51,6 +51,12 @@ func PrepareNAT(s *specs.Spec, c config.NAT, bundle string) (api.NAT, error) {
 		if over.DNS != nil {
 			n.DNS = over.DNS
 		}
+		if over.MaxConnections != 0 {
+			n.MaxConnections = over.MaxConnections
+		}
+		if over.Bandwidth != 0 {
+			n.Bandwidth = over.Bandwidth
+		}
 	}
 	if err := n.Check(); err != nil {
 		return api.NAT{}, err

@@ -202,14 +202,14 @@ func TestPrepareNAT(t *testing.T) {
 	}
 	s := baseSpec()
 	s.Mounts = []specs.Mount{{Destination: "/etc/resolv.conf", Source: "/etc/resolv.conf", Type: "bind"}}
-	s.Annotations = map[string]string{api.AnnotationNAT: `{"ports":["unix:` + sockDir + `/ep.sock:2375"]}`}
-	cfg := config.NAT{Ports: []string{"8080:80"}, DNS: []string{"127.0.0.1:53"}, Egress: config.Egress{Default: "deny"}}
+	s.Annotations = map[string]string{api.AnnotationNAT: `{"ports":["unix:` + sockDir + `/ep.sock:2375"],"bandwidth":4096}`}
+	cfg := config.NAT{Ports: []string{"8080:80"}, DNS: []string{"127.0.0.1:53"}, Egress: config.Egress{Default: "deny"}, MaxConnections: 9, Bandwidth: "1M"}
 	n, err := PrepareNAT(s, cfg, bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The annotation's ports replace the config's; the rest stays.
-	if len(n.Ports) != 1 || n.DNS[0] != "127.0.0.1:53" || n.Egress.Default != "deny" {
+	if len(n.Ports) != 1 || n.DNS[0] != "127.0.0.1:53" || n.Egress.Default != "deny" || n.MaxConnections != 9 || n.Bandwidth != 4096 {
 		t.Errorf("merged NAT %+v", n)
 	}
 	if len(n.Owner) != 1 || n.Owner[0] != (api.Owner{Path: sockDir + "/ep.sock", UID: 1234, GID: 5678}) {
@@ -235,6 +235,7 @@ func TestPrepareNAT(t *testing.T) {
 		`{"ports":["unix:/nonexistent-gvx/x.sock:80"]}`:               "create it first",
 		`{"ports":["unix:` + bundle + `/` + ResolvConfFile + `:80"]}`: "already exists",
 		`{"egress":{"allow":["bad rule!"]}}`:                          "egress rule",
+		`{"max_connections":-2}`:                                      "max_connections",
 	} {
 		s := baseSpec()
 		s.Annotations = map[string]string{api.AnnotationNAT: ann}

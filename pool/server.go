@@ -69,6 +69,9 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 	s := &Server{cfg: cfg, sentry: sentry, class: bootspec.Class(cfg, sentry), flags: strings.Join(bootspec.Flags(cfg), " "), wake: make(chan struct{}, 1),
 		backoff: time.Second, Metrics: metrics.New("pool")}
 	s.Metrics.Pool(cfg.PoolSocket(), func() float64 { return float64(s.status().Ready) }, func() float64 { return float64(s.target()) })
+	// The NAT sandboxes of this state directory (tasks of any runtime
+	// handler sharing it: the pool's own sandboxes have no NAT).
+	s.Metrics.NAT(cfg.Layout())
 	if cfg.Network == "sandbox" {
 		hook, err := config.HookPath(sentry)
 		if err != nil {

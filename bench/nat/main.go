@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -225,8 +226,25 @@ func measure(ctx context.Context, c *client.Client, img client.Image, p peer, gu
 			return result{}, 0, 0, err
 		}
 		uss, pss, _ = harness.Smaps(pid)
+		if line := natIdleLine(id); line != "" {
+			fmt.Printf("(NAT's own account after the transfers: %s)\n", line)
+		}
 	}
 	return r, uss, pss, nil
+}
+
+// natIdleLine is the last "nat: idle" line of sandbox id's NAT log: its
+// Go runtime's memory once it returned what its flows grew.
+func natIdleLine(id string) string {
+	root := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), ns))
+	data, _ := os.ReadFile(root.NATLog(id))
+	var last string
+	for _, l := range strings.Split(string(data), "\n") {
+		if _, after, ok := strings.Cut(l, "nat: idle: "); ok {
+			last = after
+		}
+	}
+	return last
 }
 
 // natPid is the pid of sandbox id's NAT process, from its stats file.

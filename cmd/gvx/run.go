@@ -55,6 +55,8 @@ func runCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "deny", Usage: "with --net nat: an egress deny rule; repeatable"},
 			&cli.StringFlag{Name: "egress", Usage: "with --net nat: what no rule matches: allow (default) or deny"},
 			&cli.StringSliceFlag{Name: "dns", Usage: "with --net nat: a resolver ADDR:PORT the NAT's DNS forwards to; repeatable"},
+			&cli.IntFlag{Name: "max-connections", Usage: "with --net nat: cap on the flows open at once (more are refused with an RST)"},
+			&cli.StringFlag{Name: "bandwidth", Usage: "with --net nat: cap on the traffic per second each way, e.g. 8m (bytes)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "kill the sandbox after this long (exit 124)"},
 		),
 		Action: exiting(exitCodeGVX, runAction),
@@ -229,10 +231,16 @@ func runConfig(cmd *cli.Command, image string, args []string) (gvx.Config, error
 	// Empty stays nil: the gvx config's value then applies.
 	nat.EgressAllow, nat.EgressDeny = nonEmpty(cmd.StringSlice("allow")), nonEmpty(cmd.StringSlice("deny"))
 	nat.EgressDefault, nat.DNS = cmd.String("egress"), nonEmpty(cmd.StringSlice("dns"))
+	nat.MaxConnections = int(cmd.Int("max-connections"))
+	if bw := cmd.String("bandwidth"); bw != "" {
+		if nat.Bandwidth, err = volume.ParseSize(bw); err != nil {
+			return cfg, fmt.Errorf("--bandwidth: %w (bytes per second)", err)
+		}
+	}
 	switch n := cmd.String("net"); n {
 	case "", "none":
-		if len(nat.Ports)+len(nat.EgressAllow)+len(nat.EgressDeny)+len(nat.DNS) > 0 || nat.EgressDefault != "" {
-			return cfg, fmt.Errorf("published ports (-p %s), --allow, --deny, --egress and --dns need --net nat", strings.Join(nat.Ports, ", -p "))
+		if len(nat.Ports)+len(nat.EgressAllow)+len(nat.EgressDeny)+len(nat.DNS) > 0 || nat.EgressDefault != "" || nat.MaxConnections != 0 || nat.Bandwidth != 0 {
+			return cfg, fmt.Errorf("published ports (-p %s), --allow, --deny, --egress, --dns, --max-connections and --bandwidth need --net nat", strings.Join(nat.Ports, ", -p "))
 		}
 	case "nat":
 		cfg.Network, cfg.NAT = gvx.NetworkNAT, &nat

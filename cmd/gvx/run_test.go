@@ -57,6 +57,8 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"--net", "host", "img"}, "want none (loopback) or nat"},
 		{[]string{"-p", "8080:80", "img"}, "need --net nat"},
 		{[]string{"--allow", "pypi.org", "img"}, "need --net nat"},
+		{[]string{"--max-connections", "4", "img"}, "need --net nat"},
+		{[]string{"--net", "nat", "--bandwidth", "fast", "img"}, "--bandwidth"},
 		{[]string{"-p", "unix:rel.sock:/run/a/a.sock", "img"}, "absolute"},
 		{[]string{"--cpus", "0", "img"}, "--cpus"},
 		{[]string{"-m", "4x", "img"}, "-m"},
@@ -68,9 +70,9 @@ func TestRunFlags(t *testing.T) {
 		}
 	}
 	cfg, err = parseRun(t, "--net", "nat", "-p", "8080:80", "-p", "unix:/tmp/e.sock:2375", "-p", "unix:/tmp/h.sock:/run/app/g.sock",
-		"--allow", "10.0.2.2:5000", "--egress", "deny", "--dns", "127.0.0.1:53", "img")
+		"--allow", "10.0.2.2:5000", "--egress", "deny", "--dns", "127.0.0.1:53", "--max-connections", "64", "--bandwidth", "8m", "img")
 	if err != nil || cfg.Network != gvx.NetworkNAT || !reflect.DeepEqual(cfg.NAT, &gvx.NAT{Ports: []string{"8080:80", "unix:/tmp/e.sock:2375"},
-		EgressDefault: "deny", EgressAllow: []string{"10.0.2.2:5000"}, DNS: []string{"127.0.0.1:53"}}) || len(cfg.Publish) != 1 {
+		EgressDefault: "deny", EgressAllow: []string{"10.0.2.2:5000"}, DNS: []string{"127.0.0.1:53"}, MaxConnections: 64, Bandwidth: 8 << 20}) || len(cfg.Publish) != 1 {
 		t.Errorf("--net nat: %+v %+v, %v", cfg, cfg.NAT, err)
 	}
 	cfg, err = parseRun(t, "-p", "unix:/tmp/h.sock:/run/app/g.sock", "img")

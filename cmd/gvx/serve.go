@@ -160,6 +160,7 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	} else {
 		self, _ := os.Executable()
 		sentry, _ := rc.SentryPath(self)
+		svc.Metrics().NAT(rc.Layout())
 		o := janitor.FromConfig(rc, sentry)
 		o.Containerd = append(o.Containerd, b.Client().Address())
 		go janitor.Every(ctx, rc.Janitor.Interval, o, func(r *janitor.Report) { svc.Metrics().Swept(r.Reclaimed(), r.Failed()) })

@@ -2,9 +2,9 @@ package nat
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -46,10 +46,15 @@ func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
+	if !n.admit("tcp", dst) {
+		r.Complete(true)
+		return
+	}
 	n.stats.add(func(s *api.NATStats) { s.Allowed++; s.HostSockets++ })
 	host, err := n.dial(context.Background(), "tcp", hostAddr(dst).String())
 	if err != nil {
 		log.Debugf("nat: tcp to %s: %v", dst, err)
+		n.done()
 		r.Complete(true)
 		return
 	}
@@ -57,6 +62,7 @@ func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
 	ep, terr := r.CreateEndpoint(&wq)
 	if terr != nil {
 		host.Close()
+		n.done()
 		r.Complete(true)
 		return
 	}
@@ -65,7 +71,8 @@ func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
 	n.flowStarted()
 	go func() {
 		defer n.flowEnded()
-		splice(gonet.NewTCPConn(&wq, ep), host)
+		defer n.done()
+		n.splice(gonet.NewTCPConn(&wq, ep), host)
 	}()
 }
 
@@ -82,7 +89,14 @@ func (n *NAT) flowEnded() {
 	if n.flows.Add(-1) == 0 {
 		time.AfterFunc(idleRelease, func() {
 			if n.flows.Load() == 0 {
+				// Twice: the first GC only moves sync.Pool contents
+				// (gVisor's buffer chunks) to the victim cache.
+				runtime.GC()
 				debug.FreeOSMemory()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				log.Infof("nat: idle: heap in use %d KiB (of %d KiB mapped, %d KiB released), stacks %d KiB, runtime total %d KiB",
+					ms.HeapInuse>>10, ms.HeapSys>>10, ms.HeapReleased>>10, ms.StackInuse>>10, ms.Sys>>10)
 			}
 		})
 	}
@@ -91,12 +105,13 @@ func (n *NAT) flowEnded() {
 // halfCloser is a connection that can end its writes alone.
 type halfCloser interface{ CloseWrite() error }
 
-// splice copies both ways between a and b until both directions end.
-func splice(a, b net.Conn) {
+// splice copies both ways between guest and host until both directions
+// end, counting the bytes and holding each direction to its bucket.
+func (n *NAT) splice(guest, host net.Conn) {
 	var wg sync.WaitGroup
-	one := func(dst, src net.Conn) {
+	one := func(dst, src net.Conn, b *bucket, count func(int64)) {
 		defer wg.Done()
-		_, _ = io.CopyBuffer(dst, src, make([]byte, 256<<10))
+		copyCounted(dst, src, make([]byte, 256<<10), b, count)
 		if hc, ok := dst.(halfCloser); ok {
 			_ = hc.CloseWrite()
 		} else {
@@ -104,11 +119,11 @@ func splice(a, b net.Conn) {
 		}
 	}
 	wg.Add(2)
-	go one(a, b)
-	go one(b, a)
+	go one(host, guest, n.lim.up, n.stats.bytesOut)
+	go one(guest, host, n.lim.down, n.stats.bytesIn)
 	wg.Wait()
-	a.Close()
-	b.Close()
+	guest.Close()
+	host.Close()
 }
 
 // forwardUDP handles the first datagram of a guest's UDP flow. A refusal
@@ -127,9 +142,13 @@ func (n *NAT) forwardUDP(r *udp.ForwarderRequest) bool {
 		n.refuse("udp", dst, d.Reason)
 		return false
 	}
+	if !n.admit("udp", dst) {
+		return false
+	}
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
 	if terr != nil {
+		n.done()
 		return true
 	}
 	n.stats.add(func(s *api.NATStats) { s.Allowed++; s.HostSockets++ })
@@ -138,18 +157,22 @@ func (n *NAT) forwardUDP(r *udp.ForwarderRequest) bool {
 	if err != nil {
 		log.Debugf("nat: udp to %s: %v", dst, err)
 		guest.Close()
+		n.done()
 		return true
 	}
-	go relayUDP(guest, host)
+	go func() {
+		defer n.done()
+		n.relayUDP(guest, host)
+	}()
 	return true
 }
 
 // relayUDP copies datagrams both ways until neither side sent for udpIdle.
-func relayUDP(guest, host net.Conn) {
+func (n *NAT) relayUDP(guest, host net.Conn) {
 	defer guest.Close()
 	defer host.Close()
 	done := make(chan struct{}, 2)
-	one := func(dst, src net.Conn) {
+	one := func(dst, src net.Conn, b *bucket, count func(int64)) {
 		buf := make([]byte, 65535)
 		for {
 			_ = src.SetReadDeadline(time.Now().Add(udpIdle))
@@ -157,14 +180,18 @@ func relayUDP(guest, host net.Conn) {
 			if err != nil {
 				break
 			}
+			if b != nil {
+				b.take(k)
+			}
 			if _, err := dst.Write(buf[:k]); err != nil {
 				break
 			}
+			count(int64(k))
 		}
 		done <- struct{}{}
 	}
-	go one(host, guest)
-	go one(guest, host)
+	go one(host, guest, n.lim.up, n.stats.bytesOut)
+	go one(guest, host, n.lim.down, n.stats.bytesIn)
 	<-done
 }
 

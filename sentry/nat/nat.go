@@ -51,6 +51,7 @@ type NAT struct {
 	dns      []string
 	dial     Dialer
 	stats    *Stats
+	lim      *limits
 	mu       sync.Mutex
 	closers  []func()
 	closedCh chan struct{}
@@ -96,7 +97,7 @@ func New(o Options) (*NAT, error) {
 	if o.Stats == nil {
 		o.Stats = &Stats{}
 	}
-	n := &NAT{policy: pol, dns: dns, dial: o.Dial, stats: o.Stats, closedCh: make(chan struct{})}
+	n := &NAT{policy: pol, dns: dns, dial: o.Dial, stats: o.Stats, lim: newLimits(o.Config), closedCh: make(chan struct{})}
 	if o.MTU == 0 {
 		o.MTU = api.NATMTU
 	}
@@ -190,10 +191,28 @@ func (n *NAT) Close() {
 	n.stack.Close()
 }
 
-// refuse logs and counts a refused flow.
+// refuse logs and counts a flow the policy refused.
 func (n *NAT) refuse(proto string, dst netip.AddrPort, why string) {
 	n.stats.add(func(s *api.NATStats) { s.Refused++ })
 	log.Infof("nat: refused %s to %s: %s", proto, dst, why)
+}
+
+// admit takes a flow slot of MaxConnections for a flow to dst; over the
+// cap it logs and counts the refusal and returns false.
+func (n *NAT) admit(proto string, dst netip.AddrPort) bool {
+	if !n.lim.acquire() {
+		n.stats.add(func(s *api.NATStats) { s.Refused++; s.RefusedLimit++ })
+		log.Infof("nat: refused %s to %s: max_connections (%d) flows are open", proto, dst, n.lim.max)
+		return false
+	}
+	n.stats.add(func(s *api.NATStats) { s.Open++ })
+	return true
+}
+
+// done gives back the slot admit took.
+func (n *NAT) done() {
+	n.lim.release()
+	n.stats.add(func(s *api.NATStats) { s.Open-- })
 }
 
 // hostAddr is where on the host a flow to dst goes: the gateway is the

@@ -148,8 +148,13 @@ func (n *NAT) serveTCP(l net.Listener, guest tcpip.FullAddress) {
 			}
 			return
 		}
+		if !n.admit("published tcp", netip.AddrPortFrom(api.NATGuest, guest.Port)) {
+			c.Close()
+			continue
+		}
 		n.stats.add(func(s *api.NATStats) { s.Published++ })
 		go func() {
+			defer n.done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			g, err := gonet.DialTCPWithBind(ctx, n.stack, local, guest, ipv4.ProtocolNumber)
 			cancel()
@@ -160,7 +165,9 @@ func (n *NAT) serveTCP(l net.Listener, guest tcpip.FullAddress) {
 			}
 			n.flowStarted()
 			defer n.flowEnded()
-			splice(g, c)
+			// The guest's side is "in": published bytes to the guest are
+			// host → guest, as an egress flow's answer is.
+			n.splice(g, c)
 		}()
 	}
 }
@@ -178,8 +185,13 @@ func (n *NAT) serveUDP(c net.PacketConn, guest tcpip.FullAddress) {
 		mu.Lock()
 		g, ok := flows[from.String()]
 		if !ok {
+			if !n.admit("published udp", netip.AddrPortFrom(api.NATGuest, guest.Port)) {
+				mu.Unlock()
+				continue
+			}
 			g, err = gonet.DialUDP(n.stack, local, &guest, ipv4.ProtocolNumber)
 			if err != nil {
+				n.done()
 				mu.Unlock()
 				continue
 			}
@@ -193,15 +205,26 @@ func (n *NAT) serveUDP(c net.PacketConn, guest tcpip.FullAddress) {
 					if err != nil {
 						break
 					}
-					_, _ = c.WriteTo(b[:k], from)
+					if n.lim.up != nil {
+						n.lim.up.take(k)
+					}
+					if w, err := c.WriteTo(b[:k], from); err == nil {
+						n.stats.bytesOut(int64(w))
+					}
 				}
 				mu.Lock()
 				delete(flows, from.String())
 				mu.Unlock()
 				g.Close()
+				n.done()
 			}(g, from)
 		}
 		mu.Unlock()
-		_, _ = g.Write(buf[:k])
+		if n.lim.down != nil {
+			n.lim.down.take(k)
+		}
+		if w, err := g.Write(buf[:k]); err == nil {
+			n.stats.bytesIn(int64(w))
+		}
 	}
 }

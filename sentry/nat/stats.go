@@ -18,7 +18,7 @@ const statsDelay = 20 * time.Millisecond
 
 // statsSize is the file's fixed size: each update is one write of the
 // whole file, JSON padded with spaces.
-const statsSize = 512
+const statsSize = 1024
 
 // Stats counts a NAT's flows and keeps them in a file (api.NATStats) that
 // the privileged parent created for it (the NAT cannot create files in
@@ -44,6 +44,10 @@ func (st *Stats) Get() api.NATStats {
 	defer st.mu.Unlock()
 	return st.s
 }
+
+// bytesOut and bytesIn count relayed bytes, guest → host and back.
+func (st *Stats) bytesOut(k int64) { st.add(func(s *api.NATStats) { s.BytesOut += k }) }
+func (st *Stats) bytesIn(k int64)  { st.add(func(s *api.NATStats) { s.BytesIn += k }) }
 
 func (st *Stats) add(fn func(*api.NATStats)) {
 	st.mu.Lock()
