@@ -35,7 +35,8 @@ var synthetic = []string{"/proc", "/sys", "/dev"}
 
 // Rewrite turns s's masked and read-only paths into mounts appended to its
 // mounts (after every other, so that they cover them) and clears the two
-// lists. emptyFile is the host path of an empty read-only file for masked
+// lists; a spec whose paths all lie in gVisor's own filesystems is left
+// alone. emptyFile is the host path of an empty read-only file for masked
 // files. It reports whether it changed s.
 func Rewrite(s *specs.Spec, emptyFile string) (bool, error) {
 	if s.Linux == nil || len(s.Linux.MaskedPaths)+len(s.Linux.ReadonlyPaths) == 0 {
@@ -67,6 +68,11 @@ func Rewrite(s *specs.Spec, emptyFile string) (bool, error) {
 		default:
 			extra = append(extra, specs.Mount{Destination: path.Clean(p), Type: "bind", Source: emptyFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
+	}
+	if len(extra) == 0 {
+		// Only gVisor's own filesystems' paths (containerd's defaults):
+		// the spec stays as it is.
+		return false, nil
 	}
 	s.Mounts = append(s.Mounts, extra...)
 	s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil

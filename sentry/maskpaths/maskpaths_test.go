@@ -70,6 +70,14 @@ func TestRewrite(t *testing.T) {
 	}
 }
 
+func TestRewriteDefaultsOnly(t *testing.T) {
+	s := &specs.Spec{Root: &specs.Root{Path: t.TempDir()}, Linux: &specs.Linux{
+		MaskedPaths: []string{"/proc/kcore", "/sys/firmware"}, ReadonlyPaths: []string{"/proc/sys"}}}
+	if changed, err := Rewrite(s, "/empty"); changed || err != nil || len(s.Linux.MaskedPaths) != 2 || len(s.Mounts) != 0 {
+		t.Errorf("containerd's defaults: changed %v, %v, spec %+v", changed, err, s.Linux)
+	}
+}
+
 func TestResolveInLoop(t *testing.T) {
 	root := t.TempDir()
 	if err := os.Symlink("/a", filepath.Join(root, "a")); err != nil {
