@@ -28,6 +28,16 @@ const FlagsEnv = "GVX_SENTRY_FLAGS"
 // task's own link to gvx-sentry with its flags beside it.
 const FlagsFile = "gvx-sentry-flags"
 
+// MaskedFile, next to FlagsFile, is the empty read-only file gvx-sentry
+// bind-mounts over each masked file of a task's spec (linux.maskedPaths),
+// which gVisor does not apply itself.
+const MaskedFile = "gvx-masked"
+
+// SysClassDir, next to FlagsFile, is the read-only directory gvx-sentry
+// mounts at a container's /sys/class, holding an empty net/ (gVisor's
+// sysfs has none, and brctl needs it).
+const SysClassDir = "gvx-sysclass"
+
 // ExecGuestPidSuffix, appended to the pid file of a detached exec
 // (`exec --pid-file P`, which names the host process standing for the
 // exec), names the file where gvx-sentry and gvx-runtime write the exec'd

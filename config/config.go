@@ -451,6 +451,15 @@ func (c Config) SentryFlagList() []string {
 		"--platform=" + c.Platform,
 		"--network=" + GVisorNetwork(c.Network),
 		"--overlay2=root:" + c.RootfsOverlay,
+		// The spec's linux.seccomp (CRI's runtime/default and localhost
+		// profiles, docker's default) is enforced on the guest's
+		// processes by the Sentry, as runc's kernel would.
+		"--oci-seccomp",
+		// Set-user-ID binaries raise the guest's ids unless the spec sets
+		// no_new_privs (Kubernetes' allowPrivilegeEscalation); the ids are
+		// the sandbox's own: its host processes keep their uid and
+		// no_new_privs.
+		"--allow-suid",
 	}
 	if c.LogLevel == "debug" {
 		flags = append(flags, "--debug")

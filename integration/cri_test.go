@@ -175,7 +175,8 @@ func TestCRIPod(t *testing.T) {
 	x.must(t, "start", app)
 
 	var logs string
-	for i := 0; i < 100 && !strings.Contains(logs, "app-started"); i++ {
+	// The last line the app writes before it sleeps is its pod address.
+	for i := 0; i < 100 && !strings.Contains(logs, "10.77.0."); i++ {
 		time.Sleep(50 * time.Millisecond)
 		logs = x.run(t, "logs", app).stdout
 	}

@@ -56,6 +56,9 @@ func Validate(s *specs.Spec) error {
 			return fmt.Errorf("invalid OCI spec: mount destination %q must be an absolute path", m.Destination)
 		}
 	}
+	if err := validateSysctls(s.Linux.Sysctl); err != nil {
+		return err
+	}
 	return validatePropagation(s)
 }
 

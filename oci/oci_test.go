@@ -244,3 +244,20 @@ func TestPrepareNAT(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateSysctls(t *testing.T) {
+	for _, tc := range []struct {
+		sysctls map[string]string
+		bad     string
+	}{
+		{nil, ""},
+		{map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "net.ipv4.ping_group_range": "0 2147483647", "fs.nr_open": "2048"}, ""},
+		{map[string]string{"kernel.shm_rmid_forced": "1", "net.ipv4.ping_group_range": "0 1"}, "kernel.shm_rmid_forced=1"},
+		{map[string]string{"fs.mqueue.msg_max": "100"}, "fs.mqueue.msg_max=100"},
+	} {
+		err := validateSysctls(tc.sysctls)
+		if tc.bad == "" && err != nil || tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad) || !strings.Contains(err.Error(), "runc")) {
+			t.Errorf("sysctls %v: %v, want refusal of %q", tc.sysctls, err, tc.bad)
+		}
+	}
+}

@@ -42,10 +42,13 @@ func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 // releaseTaskSentry removes what taskSentry made, and dir once empty.
 func releaseTaskSentry(dir string) error {
 	var errs []error
-	for _, name := range []string{sentryLinkName, api.FlagsFile} {
+	for _, name := range []string{sentryLinkName, api.FlagsFile, api.MaskedFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
+	}
+	if err := os.RemoveAll(filepath.Join(dir, api.SysClassDir)); err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 		errs = append(errs, err)

@@ -12,6 +12,7 @@ package adopt
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -83,6 +84,12 @@ func ProcessBlocker(spec *specs.Spec, rootfs []mount.Mount, sb *sandbox.Sandbox,
 		return "docker mode"
 	case spec.Hostname != "":
 		return "it sets a hostname"
+	case spec.Linux != nil && spec.Linux.Seccomp != nil:
+		// gVisor filters a process started in a container with that
+		// container's profile, not the task's.
+		return "it has a seccomp profile"
+	case spec.Linux != nil && ownMasks(spec.Linux):
+		return "it masks or makes read-only paths of its root filesystem"
 	}
 	standard := map[string]string{}
 	for _, m := range bootspec.StandardMounts() {
@@ -121,4 +128,23 @@ func Layers(mounts []mount.Mount) []string {
 		layers = []string{m.Source}
 	}
 	return layers
+}
+
+// ownMasks says whether l masks or makes read-only a path outside /proc,
+// /sys and /dev (gvx-sentry turns those into mounts of the task's own
+// container: sentry/maskpaths); containerd's defaults all lie inside.
+func ownMasks(l *specs.Linux) bool {
+	for _, p := range append(slices.Clone(l.MaskedPaths), l.ReadonlyPaths...) {
+		p = path.Clean(p)
+		synthetic := false
+		for _, d := range []string{"/proc", "/sys", "/dev"} {
+			if p == d || strings.HasPrefix(p, d+"/") {
+				synthetic = true
+			}
+		}
+		if !synthetic {
+			return true
+		}
+	}
+	return false
 }

@@ -69,6 +69,11 @@ func TestProcessBlocker(t *testing.T) {
 	if why := ProcessBlocker(spec(), rootfs, sb, false, false); why != "" {
 		t.Errorf("task of the pool's image with the default mounts: %q, want none", why)
 	}
+	defaults := spec()
+	defaults.Linux = &specs.Linux{MaskedPaths: []string{"/proc/kcore", "/sys/firmware"}, ReadonlyPaths: []string{"/proc/sys"}}
+	if why := ProcessBlocker(defaults, rootfs, sb, false, false); why != "" {
+		t.Errorf("task with containerd's default masks: %q, want none", why)
+	}
 	for _, tc := range []struct {
 		name    string
 		edit    func(*specs.Spec)
@@ -85,6 +90,11 @@ func TestProcessBlocker(t *testing.T) {
 		{name: "volumes", volumes: true, want: "volumes"},
 		{name: "docker", docker: true, want: "docker"},
 		{name: "hostname", edit: func(s *specs.Spec) { s.Hostname = "h" }, want: "hostname"},
+		{name: "seccomp", edit: func(s *specs.Spec) {
+			s.Linux = &specs.Linux{Seccomp: &specs.LinuxSeccomp{DefaultAction: "SCMP_ACT_ALLOW"}}
+		}, want: "seccomp"},
+		{name: "masked path", edit: func(s *specs.Spec) { s.Linux = &specs.Linux{MaskedPaths: []string{"/proc/kcore", "/etc/passwd"}} }, want: "masks"},
+		{name: "read-only path", edit: func(s *specs.Spec) { s.Linux = &specs.Linux{ReadonlyPaths: []string{"/tmp"}} }, want: "read-only"},
 		{name: "bind mount", edit: func(s *specs.Spec) {
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: "/x"})
 		}, want: "mounts /data"},

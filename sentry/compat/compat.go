@@ -31,16 +31,27 @@ var restartableOpens = map[string]bool{
 	"openat2": true,
 }
 
+// wrappers are the system calls Install patches, by name, and how:
+// restartOnSignal for the opens, bridgeIoctl (bridge.go) for ioctl.
+var wrappers = func() map[string]func(kernel.SyscallFn) kernel.SyscallFn {
+	w := map[string]func(kernel.SyscallFn) kernel.SyscallFn{"ioctl": bridgeIoctl}
+	for name := range restartableOpens {
+		w[name] = restartOnSignal
+	}
+	return w
+}()
+
 // Install patches every registered system call table. It is idempotent and
 // must run before the kernel starts executing guest tasks.
 func Install() {
 	for _, table := range kernel.SyscallTables() {
 		changed := false
 		for num, sc := range table.Table {
-			if !restartableOpens[sc.Name] || sc.Fn == nil || patched[table][num] {
+			wrap := wrappers[sc.Name]
+			if wrap == nil || sc.Fn == nil || patched[table][num] {
 				continue
 			}
-			sc.Fn = restartOnSignal(sc.Fn)
+			sc.Fn = wrap(sc.Fn)
 			table.Table[num] = sc
 			if patched[table] == nil {
 				patched[table] = map[uintptr]bool{}

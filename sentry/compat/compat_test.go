@@ -24,12 +24,12 @@ func TestRestartOnSignal(t *testing.T) {
 	}
 }
 
-func TestInstallPatchesEveryOpen(t *testing.T) {
+func TestInstallPatchesEveryOpenAndIoctl(t *testing.T) {
 	Install()
 	want := map[*kernel.SyscallTable]map[uintptr]bool{}
 	for _, table := range kernel.SyscallTables() {
 		for num, sc := range table.Table {
-			if restartableOpens[sc.Name] {
+			if wrappers[sc.Name] != nil {
 				if want[table] == nil {
 					want[table] = map[uintptr]bool{}
 				}
@@ -38,7 +38,7 @@ func TestInstallPatchesEveryOpen(t *testing.T) {
 		}
 	}
 	if len(want) == 0 {
-		t.Fatal("no system call table has open/openat")
+		t.Fatal("no system call table has open/openat/ioctl")
 	}
 	for table, nums := range want {
 		if len(patched[table]) != len(nums) {

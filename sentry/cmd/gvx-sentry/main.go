@@ -24,14 +24,19 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/version"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/launcher"
+	"github.com/gvxrun/gvx/sentry/maskpaths"
+	"github.com/gvxrun/gvx/sentry/sysclass"
 	"github.com/gvxrun/gvx/sentry/volmount"
 )
 
@@ -40,6 +45,10 @@ var _ = version.Version()
 
 func main() {
 	if err := mountVolumes(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
+		os.Exit(1)
+	}
+	if err := rewriteSpec(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(1)
 	}
@@ -81,4 +90,55 @@ func mountVolumes(argv []string) error {
 		uids, gids = spec.Linux.UIDMappings, spec.Linux.GIDMappings
 	}
 	return volmount.Prepare(vols, uids, gids)
+}
+
+// rewriteSpec makes gVisor apply what a create's (run's, restore's) spec
+// asks and gVisor would not: masked and read-only paths as mounts
+// (package maskpaths, with api.MaskedFile as the empty file masked files
+// show) and a /sys/class with a net/ (package sysclass, api.SysClassDir).
+// It writes the spec back to the bundle for gVisor.
+func rewriteSpec(argv []string) error {
+	dir, ok := volmount.CreateBundle(argv)
+	if !ok {
+		return nil
+	}
+	spec, err := bundle.ReadSpec(dir)
+	if err != nil {
+		return nil // gVisor reports a bad bundle itself
+	}
+	// The shim's task directory (traverse-only, beside the task's flags),
+	// else the bundle's (a pool's sandbox): reachable by the sandbox's
+	// unprivileged gofer, and removed with the task.
+	task, err := filepath.Abs(filepath.Dir(argv[0]))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(task, api.FlagsFile)); err != nil {
+		task = dir
+	}
+	empty := filepath.Join(task, api.MaskedFile)
+	masked, err := maskpaths.Rewrite(spec, empty)
+	if err != nil {
+		return err
+	}
+	if masked {
+		if err := api.WriteFile(empty, nil, 0o444); err != nil {
+			return fmt.Errorf("masked paths: %w", err)
+		}
+	}
+	class := filepath.Join(task, api.SysClassDir)
+	classed := sysclass.Rewrite(spec, class)
+	if classed {
+		if err := sysclass.Make(class); err != nil {
+			return err
+		}
+	}
+	if !masked && !classed {
+		return nil
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	return api.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
 }
