@@ -96,11 +96,12 @@ type Resources struct {
 	MemoryBytes int64
 	// CPUMillis caps its CPU time in thousandths of a core (2000 = 2 cores).
 	CPUMillis int64
-	// Pids caps the number of host tasks of the sandbox (gVisor's threads
-	// and the guest's processes together).
+	// Pids caps the number of tasks (threads) in the sandbox: a fork or
+	// clone past it fails with EAGAIN inside (docs/operations.md#quotas).
 	Pids int64
-	// DiskBytes caps what can be written to the root filesystem (its
-	// writes live in sandbox memory; volumes have their own size).
+	// DiskBytes caps what can be written to the root filesystem: a write
+	// past it fails with ENOSPC inside (the writes go to a file of at most
+	// that size on the host's disk; volumes have their own size).
 	DiskBytes int64
 }
 

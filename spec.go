@@ -154,6 +154,9 @@ func specOpts(cfg Config, img client.Image, mounts []specs.Mount) []oci.SpecOpts
 	if r.Pids > 0 {
 		opts = append(opts, oci.WithPidsLimit(r.Pids))
 	}
+	if r.DiskBytes > 0 {
+		opts = append(opts, oci.WithAnnotations(map[string]string{api.AnnotationRootfsSize: strconv.FormatInt(r.DiskBytes, 10)}))
+	}
 	if cfg.Docker {
 		opts = append(opts, oci.WithAnnotations(map[string]string{api.AnnotationDocker: "true"}))
 	}
@@ -193,9 +196,6 @@ func (s *Sandbox) labels(pool string) (map[string]string, error) {
 // sandboxFlags are the gvx-sentry flags cfg needs beyond the config's.
 func sandboxFlags(base config.Config, cfg Config) []string {
 	var flags []string
-	if cfg.Resources.DiskBytes > 0 {
-		flags = append(flags, "--overlay2=root:"+base.RootfsOverlay+",size="+strconv.FormatInt(cfg.Resources.DiskBytes, 10))
-	}
 	if len(cfg.Publish) > 0 && !cfg.Docker {
 		flags = append(flags, "--host-uds=create")
 	}
