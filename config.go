@@ -54,8 +54,15 @@ type Config struct {
 	// Publish makes guest Unix sockets reachable on the host.
 	Publish []Publish
 	// Timeout, if positive, is the sandbox's lifetime: it is killed that
-	// long after New returns (Run then returns ErrTimeout).
+	// long after New returns (Run then returns ErrTimeout). The container
+	// carries it as its dev.gvx.max-lifetime (plus StopGrace), so the
+	// janitor stops the sandbox too should this client be gone.
 	Timeout time.Duration
+	// StopGrace, if positive, makes the end of Timeout a graceful stop:
+	// every process of the sandbox gets SIGTERM (which it may handle),
+	// and SIGKILL StopGrace later if the init still runs. Zero: SIGKILL
+	// at once.
+	StopGrace time.Duration
 	// Labels are kept with the sandbox (List and Attach return them).
 	// Keys starting with "dev.gvx." are gvx's own.
 	Labels map[string]string

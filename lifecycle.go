@@ -47,7 +47,7 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 		return code, newError("run", s.id, nil, err)
 	}
 	if s.timedOut.Load() {
-		return code, errorf("run", s.id, ErrTimeout, "the sandbox was killed at the end of its %s timeout", s.cfg.Timeout)
+		return code, errorf("run", s.id, ErrTimeout, "the sandbox was stopped at the end of its %s timeout", s.cfg.Timeout)
 	}
 	return code, nil
 }

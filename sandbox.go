@@ -263,11 +263,20 @@ func (s *Sandbox) curTask() client.Task {
 	return s.task
 }
 
-// expire is Config.Timeout's end: the sandbox is killed.
+// expire is Config.Timeout's end: the sandbox is killed, after SIGTERM
+// and Config.StopGrace if that is set.
 func (s *Sandbox) expire() {
 	s.timedOut.Store(true)
-	ctx, cancel := context.WithTimeout(s.c.Context(context.Background()), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.c.Context(context.Background()), 30*time.Second+s.cfg.StopGrace)
 	defer cancel()
+	if g := s.cfg.StopGrace; g > 0 {
+		_ = s.curTask().Kill(ctx, syscall.SIGTERM, client.WithKillAll)
+		select {
+		case <-s.Exited():
+			return
+		case <-time.After(g):
+		}
+	}
 	_ = s.curTask().Kill(ctx, syscall.SIGKILL, client.WithKillAll)
 }
 

@@ -91,8 +91,8 @@ func validate(cfg Config) error {
 			return fmt.Errorf("Labels: %q: keys starting with dev.gvx. are gvx's own", k)
 		}
 	}
-	if cfg.Timeout < 0 {
-		return errors.New("Timeout must not be negative")
+	if cfg.Timeout < 0 || cfg.StopGrace < 0 {
+		return errors.New("Timeout and StopGrace must not be negative")
 	}
 	return nil
 }
@@ -179,6 +179,9 @@ func (s *Sandbox) labels(pool string) (map[string]string, error) {
 	}
 	if s.cfg.Docker {
 		l[LabelDocker] = "true"
+	}
+	if s.cfg.Timeout > 0 {
+		l[api.AnnotationMaxLifetime] = (s.cfg.Timeout + s.cfg.StopGrace).String()
 	}
 	if pool != "" {
 		l[LabelPool] = pool

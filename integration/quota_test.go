@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -230,5 +231,101 @@ func TestQuotaVolume(t *testing.T) {
 	}
 	if res, err := nb.Exec(ctx, []string{"sh", "-c", "cat /data/f; dd if=/dev/zero of=/data/g bs=1M count=4 2>/dev/null && echo room"}, sdk.ExecOptions{}); err != nil || string(res.Stdout) != "theirs\nroom\n" {
 		t.Errorf("neighbour's volume: %q, %+v, %v", res.Stdout, res, err)
+	}
+}
+
+// TestQuotaLifetime: at the end of its lifetime (the SDK's Timeout, with
+// a StopGrace) every process of the sandbox gets SIGTERM, which the guest
+// can handle (the init's trap writes to stdout and exits 0); one that
+// ignores it is killed after the grace (137); both runs say ErrTimeout;
+// the container carries the lifetime for the janitor
+// (dev.gvx.max-lifetime); the neighbour is not touched.
+func TestQuotaLifetime(t *testing.T) {
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	check := neighbour(t, c, "qlifenb")
+	for _, tc := range []struct {
+		id, trap, out string
+		code          int
+		took          time.Duration // at least
+	}{
+		{"qlife", "trap 'echo got TERM; exit 0' TERM", "up\ngot TERM\n", 0, time.Second},
+		{"qlifekill", "trap '' TERM", "up\n", 137, 2 * time.Second},
+	} {
+		var out bytes.Buffer
+		t0 := time.Now()
+		sb, err := c.New(ctx, sdk.Config{ID: tc.id, Image: busyboxArchive(), Stdout: &out,
+			Cmd:     []string{"sh", "-c", tc.trap + "; echo up; while :; do sleep 0.1; done"},
+			Timeout: time.Second, StopGrace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close(ctx)
+		ci, err := c.Containerd().ContainerService().Get(c.Context(ctx), tc.id)
+		if err != nil || ci.Labels[api.AnnotationMaxLifetime] != "2s" {
+			t.Errorf("%s: label %s = %q (%v), want 2s", tc.id, api.AnnotationMaxLifetime, ci.Labels[api.AnnotationMaxLifetime], err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		code, err := sb.Run(rctx)
+		cancel()
+		took := time.Since(t0)
+		if !errors.Is(err, sdk.ErrTimeout) || code != tc.code || out.String() != tc.out || took < tc.took {
+			t.Errorf("%s past its lifetime: exit %d, %v, stdout %q after %s; want %d, ErrTimeout, %q, at least %s",
+				tc.id, code, err, out.String(), took, tc.code, tc.out, tc.took)
+		}
+	}
+	check()
+}
+
+// TestQuotaCPU: a busy loop in a sandbox capped at half a core gets
+// about half a core (cpu.cfs_quota_us / cpu.max from CPUMillis).
+func TestQuotaCPU(t *testing.T) {
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	sb, err := c.New(ctx, sdk.Config{ID: "qcpu", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"},
+		Resources: sdk.Resources{CPUMillis: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	quota := cgroupValue(t, "qcpu", "cpu.max")
+	if quota == "" {
+		quota = cgroupValue(t, "qcpu", "cpu.cfs_quota_us")
+	}
+	if quota != "50000 100000" && quota != "50000" {
+		t.Errorf("CPU quota %q, want 50000 per 100000 µs", quota)
+	}
+	before, err := sb.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if res, err := sb.Exec(ctx, []string{"timeout", "3", "sh", "-c", "while :; do :; done"}, sdk.ExecOptions{}); err != nil {
+		t.Fatalf("busy loop: %+v, %v", res, err)
+	}
+	wall := time.Since(t0)
+	after, err := sb.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := float64(after.CPUNanos-before.CPUNanos) / float64(wall.Nanoseconds())
+	t.Logf("busy loop capped at 0.5 core: %.2f cores over %s", share, wall.Round(time.Millisecond))
+	// The cap bounds it from above; the quota's throttling shows it is
+	// what held the loop back (on this shared 2-core machine other load
+	// may hold it below half a core too).
+	if share > 0.6 {
+		t.Errorf("busy loop got %.2f cores, want at most ≈ 0.5", share)
+	}
+	stat := cgroupValue(t, "qcpu", "cpu.stat")
+	var throttled int
+	for _, l := range strings.Split(stat, "\n") {
+		if v, ok := strings.CutPrefix(l, "nr_throttled "); ok {
+			throttled, _ = strconv.Atoi(v)
+		}
+	}
+	if throttled == 0 {
+		t.Errorf("cpu.stat %q: the busy loop was never throttled by its quota", stat)
 	}
 }
