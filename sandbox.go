@@ -67,6 +67,7 @@ type Sandbox struct {
 	timer     *time.Timer
 	timedOut  atomic.Bool
 	initStdin *stdinStream // nil without Config.Stdin
+	oomKilled atomic.Bool  // a TaskOOM event came for the init's sandbox
 	execs     atomic.Uint64
 	users     sync.Map // user string → specs.User
 	onClose   func(context.Context) error
@@ -240,8 +241,10 @@ func (s *Sandbox) watch(ctx context.Context) error {
 		return newError("wait", s.id, nil, err)
 	}
 	s.watched = true
+	oom := s.watchOOM(ctx)
 	go func() {
 		st := <-ch
+		oom(st.ExitCode())
 		s.bmu.Lock()
 		defer s.bmu.Unlock()
 		if s.task != t {

@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/metrics"
 )
 
 // Quotas (docs/operations.md#quotas): each test runs a sandbox that goes
@@ -98,8 +99,8 @@ func TestQuotaMemory(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer rcancel()
 	code, err := sb.Run(rctx)
-	if err != nil || code != 137 {
-		t.Errorf("offender: exit %d, %v; want 137", code, err)
+	if !errors.Is(err, sdk.ErrOOM) || code != 137 || metrics.Classify(err) != metrics.ClassOOM {
+		t.Errorf("offender: exit %d, %v (class %s); want 137, ErrOOM, class oom", code, err, metrics.Classify(err))
 	}
 	if msg := stderr.String(); !strings.Contains(msg, "out of memory") || !strings.Contains(msg, "128 MiB") || strings.Contains(msg, "survived") {
 		t.Errorf("offender's stderr %q: want gvx's out-of-memory message naming 128 MiB", msg)
@@ -270,7 +271,7 @@ func TestQuotaLifetime(t *testing.T) {
 		code, err := sb.Run(rctx)
 		cancel()
 		took := time.Since(t0)
-		if !errors.Is(err, sdk.ErrTimeout) || code != tc.code || out.String() != tc.out || took < tc.took {
+		if !errors.Is(err, sdk.ErrTimeout) || metrics.Classify(err) != metrics.ClassTimeout || code != tc.code || out.String() != tc.out || took < tc.took {
 			t.Errorf("%s past its lifetime: exit %d, %v, stdout %q after %s; want %d, ErrTimeout, %q, at least %s",
 				tc.id, code, err, out.String(), took, tc.code, tc.out, tc.took)
 		}
