@@ -54,8 +54,15 @@ type Config struct {
 	// Publish makes guest Unix sockets reachable on the host.
 	Publish []Publish
 	// Timeout, if positive, is the sandbox's lifetime: it is killed that
-	// long after New returns (Run then returns ErrTimeout).
+	// long after New returns (Run then returns ErrTimeout). The container
+	// carries it as its dev.gvx.max-lifetime (plus StopGrace), so the
+	// janitor stops the sandbox too should this client be gone.
 	Timeout time.Duration
+	// StopGrace, if positive, makes the end of Timeout a graceful stop:
+	// every process of the sandbox gets SIGTERM (which it may handle),
+	// and SIGKILL StopGrace later if the init still runs. Zero: SIGKILL
+	// at once.
+	StopGrace time.Duration
 	// Labels are kept with the sandbox (List and Attach return them).
 	// Keys starting with "dev.gvx." are gvx's own.
 	Labels map[string]string
@@ -96,11 +103,12 @@ type Resources struct {
 	MemoryBytes int64
 	// CPUMillis caps its CPU time in thousandths of a core (2000 = 2 cores).
 	CPUMillis int64
-	// Pids caps the number of host tasks of the sandbox (gVisor's threads
-	// and the guest's processes together).
+	// Pids caps the number of tasks (threads) in the sandbox: a fork or
+	// clone past it fails with EAGAIN inside (docs/operations.md#quotas).
 	Pids int64
-	// DiskBytes caps what can be written to the root filesystem (its
-	// writes live in sandbox memory; volumes have their own size).
+	// DiskBytes caps what can be written to the root filesystem: a write
+	// past it fails with ENOSPC inside (the writes go to a file of at most
+	// that size on the host's disk; volumes have their own size).
 	DiskBytes int64
 }
 

@@ -24,6 +24,9 @@ var (
 	// ErrTimeout: a deadline set through the SDK (Config.Timeout,
 	// ExecOptions.Timeout) passed; what it bounded was killed.
 	ErrTimeout = errors.New("timed out")
+	// ErrOOM: the sandbox reached its memory limit and the host's OOM
+	// killer ended it (exit status 137; docs/operations.md#quotas).
+	ErrOOM = errors.New("out of memory")
 	// ErrClosed: the sandbox, pool or client was closed.
 	ErrClosed = errors.New("closed")
 	// ErrUnsupported: gvx cannot do this (yet), or the image lacks a tool

@@ -29,7 +29,9 @@ const (
 
 // Run waits until the sandbox's init exits and its output is written, and
 // returns its exit status (128+n for a death by signal n). After
-// Config.Timeout it returns ErrTimeout (with 137). Run does not Close.
+// Config.Timeout it returns ErrTimeout (with 137); after the host's OOM
+// killer ended the sandbox at its memory limit, ErrOOM (with 137). Run
+// does not Close.
 func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	select {
 	case <-s.Exited():
@@ -46,8 +48,11 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	if err := status.Error(); err != nil {
 		return code, newError("run", s.id, nil, err)
 	}
+	if s.oomKilled.Load() {
+		return code, errorf("run", s.id, ErrOOM, "the sandbox was killed: out of memory (it reached its memory limit)")
+	}
 	if s.timedOut.Load() {
-		return code, errorf("run", s.id, ErrTimeout, "the sandbox was killed at the end of its %s timeout", s.cfg.Timeout)
+		return code, errorf("run", s.id, ErrTimeout, "the sandbox was stopped at the end of its %s timeout", s.cfg.Timeout)
 	}
 	return code, nil
 }

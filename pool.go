@@ -130,6 +130,11 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 	rc.Docker.Enabled = t.Docker
 	rc.Resources.MemoryBytes, rc.Resources.CPUMillis = t.Resources.MemoryBytes, t.Resources.CPUMillis
 	rc.SentryFlags = append(slices.Clone(rc.SentryFlags), sandboxFlags(c.cfg, t)...)
+	if t.Resources.DiskBytes > 0 {
+		// The pool boots its sandboxes with the template's root
+		// filesystem cap (the shim lets a task adopt only such a sandbox).
+		rc.SentryFlags = append(rc.SentryFlags, api.RootfsSizeFlag(t.Resources.DiskBytes))
+	}
 	if imagePoolable(t) && rc.RootfsOverlay == "memory" {
 		rc.Pool.Image, rc.Pool.Containerd, rc.Pool.Namespace, rc.Pool.Snapshotter = img.Name(), c.opts.Containerd, c.opts.Namespace, c.opts.Snapshotter
 	}

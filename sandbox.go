@@ -67,6 +67,7 @@ type Sandbox struct {
 	timer     *time.Timer
 	timedOut  atomic.Bool
 	initStdin *stdinStream // nil without Config.Stdin
+	oomKilled atomic.Bool  // a TaskOOM event came for the init's sandbox
 	execs     atomic.Uint64
 	users     sync.Map // user string → specs.User
 	onClose   func(context.Context) error
@@ -240,8 +241,10 @@ func (s *Sandbox) watch(ctx context.Context) error {
 		return newError("wait", s.id, nil, err)
 	}
 	s.watched = true
+	oom := s.watchOOM(ctx)
 	go func() {
 		st := <-ch
+		oom(st.ExitCode())
 		s.bmu.Lock()
 		if s.task != t {
 			s.bmu.Unlock()
@@ -264,11 +267,20 @@ func (s *Sandbox) curTask() client.Task {
 	return s.task
 }
 
-// expire is Config.Timeout's end: the sandbox is killed.
+// expire is Config.Timeout's end: the sandbox is killed, after SIGTERM
+// and Config.StopGrace if that is set.
 func (s *Sandbox) expire() {
 	s.timedOut.Store(true)
-	ctx, cancel := context.WithTimeout(s.c.Context(context.Background()), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.c.Context(context.Background()), 30*time.Second+s.cfg.StopGrace)
 	defer cancel()
+	if g := s.cfg.StopGrace; g > 0 {
+		_ = s.curTask().Kill(ctx, syscall.SIGTERM, client.WithKillAll)
+		select {
+		case <-s.Exited():
+			return
+		case <-time.After(g):
+		}
+	}
 	_ = s.curTask().Kill(ctx, syscall.SIGKILL, client.WithKillAll)
 }
 

@@ -91,7 +91,7 @@ func TestSandboxFlagsAndConfig(t *testing.T) {
 		t.Errorf("plain sandbox flags %v", f)
 	}
 	f := sandboxFlags(base, Config{Resources: Resources{DiskBytes: 1 << 30}, Publish: []Publish{{}}})
-	if strings.Join(f, " ") != "--overlay2=root:memory,size=1073741824 --host-uds=create" {
+	if strings.Join(f, " ") != "--host-uds=create" {
 		t.Errorf("flags %v", f)
 	}
 	if f := sandboxFlags(base, Config{Docker: true, Publish: []Publish{{}}}); len(f) != 0 {

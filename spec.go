@@ -91,8 +91,8 @@ func validate(cfg Config) error {
 			return fmt.Errorf("Labels: %q: keys starting with dev.gvx. are gvx's own", k)
 		}
 	}
-	if cfg.Timeout < 0 {
-		return errors.New("Timeout must not be negative")
+	if cfg.Timeout < 0 || cfg.StopGrace < 0 {
+		return errors.New("Timeout and StopGrace must not be negative")
 	}
 	return nil
 }
@@ -154,6 +154,9 @@ func specOpts(cfg Config, img client.Image, mounts []specs.Mount) []oci.SpecOpts
 	if r.Pids > 0 {
 		opts = append(opts, oci.WithPidsLimit(r.Pids))
 	}
+	if r.DiskBytes > 0 {
+		opts = append(opts, oci.WithAnnotations(map[string]string{api.AnnotationRootfsSize: strconv.FormatInt(r.DiskBytes, 10)}))
+	}
 	if cfg.Docker {
 		opts = append(opts, oci.WithAnnotations(map[string]string{api.AnnotationDocker: "true"}))
 	}
@@ -177,6 +180,9 @@ func (s *Sandbox) labels(pool string) (map[string]string, error) {
 	if s.cfg.Docker {
 		l[LabelDocker] = "true"
 	}
+	if s.cfg.Timeout > 0 {
+		l[api.AnnotationMaxLifetime] = (s.cfg.Timeout + s.cfg.StopGrace).String()
+	}
 	if pool != "" {
 		l[LabelPool] = pool
 	}
@@ -193,9 +199,6 @@ func (s *Sandbox) labels(pool string) (map[string]string, error) {
 // sandboxFlags are the gvx-sentry flags cfg needs beyond the config's.
 func sandboxFlags(base config.Config, cfg Config) []string {
 	var flags []string
-	if cfg.Resources.DiskBytes > 0 {
-		flags = append(flags, "--overlay2=root:"+base.RootfsOverlay+",size="+strconv.FormatInt(cfg.Resources.DiskBytes, 10))
-	}
 	if len(cfg.Publish) > 0 && !cfg.Docker {
 		flags = append(flags, "--host-uds=create")
 	}

@@ -70,6 +70,20 @@ const (
 	// duration such as "2h") is how long the janitor lets the sandbox run
 	// before it stops it, over the config's janitor.max_lifetime.
 	AnnotationMaxLifetime = "dev.gvx.max-lifetime"
+	// AnnotationMemoryHigh sets the sandbox's reclaim threshold below its
+	// memory limit (cgroup v2 memory.high, v1 memory.soft_limit_in_bytes):
+	// bytes ("805306368", "768Mi"), a share of the limit ("90%"), or "0"
+	// for none; over the config's resources.memory_high_percent.
+	AnnotationMemoryHigh = "dev.gvx.memory-high"
+	// AnnotationRootfsSize caps what the guest may write to its root
+	// filesystem (bytes, or with a K/M/G/Ki/Mi/Gi suffix); over the
+	// config's resources.rootfs_bytes. Writes past it fail with ENOSPC.
+	AnnotationRootfsSize = "dev.gvx.rootfs-size"
+	// AnnotationPidsLimit is the number of tasks (threads) gvx-sentry lets
+	// the guest have: a clone past it fails with EAGAIN inside. The shim
+	// sets it from the spec's linux.resources.pids.limit (and keeps a
+	// larger host pids limit as a backstop, HostPidsLimit).
+	AnnotationPidsLimit = "dev.gvx.pids-limit"
 	// LeaseLabel marks the containerd leases an image pool holds.
 	LeaseLabel = "dev.gvx.pool"
 )

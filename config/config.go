@@ -205,6 +205,21 @@ type Resources struct {
 	MemoryBytes int64 `toml:"memory_bytes"`
 	// CPUMillis caps a sandbox's CPU in thousandths of a core; 0 means none.
 	CPUMillis int64 `toml:"cpu_millis"`
+	// MemoryHighPercent puts the sandbox's reclaim threshold (cgroup v2
+	// memory.high, v1 memory.soft_limit_in_bytes) at this share of its
+	// memory limit, so the host reclaims and throttles it before the hard
+	// limit kills it (a task's dev.gvx.memory-high overrides it); 0 or 100:
+	// none. Default 90.
+	MemoryHighPercent int `toml:"memory_high_percent"`
+	// Pids caps the tasks (threads) in a sandbox, enforced inside it: a
+	// clone past it fails with EAGAIN (a spec's pids limit overrides it);
+	// 0 means none.
+	Pids int64 `toml:"pids"`
+	// RootfsBytes caps what the guest may write to its root filesystem
+	// (a task's dev.gvx.rootfs-size overrides it): the writes go to a
+	// file of that size at most beside the rootfs on the host disk, and a
+	// write past it fails with ENOSPC inside; 0 means no cap.
+	RootfsBytes int64 `toml:"rootfs_bytes"`
 }
 
 // Default returns the built-in configuration.
@@ -215,6 +230,7 @@ func Default() Config {
 		Network:       "sandbox",
 		StateDir:      api.DefaultStateDir,
 		RootfsOverlay: "memory",
+		Resources:     Resources{MemoryHighPercent: 90},
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
 		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs"},
 		Janitor:       Janitor{Interval: 10 * time.Minute, MinAge: time.Minute, Grace: 10 * time.Second},
@@ -265,7 +281,7 @@ func Parse(data []byte) (Config, error) {
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny", "nat.max_connections", "nat.bandwidth",
-		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "docker.enabled",
+		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "resources.memory_high_percent", "resources.pids", "resources.rootfs_bytes", "docker.enabled",
 		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
 		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
 		"metrics.listen", "metrics.allow_remote", "admission.memory_percent", "admission.disk_percent", "admission.disk_paths"}
@@ -356,6 +372,9 @@ func (c Config) Validate() error {
 	}
 	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {
 		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
+	}
+	if r := c.Resources; r.Pids < 0 || r.RootfsBytes < 0 || r.MemoryHighPercent < 0 || r.MemoryHighPercent > 100 {
+		return fmt.Errorf("resources: pids %d and rootfs_bytes %d must not be negative, memory_high_percent %d must be 0 to 100", r.Pids, r.RootfsBytes, r.MemoryHighPercent)
 	}
 	return nil
 }

@@ -114,6 +114,9 @@ func Prepare(s *specs.Spec, c config.Config) (Mapping, error) {
 		return Mapping{}, err
 	}
 	applyResources(s, c.Resources)
+	if err := applyQuotas(s, c.Resources); err != nil {
+		return Mapping{}, err
+	}
 	return m, nil
 }
 

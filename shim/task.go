@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,15 +44,16 @@ type gvxTask struct {
 	rec    *record
 	// role and pod: the task's place in a CRI pod; pause is the pod's
 	// sandbox task when this is an application container of it.
-	role, pod string
-	pause     *gvxTask
-	mapping   oci.Mapping
-	hook      string               // gvx-hook, when the sandbox's network needs it
-	network   string               // the task's network mode (api.Network*)
-	flags     []string             // gvx-sentry global flags of the task
-	rootVol   *api.Volume          // an ext4 root filesystem, mounted like a volume
-	vols      *taskVolumes         // leased ext4lite volumes (held in memory)
-	mounted   []checkpoint.Mounted // every volume, for checkpoints
+	role, pod  string
+	pause      *gvxTask
+	mapping    oci.Mapping
+	hook       string               // gvx-hook, when the sandbox's network needs it
+	network    string               // the task's network mode (api.Network*)
+	flags      []string             // gvx-sentry global flags of the task
+	rootVol    *api.Volume          // an ext4 root filesystem, mounted like a volume
+	rootfsSize int64                // the cap on root filesystem writes (0: none)
+	vols       *taskVolumes         // leased ext4lite volumes (held in memory)
+	mounted    []checkpoint.Mounted // every volume, for checkpoints
 	// restoring is the manifest of the checkpoint in checkpointDir the
 	// task is restored from (nil: a task created afresh).
 	restoring     *checkpoint.Manifest
@@ -151,6 +153,16 @@ func (t *gvxTask) prepareSpec(ctx context.Context) error {
 	}
 	t.mapping = m
 	t.flags = t.cfg.SentryFlagList()
+	if t.rootfsSize, err = oci.RootfsSize(t.spec, t.cfg.Resources.RootfsBytes); err != nil {
+		return grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	if t.rootfsSize > 0 {
+		// The guest's root filesystem writes go to a file beside the
+		// rootfs on the host's disk (not memory), at most that large: a
+		// write past it fails with ENOSPC inside. An ext4 root filesystem
+		// (prepareVolumes) is instead as large as its image.
+		t.flags = append(t.flags, api.RootfsSizeFlag(t.rootfsSize))
+	}
 	if err := t.prepareNetwork(); err != nil {
 		return grpcError(errdefs.ErrInvalidArgument, err)
 	}
@@ -226,6 +238,9 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 	why := adopt.Blocker(t.cfg, t.spec, t.role, t.rootVol != nil)
 	if why == "" && t.network != t.cfg.Network {
 		why = "it asks for network " + t.network + ", not the pool's " + t.cfg.Network
+	}
+	if why == "" && t.rootfsSize > 0 && !slices.Contains(t.cfg.SentryFlags, api.RootfsSizeFlag(t.rootfsSize)) {
+		why = "its root filesystem has a size cap (a setting of the sandbox's boot)"
 	}
 	if why != "" {
 		if t.cfg.Pool.Size > 0 {

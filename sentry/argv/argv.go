@@ -173,3 +173,16 @@ func (c Command) CreateSpec() (*specs.Spec, error) {
 	}
 	return bundle.ReadSpec(bundle.Dir(Flag(f, "bundle")))
 }
+
+// SubFlag is the value of flag name of c's subcommand (one of runsc's OCI
+// commands), "" if unset or c does not parse.
+func (c Command) SubFlag(name string) string {
+	sc := runscCommand(c.Sub)
+	if sc == nil {
+		return ""
+	}
+	if f := c.SubFlags(sc); f != nil {
+		return Flag(f, name)
+	}
+	return ""
+}

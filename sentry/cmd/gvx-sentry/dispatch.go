@@ -16,6 +16,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/monitor"
 	"github.com/gvxrun/gvx/sentry/natsandbox"
+	"github.com/gvxrun/gvx/sentry/oomwatch"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
 )
 
@@ -24,10 +25,10 @@ import (
 // table does not list, is runsc's own (handler runsc).
 var table = map[string]map[kind]handler{
 	"create": {
-		kindPlain:        runsc, // in the mount namespace of its volumes (mountVolumes)
+		kindPlain:        before(watchOOM, runsc), // in the mount namespace of its volumes (mountVolumes)
 		kindSubcontainer: gvx(new(subcontainer.Create)),
 		kindTask:         gvx(new(exectask.Create)),
-		kindNAT:          gvx(new(natsandbox.Create)), // runsc's, then the NAT and eth0
+		kindNAT:          before(watchOOM, gvx(new(natsandbox.Create))), // runsc's, then the NAT and eth0
 	},
 	"start": {
 		kindPlain:        runsc,
@@ -65,7 +66,7 @@ var table = map[string]map[kind]handler{
 	exectask.MonitorCommand:     {kindHelper: gvx(new(exectask.Monitor))},
 	fastexec.WaitCommand:        {kindHelper: gvx(new(fastexec.Wait))},
 	api.NATCommand:              {kindHelper: gvx(new(natsandbox.Serve))},
-	"boot":                      {kindHelper: before(compat.Install, runsc)}, // the Sentry runs in this process
+	"boot":                      {kindHelper: before(installCompat, runsc)}, // the Sentry runs in this process
 }
 
 // A kind is what a gvx-sentry command line is about.
@@ -157,6 +158,27 @@ func gvx(c util.SubCommand) handler { return handler{cmd: c} }
 
 // onSandbox is h on the task's sandbox.
 func onSandbox(h handler) handler { h.onSandbox = true; return h }
+
+// installCompat patches the Sentry's system calls before it boots:
+// Linux's behaviour where gVisor's differs, and the guest's pids limit.
+func installCompat() {
+	compat.Install()
+	compat.InstallPidsLimit(compat.BootPidsLimit(os.Args))
+}
+
+// watchOOM starts the OOM watcher of the sandbox a create (os.Args)
+// makes (package oomwatch).
+func watchOOM() {
+	c, ok := argv.Parse(os.Args)
+	if !ok {
+		return
+	}
+	spec, err := c.CreateSpec()
+	if err != nil {
+		return
+	}
+	oomwatch.Spawn(spec, c.SubFlag("pid-file"))
+}
 
 // before is h with fn run first.
 func before(fn func(), h handler) handler { h.before = fn; return h }

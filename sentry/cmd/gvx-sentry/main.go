@@ -36,6 +36,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/maskpaths"
+	"github.com/gvxrun/gvx/sentry/oomwatch"
 	"github.com/gvxrun/gvx/sentry/sysclass"
 	"github.com/gvxrun/gvx/sentry/volmount"
 )
@@ -44,6 +45,13 @@ import (
 var _ = version.Version()
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == oomwatch.WatchCommand {
+		if err := oomwatch.Watch(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
+			os.Exit(2)
+		}
+		return
+	}
 	if err := mountVolumes(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(1)
