@@ -184,7 +184,13 @@ type Resources struct {
 	MemoryBytes int64 `toml:"memory_bytes"`
 	// CPUMillis caps a sandbox's CPU in thousandths of a core; 0 means none.
 	CPUMillis int64 `toml:"cpu_millis"`
+	// MaxExecs bounds the execs of one task alive at once (each holds host
+	// processes and the shim's stdio); 0 means DefaultMaxExecs.
+	MaxExecs int `toml:"max_execs"`
 }
+
+// DefaultMaxExecs is resources.max_execs when the config sets none.
+const DefaultMaxExecs = 128
 
 // Default returns the built-in configuration.
 func Default() Config {
@@ -330,8 +336,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("admission.disk_paths: %q must be an absolute path", p)
 		}
 	}
-	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {
-		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
+	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 || c.Resources.MaxExecs < 0 {
+		return errors.New("resources: memory_bytes, cpu_millis and max_execs must not be negative")
 	}
 	return nil
 }
