@@ -429,26 +429,38 @@ func bomb(kind string, d time.Duration) {
 		say("BOMB-SPIN-THREADS", n)
 		time.Sleep(time.Until(end))
 	case "disk":
-		f, err := os.Create("/data/fill")
-		n := 0
-		if err == nil {
-			b := make([]byte, 1<<20)
-			for time.Now().Before(end) {
-				if _, err = f.Write(b); err != nil {
+		// Fill the volume's blocks, then its inodes, empty it and again,
+		// until d is over: sustained writes, not one burst.
+		b := make([]byte, 1<<20)
+		mib, files, rounds := 0, 0, 0
+		var err error
+		for rounds == 0 || time.Now().Before(end) {
+			rounds++
+			var f *os.File
+			if f, err = os.Create("/data/fill"); err == nil {
+				for time.Now().Before(end) {
+					if _, err = f.Write(b); err != nil {
+						break
+					}
+					mib++
+				}
+				f.Close()
+			}
+			say("BOMB-DISK-MIB", mib, fmt.Sprintf("err=%v", err))
+			n := 0
+			for ; time.Now().Before(end); n++ {
+				if err = os.WriteFile(fmt.Sprintf("/data/i%d", n), nil, 0o644); err != nil {
 					break
 				}
-				n++
 			}
-			f.Close()
-		}
-		say("BOMB-DISK-MIB", n, fmt.Sprintf("err=%v", err))
-		files := 0
-		for ; time.Now().Before(end); files++ {
-			if err = os.WriteFile(fmt.Sprintf("/data/i%d", files), nil, 0o644); err != nil {
-				break
+			files += n
+			say("BOMB-INODES", files, fmt.Sprintf("err=%v", err))
+			os.Remove("/data/fill")
+			for i := 0; i < n; i++ {
+				os.Remove(fmt.Sprintf("/data/i%d", i))
 			}
 		}
-		say("BOMB-INODES", files, fmt.Sprintf("err=%v", err))
+		say("BOMB-DISK-ROUNDS", rounds)
 	}
 }
 
