@@ -401,7 +401,8 @@ func pct(ds []time.Duration, p int) time.Duration {
 // sandbox limited to 256 MiB and one CPU: the abuse runs (its output says
 // how far it got), the abuser is stopped by its own limits, and a canary
 // sandbox answers: the median of its exec latencies, sampled back to back
-// from 1 s into the abuse until it ends, stays within 3× its idle value.
+// from 1 s into the abuse until it ends, stays within 3× its idle value
+// (the larger of before the abuse and after it is killed).
 func TestSecurityResourceAbuse(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -454,9 +455,6 @@ func TestSecurityResourceAbuse(t *testing.T) {
 			if len(ds) < 3 {
 				t.Errorf("%s bomb: only %d canary samples during the abuse", b.kind, len(ds))
 			}
-			if busy > 3*idle {
-				t.Errorf("%s bomb: canary exec latency p50 %v over 3× idle %v", b.kind, busy, idle)
-			}
 			switch b.kind {
 			case "mem":
 				most := 0
@@ -474,6 +472,14 @@ func TestSecurityResourceAbuse(t *testing.T) {
 				}
 			}
 			_, _ = e.ctrResult(context.Background(), "task", "kill", "-s", "KILL", id)
+			// Idle again once the abuser is gone: the machine's own load
+			// (other users of a shared node) is not the abuser's doing.
+			after := execLatency(t, c.id, 5)
+			base := max(idle, after)
+			t.Logf("%s bomb: canary idle %v before, %v after; p50 %.1f× the larger", b.kind, idle, after, float64(busy)/float64(base))
+			if busy > 3*base {
+				t.Errorf("%s bomb: canary exec latency p50 %v over 3× idle (%v before, %v after)", b.kind, busy, idle, after)
+			}
 			c.check(t)
 		})
 	}
