@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/gvxrun/gvx/serve/internal/fakebackend"
 )
 
 // TestWatchersCapped: a client creating watchers without end gets
@@ -79,4 +84,16 @@ func TestSlowClientDropped(t *testing.T) {
 		t.Errorf("the client got %d MiB of a 256 MiB output before it was dropped", len(data)>>20)
 	}
 	t.Logf("slow client got %d MiB before it was dropped", len(data)>>20)
+}
+
+// TestStartOverMaxExecs: a sandbox refusing more execs (the shim's
+// max_execs) answers Start with resource_exhausted, not internal.
+func TestStartOverMaxExecs(t *testing.T) {
+	b := fakebackend.New()
+	b.FailExec = fmt.Errorf("exec x: the task has 32 execs alive, the most [resources] max_execs allows: %w", errdefs.ErrResourceExhausted)
+	hs := newServerOn(t, b)
+	_, es := stream(t, hs, "process.Process/Start", bash("true"), nil)
+	if !strings.Contains(es, "resource_exhausted") || !strings.Contains(es, "max_execs") {
+		t.Fatalf("end-stream %s, want resource_exhausted naming max_execs", es)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/serve/backend"
@@ -178,6 +179,9 @@ func (s *Server) start(ctx context.Context, r *http.Request, req *StartRequest, 
 	bp, err := s.sb.Exec(s.ctx, c)
 	log.G(ctx).Debugf("envd: pid %d %s started in %s", p.pid, req.Process.Cmd, time.Since(t0))
 	if err != nil {
+		if errdefs.IsResourceExhausted(err) { // the sandbox's max_execs
+			return connect.Errorf(connect.ResourceExhausted, "start %s: %v", req.Process.Cmd, err)
+		}
 		return connect.Errorf(connect.Internal, "start %s: %v", req.Process.Cmd, err)
 	}
 	p.p = bp
