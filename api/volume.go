@@ -9,7 +9,11 @@ import (
 // Volume is one ext4 image gvx-sentry mounts at Staging (a host path the
 // spec bind-mounts into the sandbox) before the sandbox is created.
 type Volume struct {
-	Image    string `json:"image"`
+	Image string `json:"image"`
+	// Open, if set, is the path gvx-sentry opens instead of Image: the
+	// shim's leased, checked descriptor (/proc/PID/fd/N), so that the file
+	// mounted is the file checked even if Image is renamed meanwhile.
+	Open     string `json:"open,omitempty"`
 	Staging  string `json:"staging"`
 	ReadOnly bool   `json:"readonly,omitempty"`
 }
@@ -33,8 +37,8 @@ func DecodeVolumes(v string) ([]Volume, error) {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationVolumes, err)
 	}
 	for _, vol := range vols {
-		if !filepath.IsAbs(vol.Image) || !filepath.IsAbs(vol.Staging) {
-			return nil, fmt.Errorf("annotation %s: image %q and staging %q must be absolute", AnnotationVolumes, vol.Image, vol.Staging)
+		if !filepath.IsAbs(vol.Image) || !filepath.IsAbs(vol.Staging) || vol.Open != "" && !filepath.IsAbs(vol.Open) {
+			return nil, fmt.Errorf("annotation %s: image %q, open %q and staging %q must be absolute", AnnotationVolumes, vol.Image, vol.Open, vol.Staging)
 		}
 	}
 	return vols, nil

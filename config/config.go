@@ -220,7 +220,13 @@ type Resources struct {
 	// file of that size at most beside the rootfs on the host disk, and a
 	// write past it fails with ENOSPC inside; 0 means no cap.
 	RootfsBytes int64 `toml:"rootfs_bytes"`
+	// MaxExecs bounds the execs of one task alive at once (each holds host
+	// processes and the shim's stdio); 0 means DefaultMaxExecs.
+	MaxExecs int `toml:"max_execs"`
 }
+
+// DefaultMaxExecs is resources.max_execs when the config sets none.
+const DefaultMaxExecs = 32
 
 // Default returns the built-in configuration.
 func Default() Config {
@@ -281,7 +287,7 @@ func Parse(data []byte) (Config, error) {
 func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny", "nat.max_connections", "nat.bandwidth",
-		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "resources.memory_high_percent", "resources.pids", "resources.rootfs_bytes", "docker.enabled",
+		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "resources.memory_high_percent", "resources.pids", "resources.rootfs_bytes", "resources.max_execs", "docker.enabled",
 		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
 		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
 		"metrics.listen", "metrics.allow_remote", "admission.memory_percent", "admission.disk_percent", "admission.disk_paths"}
@@ -370,8 +376,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("admission.disk_paths: %q must be an absolute path", p)
 		}
 	}
-	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 {
-		return errors.New("resources: memory_bytes and cpu_millis must not be negative")
+	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 || c.Resources.MaxExecs < 0 {
+		return errors.New("resources: memory_bytes, cpu_millis and max_execs must not be negative")
 	}
 	if r := c.Resources; r.Pids < 0 || r.RootfsBytes < 0 || r.MemoryHighPercent < 0 || r.MemoryHighPercent > 100 {
 		return fmt.Errorf("resources: pids %d and rootfs_bytes %d must not be negative, memory_high_percent %d must be 0 to 100", r.Pids, r.RootfsBytes, r.MemoryHighPercent)

@@ -46,7 +46,12 @@ for t in "${targets[@]}"; do
 		failed=1
 		echo "== $name failed:"; grep -v '^fuzz: elapsed' "$log" | tail -20
 	fi
-	results+=("$(printf '%-28s %-20s %6.1f CPU-min %4ds wall %d crash(es)' "$( [[ $mod == . ]] && echo "${pkg#./}" || p=${pkg#./}; p=${p#.}; echo "$mod${p:+/$p}")" "$name" "$(echo "$cpu/60" | bc -l)" $(( $(date +%s) - start )) $crashes)")
+	p=${pkg#./}
+	p=${p#.}
+	label=$p
+	[[ $mod != . ]] && label="$mod${p:+/$p}"
+	results+=("$(printf '%-28s %-20s %6.1f CPU-min %4ds wall %d crash(es)' "$label" "$name" "$(echo "$cpu/60" | bc -l)" $(( $(date +%s) - start )) $crashes)")
+	echo "${results[-1]}" # as it completes, too: a run stopped early keeps its figures
 	rm -f "$log"
 done
 printf '%s\n' "${results[@]}"

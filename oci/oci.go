@@ -109,6 +109,9 @@ func Prepare(s *specs.Spec, c config.Config) (Mapping, error) {
 	if err := Validate(s); err != nil {
 		return Mapping{}, err
 	}
+	if err := refuseOwnAnnotations(s); err != nil {
+		return Mapping{}, err
+	}
 	m, err := ensureUserNS(s, c.UserNS)
 	if err != nil {
 		return Mapping{}, err
@@ -264,4 +267,20 @@ func SandboxResources(r *specs.LinuxResources) Resources {
 		out.PidsLimit = *r.Pids.Limit
 	}
 	return out
+}
+
+// OwnAnnotations are the annotations only gvx sets on a task's spec, after
+// Prepare: which running sandbox a task's process starts in, and which
+// warm-pool sandbox a container's delete destroys. A spec that arrives
+// with one would start its process in another episode's sandbox, or
+// destroy it.
+var OwnAnnotations = []string{api.AnnotationPoolExec, api.AnnotationPoolSandbox}
+
+func refuseOwnAnnotations(s *specs.Spec) error {
+	for _, a := range OwnAnnotations {
+		if v, ok := s.Annotations[a]; ok {
+			return fmt.Errorf("invalid OCI spec: annotation %s=%q is set by gvx itself when a task adopts a pool sandbox; remove it (use [pool] in the config to run tasks in warm-pool sandboxes)", a, v)
+		}
+	}
+	return nil
 }

@@ -29,7 +29,8 @@ type service struct {
 	task.TTRPCTaskService
 
 	mu    sync.Mutex
-	tasks map[string]*gvxTask // by container id
+	tasks map[string]*gvxTask        // by container id
+	execs map[string]map[string]bool // live exec ids by container id (execlimit.go)
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
@@ -40,7 +41,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	// The task service reaps every child of the shim: volume checks
 	// (e2fsck) wait through its reaper.
 	volume.Runner = runReaped
-	s := &service{tasks: map[string]*gvxTask{}}
+	s := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]bool{}}
 	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
 	if err != nil {
 		return nil, err
@@ -99,6 +100,9 @@ func (s *service) task(id string) *gvxTask {
 // filesystem gvx mounted.
 func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
+	if err == nil || errdefs.IsNotFound(errgrpc.ToNative(err)) {
+		s.releaseExec(r.ID, r.ExecID)
+	}
 	if err == nil && r.ExecID != "" {
 		if t := s.task(r.ID); t != nil {
 			removeExecGuestPid(ctx, t.rec.Bundle, r.ExecID)

@@ -70,7 +70,17 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 				return nil, nil, err
 			}
 		}
-		list = append(list, *root)
+		// The snapshotter's image was built from untrusted layers (and
+		// may have been left by an earlier container): it gets a volume's
+		// checks and lease before the host kernel mounts it.
+		lease, err := volume.Acquire(ctx, root.Image, volume.AcquireOptions{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("root filesystem: %w", err)
+		}
+		tv.leases = append(tv.leases, lease)
+		rv := *root
+		rv.Open = lease.OpenPath()
+		list = append(list, rv)
 		mounted = append(mounted, checkpoint.Mounted{Image: root.Image, Destination: "/", ReadOnly: root.ReadOnly})
 	}
 	n := 0
@@ -106,15 +116,12 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 		if ro {
 			opts = []string{"rbind", "ro"}
 		}
-		list = append(list, api.Volume{Image: lease.Path(), Staging: staging, ReadOnly: ro})
+		list = append(list, api.Volume{Image: lease.Path(), Open: lease.OpenPath(), Staging: staging, ReadOnly: ro})
 		mounted = append(mounted, checkpoint.Mounted{Image: lease.Path(), Destination: m.Destination, ReadOnly: ro})
 		s.Mounts[i] = specs.Mount{Destination: m.Destination, Type: "bind", Source: staging, Options: opts}
 	}
 	if len(list) == 0 {
 		return nil, nil, nil
-	}
-	if n == 0 {
-		tv = nil // only the root filesystem: nothing leased
 	}
 	if err := setVolumes(s, list); err != nil {
 		return nil, nil, err

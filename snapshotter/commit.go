@@ -118,6 +118,12 @@ func settle(ctx context.Context, key, p string) error {
 	if err := f.Sync(); err != nil {
 		return classify(fmt.Errorf("fsync %s: %w", p, err))
 	}
+	// The shim verifies a container's root filesystem before the host
+	// kernel mounts it; checked (and marked) here, once per layer, the
+	// clones of this image carry the mark and skip the full check.
+	if err := volume.Verify(ctx, p); err != nil {
+		return imageError(key, p, err)
+	}
 	return nil
 }
 

@@ -58,7 +58,7 @@ func classify(err error) error {
 		return withKind(errdefs.ErrResourceExhausted, err)
 	case errors.Is(err, os.ErrNotExist),
 		errors.Is(err, volume.ErrNotExt4), errors.Is(err, volume.ErrTruncated),
-		errors.Is(err, volume.ErrBadSuperblock), errors.Is(err, volume.ErrFsck):
+		errors.Is(err, volume.ErrBadSuperblock), errors.Is(err, volume.ErrFsck), errors.Is(err, volume.ErrUnsafe):
 		return withKind(errdefs.ErrDataLoss, err)
 	case errors.Is(err, volume.ErrNotClean):
 		return withKind(errdefs.ErrFailedPrecondition, err)

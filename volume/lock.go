@@ -36,7 +36,8 @@ type Lease struct {
 // fails with ErrInUse ("volume X is in use by another sandbox (locked)").
 // The image must pass Inspect and, unless opts.Force, be clean; those are
 // checked after locking so they cannot change underneath, and so is
-// Verify's full check unless the image carries a valid verified mark.
+// Verify's full check unless the image carries a valid verified mark. An
+// image anyone but root may write is refused (checkOwner).
 func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, error) {
 	f, err := lockPath(path, os.O_RDWR, unix.LOCK_EX)
 	if err != nil {
@@ -44,6 +45,10 @@ func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, err
 	}
 	info, sb, err := inspectFile(f, path)
 	if err != nil {
+		f.Close()
+		return nil, withOp("acquire", err)
+	}
+	if err := checkOwner(f, path); err != nil {
 		f.Close()
 		return nil, withOp("acquire", err)
 	}

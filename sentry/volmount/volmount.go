@@ -130,8 +130,14 @@ func Prepare(vols []api.Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
 
 // Mount attaches v.Image to an auto-clearing loop device and mounts its
 // ext4 filesystem at v.Staging, idmapped through userns when it is set.
+// With v.Open it opens that instead: the shim's descriptor of the image
+// it checked (a rename of v.Image since then changes nothing).
 func Mount(v api.Volume, userns *os.File) error {
-	loop, err := attachLoop(v.Image, v.ReadOnly)
+	open := v.Image
+	if v.Open != "" {
+		open = v.Open
+	}
+	loop, err := attachLoop(open, v.ReadOnly)
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", v.Image, err)
 	}

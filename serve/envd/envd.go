@@ -45,6 +45,7 @@ type Server struct {
 	nextPID  uint32
 	procs    map[uint32]*proc
 	watchers map[string]*watcher
+	watching int // watchers and WatchDir streams (MaxWatchers)
 	closed   bool
 	wg       sync.WaitGroup
 }

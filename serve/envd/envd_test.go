@@ -22,7 +22,11 @@ import (
 
 func newServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	b := fakebackend.New()
+	return newServerOn(t, fakebackend.New())
+}
+
+func newServerOn(t *testing.T, b *fakebackend.Backend) *httptest.Server {
+	t.Helper()
 	sb, err := b.Create(context.Background(), "t1", backend.Template{Name: "base"}, nil)
 	if err != nil {
 		t.Fatal(err)

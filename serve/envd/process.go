@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/serve/backend"
@@ -33,19 +34,38 @@ type proc struct {
 	done     chan struct{}
 }
 
-// subscriber is one attached stream's queue of events (unbounded, so a
-// slow client never stalls the process).
+// MaxQueuedOutput bounds the output one attached stream may fall behind
+// by: a client that reads slower than its process writes is cut off with
+// ResourceExhausted (the process goes on; Connect attaches again) instead
+// of the service holding the output in memory without bound.
+const MaxQueuedOutput = 32 << 20
+
+// subscriber is one attached stream's queue of events (a slow client
+// never stalls the process; it is dropped past MaxQueuedOutput).
 type subscriber struct {
-	mu    sync.Mutex
-	queue []*ProcessEvent
-	wake  chan struct{}
+	mu       sync.Mutex
+	queue    []*ProcessEvent
+	bytes    int  // output queued
+	overflow bool // the queue passed MaxQueuedOutput
+	wake     chan struct{}
 }
 
 func newSubscriber() *subscriber { return &subscriber{wake: make(chan struct{}, 1)} }
 
 func (q *subscriber) push(e *ProcessEvent) {
+	n := 0
+	if d := e.Data; d != nil {
+		n = len(d.Stdout) + len(d.Stderr) + len(d.PTY)
+	}
 	q.mu.Lock()
-	q.queue = append(q.queue, e)
+	switch {
+	case q.overflow:
+	case q.bytes+n > MaxQueuedOutput:
+		q.overflow, q.queue, q.bytes = true, nil, 0
+	default:
+		q.queue = append(q.queue, e)
+		q.bytes += n
+	}
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -53,12 +73,13 @@ func (q *subscriber) push(e *ProcessEvent) {
 	}
 }
 
-func (q *subscriber) take() []*ProcessEvent {
+// take is the queued events, and whether the client fell too far behind.
+func (q *subscriber) take() ([]*ProcessEvent, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := q.queue
-	q.queue = nil
-	return out
+	q.queue, q.bytes = nil, 0
+	return out, q.overflow
 }
 
 func (p *proc) publish(e *ProcessEvent) {
@@ -158,6 +179,9 @@ func (s *Server) start(ctx context.Context, r *http.Request, req *StartRequest, 
 	bp, err := s.sb.Exec(s.ctx, c)
 	log.G(ctx).Debugf("envd: pid %d %s started in %s", p.pid, req.Process.Cmd, time.Since(t0))
 	if err != nil {
+		if errdefs.IsResourceExhausted(err) { // the sandbox's max_execs
+			return connect.Errorf(connect.ResourceExhausted, "start %s: %v", req.Process.Cmd, err)
+		}
 		return connect.Errorf(connect.Internal, "start %s: %v", req.Process.Cmd, err)
 	}
 	p.p = bp
@@ -213,13 +237,18 @@ func relay(ctx context.Context, r *http.Request, p *proc, q *subscriber, st *con
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		for _, e := range q.take() {
+		evs, over := q.take()
+		for _, e := range evs {
 			if err := st.Send(&StreamResponse{Event: e}); err != nil {
 				return err
 			}
 			if e.End != nil {
 				return nil
 			}
+		}
+		if over {
+			return connect.Errorf(connect.ResourceExhausted, "process %d: this stream fell more than %d MiB behind the process's output and was dropped; the process goes on (Connect to attach again, read faster or write less)",
+				p.pid, MaxQueuedOutput>>20)
 		}
 		select {
 		case <-q.wake:

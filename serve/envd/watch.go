@@ -18,6 +18,30 @@ import (
 // polls that undo each other are not seen.
 const PollInterval = 300 * time.Millisecond
 
+// MaxWatchers bounds a sandbox's watchers (polled ones of CreateWatcher
+// and WatchDir streams together): each lists its directory with an exec
+// in the sandbox every PollInterval, so a client holding watchers without
+// bound would flood the host with execs.
+const MaxWatchers = 16
+
+// addWatch counts one more watcher of the sandbox, or refuses it.
+func (s *Server) addWatch(dir string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watching >= MaxWatchers {
+		return connect.Errorf(connect.ResourceExhausted, "watch %s: the sandbox has %d watchers, the most envd keeps (%d); remove one (RemoveWatcher or end a WatchDir stream) first",
+			dir, s.watching, MaxWatchers)
+	}
+	s.watching++
+	return nil
+}
+
+func (s *Server) doneWatch() {
+	s.mu.Lock()
+	s.watching--
+	s.mu.Unlock()
+}
+
 // watcher is a polled watcher of CreateWatcher.
 type watcher struct {
 	cancel context.CancelFunc
@@ -112,6 +136,10 @@ func (s *Server) watchDir(ctx context.Context, r *http.Request, req *WatchDirReq
 	if v, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && v > 0 {
 		every = time.Duration(v) * time.Second
 	}
+	if err := s.addWatch(dir); err != nil {
+		return err
+	}
+	defer s.doneWatch()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // keepalives
@@ -153,6 +181,9 @@ func (s *Server) watchDir(ctx context.Context, r *http.Request, req *WatchDirReq
 func (s *Server) createWatcher(_ context.Context, r *http.Request, req *WatchDirRequest) (*CreateWatcherResponse, error) {
 	user := s.user(r)
 	dir := resolve(user, req.Path)
+	if err := s.addWatch(dir); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	w := &watcher{cancel: cancel, events: make(chan FilesystemEvent, 4096), err: make(chan error, 1)}
 	ready := make(chan struct{})
@@ -170,6 +201,7 @@ func (s *Server) createWatcher(_ context.Context, r *http.Request, req *WatchDir
 	case <-ready:
 	case err := <-w.err:
 		cancel()
+		s.doneWatch()
 		if err == nil {
 			err = connect.Errorf(connect.Unavailable, "the sandbox is going away")
 		}
@@ -222,7 +254,10 @@ func (s *Server) removeWatcher(_ context.Context, _ *http.Request, req *WatcherR
 	}
 	w.cancel()
 	s.mu.Lock()
-	delete(s.watchers, req.WatcherID)
+	if _, ok := s.watchers[req.WatcherID]; ok {
+		delete(s.watchers, req.WatcherID)
+		s.watching--
+	}
 	s.mu.Unlock()
 	return &Empty{}, nil
 }

