@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
+	"github.com/gvxrun/gvx/internal/loopdev"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -120,7 +121,13 @@ func settle(ctx context.Context, key, p string) error {
 	}
 	// The shim verifies a container's root filesystem before the host
 	// kernel mounts it; checked (and marked) here, once per layer, the
-	// clones of this image carry the mark and skip the full check.
+	// clones of this image carry the mark and skip the full check. Verify
+	// refuses an image a loop device still holds: the auto-clearing one of
+	// a mount just undone detaches asynchronously (a loaded node can take
+	// a while), so that is waited for first.
+	if err := loopdev.WaitDetached(ctx, p); err != nil {
+		return fmt.Errorf("commit %s: %w: unmount it before committing: %w", key, err, errdefs.ErrFailedPrecondition)
+	}
 	if err := volume.Verify(ctx, p); err != nil {
 		return imageError(key, p, err)
 	}
