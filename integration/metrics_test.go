@@ -1,16 +1,11 @@
 package integration
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // TestPoolPrometheus: a pool server with metrics.listen on a unix socket
@@ -23,16 +18,7 @@ func TestPoolPrometheus(t *testing.T) {
 	p := startPoolWith(t, 2, fmt.Sprintf("max_size = 2\nboot_concurrency = 2\n[metrics]\nlisten = %q\n", "unix://"+sock))
 	scrape := func() string {
 		t.Helper()
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-		resp, err := c.Get("http://pool/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
+		return scrapeUnix(t, sock)
 	}
 	value := func(body, series string) float64 {
 		t.Helper()
