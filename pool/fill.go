@@ -80,7 +80,8 @@ func (s *Server) bootOne(ctx context.Context) {
 		return
 	}
 	s.backoff = time.Second
-	s.ready = append(s.ready, sb)
+	// At the front: claims take reset sandboxes (at the back) first.
+	s.ready = append([]*sandbox.Sandbox{sb}, s.ready...)
 	s.booted++
 	// The boot time the target reckons with: a moving average.
 	if s.bootTime == 0 {
