@@ -74,16 +74,18 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	if err := s.run(ctx, sb, "start", sb.ID); err != nil {
 		return nil, err
 	}
-	if s.cfg.Pool.Reset {
-		// What a reset brings it back to (without one it is never reset).
-		if err := sb.RecordBaseline(ctx, s.sentry); err != nil {
-			log.G(ctx).WithError(err).Warnf("gvx pool: %s will not be reset", sb.ID)
-		}
-	}
 	// Booted: the sandbox runs at normal priority from now on.
 	reniceTree(sb.Pid, 0)
 	if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
 		return nil, err
+	}
+	if s.cfg.Pool.Reset {
+		// What a reset brings it back to (without one it is never reset).
+		if err := sb.RecordBaseline(context.WithoutCancel(ctx), s.sentry); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx pool: %s will not be reset", sb.ID)
+		} else if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
+			return nil, err
+		}
 	}
 	return sb, nil
 }
