@@ -23,6 +23,9 @@ type Baseline struct {
 	// HostPids are the host processes in its cgroup that are not the
 	// Sentry or its children (the root container's gofer).
 	HostPids []int `json:"host_pids,omitempty"`
+	// Limits are its cgroup's limit files and their contents (a task's
+	// update of its resources may change them).
+	Limits map[string]string `json:"limits,omitempty"`
 }
 
 // MemSlackKiB is how far above its boot baseline a reset sandbox's guest
@@ -40,6 +43,7 @@ const (
 	ResetMemory    = "memory"         // guest memory well above its baseline
 	ResetHostProcs = "host_processes" // host processes beyond the baseline's
 	ResetHost      = "host"           // the task's host resources not all released
+	ResetLimits    = "cgroup_limits"  // the sandbox's cgroup limits changed
 )
 
 // ResetError is a failed reset: Reason is one of the Reset* constants.
@@ -88,7 +92,7 @@ func (s *Sandbox) RecordBaseline(ctx context.Context, sentry string) error {
 	if len(st.Errors) > 0 || len(st.Processes) > 0 {
 		return fmt.Errorf("sandbox %s at boot: processes %q, errors %q", s.ID, st.Processes, st.Errors)
 	}
-	s.Baseline = &Baseline{Guest: *st, HostPids: s.hostExtras()}
+	s.Baseline = &Baseline{Guest: *st, HostPids: s.hostExtras(), Limits: limits(s.Cgroup)}
 	return nil
 }
 
@@ -115,6 +119,12 @@ func (s *Sandbox) Verify(st *api.GuestState) error {
 		return &ResetError{ResetMounts, fmt.Sprintf("%d mounts in the root container, %d at boot", st.Mounts, g.Mounts)}
 	case st.MemUsedKiB > g.MemUsedKiB+MemSlackKiB:
 		return &ResetError{ResetMemory, fmt.Sprintf("%d KiB in use, %d KiB at boot (+ %d allowed)", st.MemUsedKiB, g.MemUsedKiB, MemSlackKiB)}
+	}
+	now := limits(s.Cgroup)
+	for f, v := range b.Limits {
+		if now[f] != v {
+			return &ResetError{ResetLimits, fmt.Sprintf("%s is %q, %q at boot", f, now[f], v)}
+		}
 	}
 	if extra := s.hostExtras(); len(extra) > 0 {
 		var left []string
@@ -156,5 +166,28 @@ func (s *Sandbox) hostExtras() []int {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// limitFiles are the cgroup files (v1 controller/file, v2 file) holding a
+// sandbox's resource limits.
+var limitFiles = []string{
+	"memory/memory.limit_in_bytes", "memory/memory.soft_limit_in_bytes", "cpu/cpu.cfs_quota_us", "cpu/cpu.shares", "pids/pids.max",
+	"memory.max", "memory.high", "cpu.max", "cpu.weight", "pids.max",
+}
+
+// limits reads the limit files of the cgroup at path that exist.
+func limits(path string) map[string]string {
+	if path == "" {
+		return nil
+	}
+	out := map[string]string{}
+	for _, f := range limitFiles {
+		dir, file := filepath.Split(f)
+		p := filepath.Join("/sys/fs/cgroup", dir, path, file)
+		if data, err := os.ReadFile(p); err == nil {
+			out[p] = strings.TrimSpace(string(data))
+		}
+	}
 	return out
 }
