@@ -46,6 +46,10 @@ type Server struct {
 	reset   int // sandboxes taken back after a reset so far
 	// stopping: drain took the ready sandboxes; none is taken back now.
 	stopping bool
+	// resetting counts the sandboxes taken back and being verified
+	// (verifies waits for them).
+	resetting int
+	verifies  sync.WaitGroup
 	// booting counts the boots under way (boots waits for them);
 	// bootTime is a moving average of a boot's time.
 	booting  int
@@ -184,6 +188,8 @@ func (s *Server) drain(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// Sandboxes being reset see stopping and destroy themselves.
+	s.verifies.Wait()
 	log.G(ctx).Infof("gvx pool: stopped, destroyed %d ready sandboxes", len(ready))
 	s.closeImage(ctx)
 	// Sandboxes handed out keep the rootfs; the last one's destroy
