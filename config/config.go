@@ -184,6 +184,29 @@ type Pool struct {
 	// Namespace and Snapshotter are where Image is.
 	Namespace   string `toml:"namespace"`
 	Snapshotter string `toml:"snapshotter"`
+	// Reset (default on) returns a sandbox whose task ran as a container
+	// in it to the pool once the task is deleted — the container removed,
+	// the shared guest state restored, and the sandbox verified to be as
+	// booted — instead of destroying it; a sandbox that fails the check is
+	// destroyed. MaxUses (default 100) bounds the tasks one sandbox serves
+	// before it is destroyed all the same.
+	Reset   bool `toml:"reset"`
+	MaxUses int  `toml:"max_uses"`
+}
+
+// DefaultMaxUses is pool.max_uses when unset.
+const DefaultMaxUses = 100
+
+// Uses is how many tasks one sandbox serves at most (pool.max_uses, 1
+// with reset off).
+func (p Pool) Uses() int {
+	switch {
+	case !p.Reset:
+		return 1
+	case p.MaxUses == 0:
+		return DefaultMaxUses
+	}
+	return p.MaxUses
 }
 
 // Docker configures docker mode: the sandbox settings dockerd needs.
@@ -238,7 +261,7 @@ func Default() Config {
 		RootfsOverlay: "memory",
 		Resources:     Resources{MemoryHighPercent: 90},
 		UserNS:        UserNS{HostUID: 100000, HostGID: 100000, Size: 65536},
-		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs"},
+		Pool:          Pool{Containerd: "/run/containerd/containerd.sock", Namespace: "default", Snapshotter: "overlayfs", Reset: true, MaxUses: DefaultMaxUses},
 		Janitor:       Janitor{Interval: 10 * time.Minute, MinAge: time.Minute, Grace: 10 * time.Second},
 	}
 }
@@ -288,7 +311,7 @@ func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny", "nat.max_connections", "nat.bandwidth",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "resources.memory_high_percent", "resources.pids", "resources.rootfs_bytes", "resources.max_execs", "docker.enabled",
-		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter",
+		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter", "pool.reset", "pool.max_uses",
 		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
 		"metrics.listen", "metrics.allow_remote", "admission.memory_percent", "admission.disk_percent", "admission.disk_paths"}
 }
@@ -347,6 +370,9 @@ func (c Config) Validate() error {
 	}
 	if c.Pool.BootConcurrency < 0 || c.Pool.BootConcurrency > 64 {
 		return fmt.Errorf("pool.boot_concurrency %d: want 1 to 64, or 0 for the host's CPUs", c.Pool.BootConcurrency)
+	}
+	if c.Pool.MaxUses < 0 || c.Pool.MaxUses > 1_000_000 {
+		return fmt.Errorf("pool.max_uses %d: want 1 (a sandbox serves one task) to 1000000, or 0 for %d", c.Pool.MaxUses, DefaultMaxUses)
 	}
 	if c.Pool.Socket != "" && !filepath.IsAbs(c.Pool.Socket) {
 		return fmt.Errorf("pool.socket %q: must be an absolute path", c.Pool.Socket)

@@ -38,7 +38,16 @@ type Set struct {
 	claims    *prometheus.CounterVec
 	reclaimed *prometheus.CounterVec
 	sweeps    *prometheus.CounterVec
+	resets    *prometheus.CounterVec
 }
+
+// Results of a pool sandbox's reset (Reset), besides a failed
+// verification's reason.
+const (
+	ResetOK      = "reset"   // verified and back in the pool
+	ResetRefused = "refused" // verified, but the pool did not take it back
+	ResetMaxUses = "max_uses"
+)
 
 // latencyBuckets span a warm adopt (≈ 10 ms) to a cold image pull.
 var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -74,8 +83,12 @@ func New(component string) *Set {
 			Name: "gvx_janitor_sweeps_total", Help: "Janitor sweeps, by result (clean: every leftover reclaimed; failed: some could not be).",
 			ConstLabels: c,
 		}, []string{"result"}),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gvx_pool_resets_total", Help: "Pool sandboxes released by their task, by result: reset (back in the pool), max_uses (destroyed after pool.max_uses tasks), refused, or the reason its verification failed (destroyed).",
+			ConstLabels: c,
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.seconds, m.outcomes, m.lifetime, m.claims, m.reclaimed, m.sweeps)
+	reg.MustRegister(m.seconds, m.outcomes, m.lifetime, m.claims, m.reclaimed, m.sweeps, m.resets)
 	return m
 }
 
@@ -95,6 +108,14 @@ func (m *Set) Fail(op string, err error) {
 		return
 	}
 	m.outcomes.WithLabelValues(op, Classify(err)).Inc()
+}
+
+// Reset counts a released pool sandbox's reset by result (ResetOK,
+// ResetMaxUses, ResetRefused, or a failed verification's reason).
+func (m *Set) Reset(result string) {
+	if m != nil {
+		m.resets.WithLabelValues(result).Inc()
+	}
 }
 
 // Lifetime records a sandbox that lived d.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
@@ -49,7 +50,7 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	spec := bootspec.RootSpec(s.cfg.PoolDir().Rootfs(), sb.Cgroup)
 	if s.image != nil {
 		spec = bootspec.ImageRootSpec(s.image.Dir(), sb.Cgroup)
-		sb.Pool.Image, sb.Pool.Layers = s.image.Ref(), s.image.Layers()
+		sb.Pool.Image, sb.Pool.Layers, sb.Pool.Pause = s.image.Ref(), s.image.Layers(), bootspec.PauseInImage
 	}
 	if _, err := oci.Prepare(spec, s.cfg); err != nil {
 		return nil, err
@@ -77,6 +78,14 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	reniceTree(sb.Pid, 0)
 	if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
 		return nil, err
+	}
+	if s.cfg.Pool.Reset {
+		// What a reset brings it back to (without one it is never reset).
+		if err := sb.RecordBaseline(context.WithoutCancel(ctx), s.sentry); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx pool: %s will not be reset", sb.ID)
+		} else if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
+			return nil, err
+		}
 	}
 	return sb, nil
 }

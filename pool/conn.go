@@ -27,7 +27,7 @@ func (e *claimError) Error() string { return e.msg }
 func (s *Server) status() *client.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &client.Status{Class: s.class, Image: s.cfg.Pool.Image, Size: s.cfg.Pool.Size, Target: s.targetLocked(), Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed}
+	return &client.Status{Class: s.class, Image: s.cfg.Pool.Image, Size: s.cfg.Pool.Size, Target: s.targetLocked(), Ready: len(s.ready), Booted: s.booted, Claimed: s.claimed, Reset: s.reset}
 }
 
 // serveConn answers one request (package client's protocol).
@@ -43,7 +43,11 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		_ = json.NewEncoder(conn).Encode(client.Response{Status: s.status()})
 		return
 	}
-	sb, err := s.claim(req.Class)
+	if req.Return != nil {
+		_ = json.NewEncoder(conn).Encode(client.Response{Returned: s.takeBack(ctx, req.Return)})
+		return
+	}
+	sb, err := s.claim(req.Class, req.Owner)
 	s.Metrics.Claim(s.cfg.PoolSocket(), err == nil)
 	if err != nil {
 		resp := client.Response{Error: err.Error(), Code: client.CodeInternal}
@@ -59,12 +63,13 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		_ = sb.Destroy(ctx, s.sentry)
 		return
 	}
-	log.G(ctx).Debugf("gvx pool: handed out %s", sb.ID)
+	log.G(ctx).Debugf("gvx pool: handed out %s (use %d)", sb.ID, sb.Uses+1)
 }
 
-// claim takes the oldest live ready sandbox of the class and marks it as a
-// task's.
-func (s *Server) claim(class string) (*sandbox.Sandbox, error) {
+// claim takes the last reset (else the oldest booted) live ready sandbox
+// of the class and marks it as
+// owner's (the claimed marker names it).
+func (s *Server) claim(class, owner string) (*sandbox.Sandbox, error) {
 	if class != s.class {
 		return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("the pool boots class %s, the task wants %s (its gvx config differs from the pool's)", s.class, class)}
 	}
@@ -72,12 +77,14 @@ func (s *Server) claim(class string) (*sandbox.Sandbox, error) {
 	defer s.mu.Unlock()
 	defer s.wakeFill()
 	for len(s.ready) > 0 {
-		sb := s.ready[0]
-		s.ready = s.ready[1:]
+		// From the back: a sandbox just reset (its Sentry's caches
+		// warm) before a fresh boot (bootOne puts those at the front).
+		sb := s.ready[len(s.ready)-1]
+		s.ready = s.ready[:len(s.ready)-1]
 		if !sb.Alive() {
 			continue // pruneDead cleans it up
 		}
-		if err := os.WriteFile(api.SandboxDir(sb.Dir).Claimed(), nil, 0o600); err != nil {
+		if err := os.WriteFile(api.SandboxDir(sb.Dir).Claimed(), []byte(owner), 0o600); err != nil {
 			return nil, fmt.Errorf("mark %s claimed: %w", sb.ID, err)
 		}
 		s.noteClaim(time.Now())

@@ -35,7 +35,8 @@ func (s *Server) fill(ctx context.Context) {
 		case 2*len(s.ready) >= target && quiet < refillDelay && len(s.ready) < target:
 			deferred = time.After(refillDelay - quiet)
 		default:
-			n = min(target-len(s.ready)-s.booting, s.cfg.Pool.BootConcurrency-s.booting)
+			// Sandboxes being reset count as good as booting.
+			n = min(target-len(s.ready)-s.booting-s.resetting, s.cfg.Pool.BootConcurrency-s.booting)
 		}
 		s.booting += max(n, 0)
 		s.mu.Unlock()
@@ -80,7 +81,8 @@ func (s *Server) bootOne(ctx context.Context) {
 		return
 	}
 	s.backoff = time.Second
-	s.ready = append(s.ready, sb)
+	// At the front: claims take reset sandboxes (at the back) first.
+	s.ready = append([]*sandbox.Sandbox{sb}, s.ready...)
 	s.booted++
 	// The boot time the target reckons with: a moving average.
 	if s.bootTime == 0 {

@@ -52,12 +52,12 @@ func TestClaimOverSocket(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	if _, err := client.Claim(ctx, sock, "other"); !errors.Is(err, client.ErrNoSandbox) {
+	if _, err := client.Claim(ctx, sock, "other", "t"); !errors.Is(err, client.ErrNoSandbox) {
 		t.Errorf("claim of another class: %v, want ErrNoSandbox", err)
 	}
 	got := map[string]bool{}
 	for i := 0; i < 2; i++ {
-		sb, err := client.Claim(ctx, sock, "c1")
+		sb, err := client.Claim(ctx, sock, "c1", "t")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,19 +69,19 @@ func TestClaimOverSocket(t *testing.T) {
 			t.Errorf("claimed sandbox %s not marked: %v", sb.ID, err)
 		}
 	}
-	if _, err := client.Claim(ctx, sock, "c1"); !errors.Is(err, client.ErrNoSandbox) {
+	if _, err := client.Claim(ctx, sock, "c1", "t"); !errors.Is(err, client.ErrNoSandbox) {
 		t.Errorf("claim from an empty pool: %v, want ErrNoSandbox", err)
 	}
-	if _, err := client.Claim(ctx, filepath.Join(t.TempDir(), "none.sock"), "c1"); err == nil || errors.Is(err, client.ErrNoSandbox) {
+	if _, err := client.Claim(ctx, filepath.Join(t.TempDir(), "none.sock"), "c1", "t"); err == nil || errors.Is(err, client.ErrNoSandbox) {
 		t.Errorf("claim without a server: %v, want a connection error", err)
 	}
 }
 
 func TestClaimSkipsDeadSandboxes(t *testing.T) {
 	s := testServer(t, 2)
-	dead, live := s.ready[0], s.ready[1]
+	live, dead := s.ready[0], s.ready[1]
 	dead.Pid = 1 << 30 // no such process
-	sb, err := s.claim("c1")
+	sb, err := s.claim("c1", "t")
 	if err != nil {
 		t.Fatal(err)
 	}

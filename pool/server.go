@@ -43,6 +43,13 @@ type Server struct {
 	wake    chan struct{}
 	booted  int // sandboxes booted so far, for progress logs
 	claimed int // sandboxes handed out so far
+	reset   int // sandboxes taken back after a reset so far
+	// stopping: drain took the ready sandboxes; none is taken back now.
+	stopping bool
+	// resetting counts the sandboxes taken back and being verified
+	// (verifies waits for them).
+	resetting int
+	verifies  sync.WaitGroup
 	// booting counts the boots under way (boots waits for them);
 	// bootTime is a moving average of a boot's time.
 	booting  int
@@ -173,7 +180,7 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) drain(ctx context.Context) error {
 	s.mu.Lock()
 	ready := s.ready
-	s.ready = nil
+	s.ready, s.stopping = nil, true
 	s.mu.Unlock()
 	var errs []error
 	for _, sb := range ready {
@@ -184,6 +191,8 @@ func (s *Server) drain(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// Sandboxes being reset see stopping and destroy themselves.
+	s.verifies.Wait()
 	log.G(ctx).Infof("gvx pool: stopped, destroyed %d ready sandboxes", len(ready))
 	s.closeImage(ctx)
 	// Sandboxes handed out keep the rootfs; the last one's destroy
@@ -287,6 +296,6 @@ func (s *Server) newSandbox(id string) *sandbox.Sandbox {
 	d := s.cfg.PoolDir().Sandbox(id)
 	return &sandbox.Sandbox{
 		ID: id, Dir: string(d), Root: d.Root(), PidFile: d.PidFile(), Cgroup: "/gvx-pool/" + id, Flags: s.flags,
-		Pool: &sandbox.Pool{Class: s.class, Dir: s.cfg.PoolDir(), Socket: s.cfg.PoolSocket()},
+		Pool: &sandbox.Pool{Class: s.class, Dir: s.cfg.PoolDir(), Socket: s.cfg.PoolSocket(), Pause: bootspec.PauseInGuest},
 	}
 }

@@ -51,6 +51,10 @@ type Sandbox struct {
 	Flags string `json:"flags"`
 	// Pool describes a sandbox a pool booted (nil: a task's own).
 	Pool *Pool `json:"pool,omitempty"`
+	// Baseline is a pool sandbox's state as booted (nil: none recorded,
+	// it cannot be reset); Uses counts the tasks it served so far.
+	Baseline *Baseline `json:"baseline,omitempty"`
+	Uses     int       `json:"uses,omitempty"`
 }
 
 // Pool is what a pool-booted sandbox records of its pool.
@@ -66,6 +70,8 @@ type Pool struct {
 	// Layers its layer directories, topmost first.
 	Image  string   `json:"image,omitempty"`
 	Layers []string `json:"layers,omitempty"`
+	// Pause is gvx-pause's path in its root container.
+	Pause string `json:"pause,omitempty"`
 }
 
 // Bundle is the bundle of a pool sandbox's root container.

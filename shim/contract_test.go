@@ -40,12 +40,12 @@ func TestContractPoolAnnotations(t *testing.T) {
 	c := loadContract(t)
 	sb := &sandbox.Sandbox{ID: "gvxpool-1"}
 	s := &specs.Spec{Linux: &specs.Linux{CgroupsPath: "/x"}}
-	enterPoolSandbox(s, sb, true)
+	enterPoolSandbox(s, sb, true, false)
 	if s.Annotations[c.Name("annotation_pool_exec")] != sb.ID || len(s.Annotations) != 1 {
 		t.Errorf("process in a pool sandbox: annotations %v", s.Annotations)
 	}
 	s = &specs.Spec{Linux: &specs.Linux{CgroupsPath: "/x"}}
-	enterPoolSandbox(s, sb, false)
+	enterPoolSandbox(s, sb, false, false)
 	want := map[string]string{
 		c.Name("cri_container_type"):      c.Name("cri_role_container"),
 		c.Name("cri_sandbox_id"):          sb.ID,
@@ -58,6 +58,12 @@ func TestContractPoolAnnotations(t *testing.T) {
 		if s.Annotations[k] != v {
 			t.Errorf("container in a pool sandbox: annotation %s = %q, want %q", k, s.Annotations[k], v)
 		}
+	}
+	// Reset: the container's delete leaves the sandbox to the shim.
+	s = &specs.Spec{Linux: &specs.Linux{CgroupsPath: "/x"}}
+	enterPoolSandbox(s, sb, false, true)
+	if _, ok := s.Annotations[c.Name("annotation_pool_sandbox")]; ok || len(s.Annotations) != 2 {
+		t.Errorf("container in a pool sandbox that is reset: annotations %v, want the CRI ones only", s.Annotations)
 	}
 }
 

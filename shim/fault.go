@@ -13,13 +13,15 @@ import (
 // has FaultAnnotation = step makes its shim kill itself with SIGKILL right
 // after that step of its Create — a step of gvxTask.prepare ("spec",
 // "volumes", "docker", "pool", "hook", "sentry", "rootfs", "write", "root")
-// or FaultCreated, once the sandbox exists — but only when the shim runs
+// or FaultCreated, once the sandbox exists — or, at the task's delete,
+// FaultReset, once its pool took its reset sandbox back — but only when the shim runs
 // with FaultsEnv=1 in its environment (the integration harness gives its
 // containerd that), never otherwise.
 const (
 	FaultAnnotation = "dev.gvx.test.crash-after"
 	FaultsEnv       = "GVX_TEST_FAULTS"
 	FaultCreated    = "created"
+	FaultReset      = "reset"
 	// FaultLog starts the line the shim logs as it crashes itself.
 	FaultLog = "gvx shim: crash injected after step"
 )

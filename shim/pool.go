@@ -18,12 +18,12 @@ import (
 )
 
 // claim asks cfg's pool for a sandbox booted the way task id's own would
-// be (docker mode is the sandbox's: a docker task needs a docker pool). It
-// returns nil, and the task boots its own sandbox, when the pool has none
-// to give.
-func claim(ctx context.Context, cfg config.Config, sentry, id string, docker bool) *sandbox.Sandbox {
+// be (docker mode is the sandbox's: a docker task needs a docker pool),
+// for owner. It returns nil, and the task boots its own sandbox, when the
+// pool has none to give.
+func claim(ctx context.Context, cfg config.Config, sentry, id, owner string, docker bool) *sandbox.Sandbox {
 	cfg.Docker.Enabled = docker
-	sb, err := client.Claim(ctx, cfg.PoolSocket(), bootspec.Class(cfg, sentry))
+	sb, err := client.Claim(ctx, cfg.PoolSocket(), bootspec.Class(cfg, sentry), owner)
 	if err != nil {
 		lvl := log.G(ctx).Warnf
 		if errors.Is(err, client.ErrNoSandbox) {
@@ -37,8 +37,9 @@ func claim(ctx context.Context, cfg config.Config, sentry, id string, docker boo
 
 // enterPoolSandbox points the spec at an adopted sandbox: the task becomes
 // a container inside it, or, when asProcess, a process started in its root
-// container (sentry/exectask).
-func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess bool) {
+// container (sentry/exectask). When reset, the container's delete leaves
+// the sandbox running (the shim resets it for its pool).
+func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess, reset bool) {
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}
@@ -48,9 +49,11 @@ func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess bool) {
 		// gVisor's own annotations for a container joining a sandbox.
 		spec.Annotations[api.CRIContainerType] = api.CRIRoleContainer
 		spec.Annotations[api.CRISandboxID] = sb.ID
-		// gvx-sentry's delete of the container takes the whole sandbox
-		// with it.
-		spec.Annotations[api.AnnotationPoolSandbox] = sb.ID
+		if !reset {
+			// gvx-sentry's delete of the container takes the whole
+			// sandbox with it.
+			spec.Annotations[api.AnnotationPoolSandbox] = sb.ID
+		}
 	}
 	// The sandbox's cgroup (with the same limits) holds the task.
 	spec.Linux.CgroupsPath = ""

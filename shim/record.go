@@ -41,6 +41,12 @@ type record struct {
 	// owns none.
 	Sandbox *sandbox.Sandbox `json:"sandbox,omitempty"`
 	Adopted bool             `json:"adopted,omitempty"`
+	// Owner is what the adopted sandbox's claimed marker names while the
+	// task owns it (ns/id/nonce); Returning: the task's delete is handing
+	// it back to its pool (it is the task's only while the marker still
+	// names Owner).
+	Owner     string `json:"owner,omitempty"`
+	Returning bool   `json:"returning,omitempty"`
 	// PoolProcess: the task is a process started in the adopted
 	// sandbox's root container, not a container inside it.
 	PoolProcess bool `json:"pool_process,omitempty"`
@@ -123,11 +129,49 @@ func (r *record) makeDir(dir string, mode os.FileMode, uid, gid int) error {
 // cleanup containerd runs after the shim exits finds nothing to do.
 func (r *record) release(ctx context.Context) {
 	var errs []error
-	if r.Sandbox != nil {
+	if r.Sandbox != nil && r.ownsSandbox(ctx) {
 		if err := r.Sandbox.Destroy(ctx, r.Sentry); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, r.releaseHost(ctx)...)
+	if err := errors.Join(errs...); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: release of task %s incomplete; its record stays for the cleanup after the shim exits", r.ID)
+		return
+	}
+	if err := os.Remove(filepath.Join(r.Bundle, recordFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.G(ctx).WithError(err).Warnf("gvx shim: remove the record of task %s", r.ID)
+	}
+}
+
+// ownsSandbox reports whether the task still owns its sandbox: always
+// its own; an adopted one while the sandbox's claimed marker names the
+// task (a task's delete that handed it back to its pool, then crashed,
+// must not destroy what the pool now owns or handed to another task).
+func (r *record) ownsSandbox(ctx context.Context) bool {
+	if !r.Adopted || r.Sandbox.Dir == "" || r.Owner == "" {
+		return true
+	}
+	owner, err := os.ReadFile(api.SandboxDir(r.Sandbox.Dir).Claimed())
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(r.Sandbox.Dir); err == nil {
+			log.G(ctx).Infof("gvx shim: pool sandbox %s of task %s was taken back by its pool", r.Sandbox.ID, r.ID)
+			return false
+		}
+		return true // gone: destroying it again removes what is left
+	}
+	if err == nil && len(owner) > 0 && string(owner) != r.Owner {
+		log.G(ctx).Infof("gvx shim: pool sandbox %s of task %s now belongs to %s", r.Sandbox.ID, r.ID, owner)
+		return false
+	}
+	return true
+}
+
+// releaseHost undoes what r records besides its sandbox: links and roots,
+// cgroup, sockets, directories, the root filesystem mount, the task's
+// gvx-sentry link.
+func (r *record) releaseHost(ctx context.Context) []error {
+	var errs []error
 	if r.PoolLink != "" {
 		if err := os.RemoveAll(r.PoolLink); err != nil {
 			errs = append(errs, err)
@@ -160,11 +204,5 @@ func (r *record) release(ctx context.Context) {
 			errs = append(errs, err)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx shim: release of task %s incomplete; its record stays for the cleanup after the shim exits", r.ID)
-		return
-	}
-	if err := os.Remove(filepath.Join(r.Bundle, recordFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		log.G(ctx).WithError(err).Warnf("gvx shim: remove the record of task %s", r.ID)
-	}
+	return errs
 }

@@ -116,6 +116,7 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	delete(s.tasks, r.ID)
 	s.mu.Unlock()
 	if t != nil {
+		t.resetSandbox(ctx)
 		t.release(ctx)
 	}
 	return resp, nil

@@ -248,7 +248,11 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 		}
 		return nil
 	}
-	sb := claim(ctx, t.cfg, r.Sentry, r.ID, r.Docker)
+	r.Owner = newOwner(r.Namespace, r.ID)
+	if err := r.save(); err != nil {
+		return err
+	}
+	sb := claim(ctx, t.cfg, r.Sentry, r.ID, r.Owner, r.Docker)
 	if sb == nil {
 		return nil
 	}
@@ -262,7 +266,7 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 	}
 	r.PoolProcess = why == ""
 	r.SandboxCgroup = sb.Cgroup
-	enterPoolSandbox(t.spec, sb, r.PoolProcess)
+	enterPoolSandbox(t.spec, sb, r.PoolProcess, t.resettable())
 	t.flags = strings.Fields(sb.Flags)
 	if t.vols != nil {
 		// The container's volumes are its alone (see prepareVolumes).

@@ -2,12 +2,15 @@
 // cycles, back to back from several workers, for a bounded time.
 //
 // It drives every runtime the same way through the containerd client:
-// gvx adopting from a warm pool that follows demand (the default), gvx
-// with the pool refilling one sandbox at a time at a fixed size (the pool
-// as it was), gvx without a pool, and runsc of the same gVisor version
-// through containerd's runc shim. For each it prints the sustained rate,
-// p50/p99 create→exec, failed cycles, the adopt ratio, host CPU per
-// cycle, and what `gvx gc --dry-run` finds left behind afterwards.
+// gvx adopting from a warm pool that follows demand and resets released
+// sandboxes back into it (the default), the same pool destroying each
+// released sandbox and booting a new one (pool.reset = false), gvx with
+// the pool refilling one sandbox at a time at a fixed size (the pool as it
+// was), gvx without a pool, and runsc of the same gVisor version through
+// containerd's runc shim. For each it prints the sustained rate, p50/p99
+// create→exec, p50/p95 of the whole cycle (create→exec→delete), failed
+// cycles, the adopt ratio, host CPU per cycle, and what `gvx gc --dry-run`
+// finds left behind afterwards.
 // `make bench` runs it briefly (CHURNBENCHFLAGS).
 //
 //	go run ./bench/churn [-duration 20s] [-workers 8] [-pool 8]
@@ -48,7 +51,7 @@ type variant struct {
 
 type result struct {
 	cycles, failed, adopted int
-	toExec                  []time.Duration
+	toExec, whole           []time.Duration
 	elapsed                 time.Duration
 	cpu                     time.Duration // host CPU time over the run
 	firstErr                error
@@ -100,13 +103,19 @@ func run(dur time.Duration, workers, poolSize int) error {
 		return err
 	}
 	defer stopDemand()
-	serial, stopSerial, err := pool(fmt.Sprintf("max_size = %d\nboot_concurrency = 1\n", poolSize))
+	recreate, stopRecreate, err := pool("reset = false\n")
+	if err != nil {
+		return err
+	}
+	defer stopRecreate()
+	serial, stopSerial, err := pool(fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize))
 	if err != nil {
 		return err
 	}
 	defer stopSerial()
 	vs := []variant{
-		{name: "gvx (pool following demand)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: demand.Config}, pool: demand},
+		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: demand.Config}, pool: demand},
+		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: recreate.Config}, pool: recreate},
 		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: serial.Config}, pool: serial},
 		{name: "gvx (no pool)", runtime: api.RuntimeType},
 		{name: "runsc (runc shim)", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
@@ -123,19 +132,24 @@ func run(dur time.Duration, workers, poolSize int) error {
 		r.leftovers = leftovers(ctx, b.Containerd.Socket())
 		res[v.name] = r
 	}
-	fmt.Printf("%-30s %9s %8s %11s %11s %7s %8s %10s %9s\n", "runtime", "cycles/s", "cycles", "p50 →exec", "p99 →exec", "failed", "adopted", "CPU/cycle", "leftover")
+	fmt.Printf("%-30s %9s %8s %11s %11s %11s %11s %7s %8s %10s %9s\n", "runtime", "cycles/s", "cycles", "p50 →exec", "p99 →exec",
+		"p50 cycle", "p95 cycle", "failed", "adopted", "CPU/cycle", "leftover")
 	for _, v := range vs {
 		r := res[v.name]
-		fmt.Printf("%-30s %9.1f %8d %11s %11s %7d %8s %10s %9d\n", v.name, float64(r.cycles)/r.elapsed.Seconds(), r.cycles,
-			ms(harness.Percentile(r.toExec, 50)), ms(harness.Percentile(r.toExec, 99)), r.failed, adoptRatio(v, r), ms(r.cpu/time.Duration(max(r.cycles, 1))), r.leftovers)
+		fmt.Printf("%-30s %9.1f %8d %11s %11s %11s %11s %7d %8s %10s %9d\n", v.name, float64(r.cycles)/r.elapsed.Seconds(), r.cycles,
+			ms(harness.Percentile(r.toExec, 50)), ms(harness.Percentile(r.toExec, 99)), ms(harness.Percentile(r.whole, 50)), ms(harness.Percentile(r.whole, 95)),
+			r.failed, adoptRatio(v, r), ms(r.cpu/time.Duration(max(r.cycles, 1))), r.leftovers)
 		if r.firstErr != nil {
 			fmt.Printf("  first failure: %v\n", r.firstErr)
 		}
 	}
-	g, s, rs := res[vs[0].name], res[vs[1].name], res[vs[3].name]
+	g, rc, s, rs := res[vs[0].name], res[vs[1].name], res[vs[2].name], res[vs[4].name]
 	rate := func(r *result) float64 { return float64(r.cycles) / r.elapsed.Seconds() }
 	fmt.Printf("\nratios: sustained rate gvx (demand pool)/runsc %.2f×, demand/1-boot pool %.2f×; p99 create→exec gvx/runsc %.2f×\n",
 		rate(g)/rate(rs), rate(g)/rate(s), float64(harness.Percentile(g.toExec, 99))/float64(harness.Percentile(rs.toExec, 99)))
+	fmt.Printf("reset vs recreate: sustained rate %.2f×, p50 cycle %.2f×, p95 cycle %.2f×, CPU/cycle %.2f×\n", rate(g)/rate(rc),
+		ratio(harness.Percentile(g.whole, 50), harness.Percentile(rc.whole, 50)), ratio(harness.Percentile(g.whole, 95), harness.Percentile(rc.whole, 95)),
+		ratio(g.cpu/time.Duration(max(g.cycles, 1)), rc.cpu/time.Duration(max(rc.cycles, 1))))
 	return nil
 }
 
@@ -154,7 +168,7 @@ func churn(ctx context.Context, c *client.Client, img client.Image, v variant, d
 			defer wg.Done()
 			for time.Now().Before(deadline) {
 				id := fmt.Sprintf("churn-%06d", seq.Add(1))
-				d, adopted, err := cycle(ctx, c, img, v, id)
+				d, whole, adopted, err := cycle(ctx, c, img, v, id)
 				mu.Lock()
 				if err != nil {
 					r.failed++
@@ -164,6 +178,7 @@ func churn(ctx context.Context, c *client.Client, img client.Image, v variant, d
 				} else {
 					r.cycles++
 					r.toExec = append(r.toExec, d)
+					r.whole = append(r.whole, whole)
 					if adopted {
 						r.adopted++
 					}
@@ -179,48 +194,60 @@ func churn(ctx context.Context, c *client.Client, img client.Image, v variant, d
 }
 
 // cycle creates and starts a sandbox, runs `true` in it, and deletes it;
-// it returns create→exec (exec done) and whether it adopted.
-func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, id string) (time.Duration, bool, error) {
+// it returns create→exec (exec done), create→deleted and whether it
+// adopted.
+func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, id string) (toExec, whole time.Duration, adopted bool, err error) {
 	t0 := time.Now()
 	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img),
 		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600")), client.WithRuntime(v.runtime, v.opts))
 	if err != nil {
-		return 0, false, fmt.Errorf("container: %w", err)
+		return 0, 0, false, fmt.Errorf("container: %w", err)
 	}
 	defer func() { _ = cont.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup) }()
 	task, err := cont.NewTask(ctx, cio.NullIO)
 	if err != nil {
-		return 0, false, fmt.Errorf("task: %w", err)
+		return 0, 0, false, fmt.Errorf("task: %w", err)
 	}
-	defer func() { _, _ = task.Delete(context.WithoutCancel(ctx), client.WithProcessKill) }()
+	deleted := false
+	defer func() {
+		if !deleted {
+			_, _ = task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		}
+	}()
 	if err := task.Start(ctx); err != nil {
-		return 0, false, fmt.Errorf("start: %w", err)
+		return 0, 0, false, fmt.Errorf("start: %w", err)
 	}
-	adopted := v.pool != nil && harness.Adopted(ns, id) != ""
+	adopted = v.pool != nil && harness.Adopted(ns, id) != ""
 	spec, err := cont.Spec(ctx)
 	if err != nil {
-		return 0, adopted, err
+		return 0, 0, adopted, err
 	}
 	ps := *spec.Process
 	ps.Args = []string{"true"}
 	p, err := task.Exec(ctx, "e", &ps, cio.NullIO)
 	if err != nil {
-		return 0, adopted, fmt.Errorf("exec: %w", err)
+		return 0, 0, adopted, fmt.Errorf("exec: %w", err)
 	}
 	ch, err := p.Wait(ctx)
 	if err != nil {
-		return 0, adopted, err
+		return 0, 0, adopted, err
 	}
 	if err := p.Start(ctx); err != nil {
-		return 0, adopted, fmt.Errorf("exec start: %w", err)
+		return 0, 0, adopted, fmt.Errorf("exec start: %w", err)
 	}
 	if st := <-ch; st.ExitCode() != 0 {
-		return 0, adopted, fmt.Errorf("exec exited %d", st.ExitCode())
+		return 0, 0, adopted, fmt.Errorf("exec exited %d", st.ExitCode())
 	}
-	d := time.Since(t0)
+	toExec = time.Since(t0)
 	_, _ = p.Delete(ctx)
-	return d, adopted, nil
+	deleted = true
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+		return 0, 0, adopted, fmt.Errorf("delete: %w", err)
+	}
+	return toExec, time.Since(t0), adopted, nil
 }
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
 
 // leftovers is what a dry-run sweep of the janitor finds once the
 // runtime's churn is over (shims exit asynchronously: it waits briefly).

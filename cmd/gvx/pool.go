@@ -101,8 +101,8 @@ func poolStatusCommand() *cli.Command {
 			if st.Image != "" {
 				image = ", image " + st.Image
 			}
-			fmt.Printf("pool %s: class %s%s, %d/%d ready (size %d), %d booted and %d handed out since it started; %s\n",
-				cfg.PoolSocket(), st.Class, image, st.Ready, st.Target, st.Size, st.Booted, st.Claimed, mine)
+			fmt.Printf("pool %s: class %s%s, %d/%d ready (size %d), %d booted, %d handed out and %d reset back since it started; %s\n",
+				cfg.PoolSocket(), st.Class, image, st.Ready, st.Target, st.Size, st.Booted, st.Claimed, st.Reset, mine)
 			return nil
 		},
 	}

@@ -15,11 +15,12 @@ import (
 // task boots its own).
 var ErrNoSandbox = errors.New("no pool sandbox ready")
 
-// Claim asks the pool server at socket for a sandbox of class. The caller
-// owns the sandbox it returns and must Destroy it.
-func Claim(ctx context.Context, socket, class string) (*sandbox.Sandbox, error) {
+// Claim asks the pool server at socket for a sandbox of class for owner.
+// The caller owns the sandbox it returns and must Destroy it, unless
+// GiveBack hands it back.
+func Claim(ctx context.Context, socket, class, owner string) (*sandbox.Sandbox, error) {
 	var resp Response
-	if err := roundTrip(ctx, socket, Request{Class: class}, &resp); err != nil {
+	if err := roundTrip(ctx, socket, Request{Class: class, Owner: owner}, &resp); err != nil {
 		return nil, err
 	}
 	if err := resp.err(); err != nil {
@@ -29,6 +30,20 @@ func Claim(ctx context.Context, socket, class string) (*sandbox.Sandbox, error) 
 		return nil, fmt.Errorf("claim from %s: empty answer", socket)
 	}
 	return resp.Sandbox, nil
+}
+
+// GiveBack reports r to the pool server at socket; it returns true if the
+// server took the sandbox back (it is no longer the caller's), false if
+// the caller keeps it (and destroys it).
+func GiveBack(ctx context.Context, socket string, r Return) (bool, error) {
+	var resp Response
+	if err := roundTrip(ctx, socket, Request{Return: &r}, &resp); err != nil {
+		return false, err
+	}
+	if err := resp.err(); err != nil {
+		return false, fmt.Errorf("return %s to %s: %w", r.ID, socket, err)
+	}
+	return resp.Returned, nil
 }
 
 // Query asks the pool server at socket how it is doing.

@@ -50,7 +50,7 @@ func FuzzQuery(f *testing.F) {
 		if err == nil && st == nil {
 			t.Fatalf("Query of answer %q: no status and no error", answer)
 		}
-		sb, err := Claim(ctx, sock, "c1")
+		sb, err := Claim(ctx, sock, "c1", "t")
 		if err == nil && sb == nil {
 			t.Fatalf("Claim of answer %q: no sandbox and no error", answer)
 		}

@@ -15,14 +15,40 @@ import "github.com/gvxrun/gvx/sandbox"
 type Request struct {
 	Class  string `json:"class"`
 	Status bool   `json:"status,omitempty"` // report Status instead of claiming
+	// Owner names the claiming task (written in the sandbox's claimed
+	// marker: the sandbox is that task's until it returns it).
+	Owner string `json:"owner,omitempty"`
+	// Return hands a claimed sandbox back after its task (instead of
+	// claiming one).
+	Return *Return `json:"return,omitempty"`
 }
+
+// Return is a task's report on the sandbox it claimed, once the task is
+// deleted: reset and verified (Failed empty), offered back to the pool,
+// or not (Failed: the reason, sandbox.Reset*, or MaxUses), which the
+// server only counts — the task destroys it.
+type Return struct {
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	// Failed is why the reset failed or was not tried; Detail says more.
+	Failed string `json:"failed,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	// Seconds is how long the reset took.
+	Seconds float64 `json:"seconds"`
+}
+
+// MaxUses is Return.Failed for a sandbox that has served pool.max_uses
+// tasks.
+const MaxUses = "max_uses"
 
 // Response is what the server answers.
 type Response struct {
 	Sandbox *sandbox.Sandbox `json:"sandbox,omitempty"`
 	Status  *Status          `json:"status,omitempty"`
-	Error   string           `json:"error,omitempty"`
-	Code    Code             `json:"code,omitempty"`
+	// Returned: the server took the sandbox of a Return back.
+	Returned bool   `json:"returned,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Code     Code   `json:"code,omitempty"`
 }
 
 // Code classifies a Response's error.
@@ -46,4 +72,5 @@ type Status struct {
 	Ready   int    `json:"ready"`
 	Booted  int    `json:"booted"`  // since the server started
 	Claimed int    `json:"claimed"` // since the server started
+	Reset   int    `json:"reset"`   // returned to the pool, since the server started
 }

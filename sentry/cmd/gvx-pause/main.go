@@ -4,15 +4,24 @@
 // SIGHUP). In an image pool's sandbox a task's process is started beside
 // it, and processes that process leaves behind become gvx-pause's children:
 // it reaps them, as an init must.
+//
+// `gvx-pause reset` (api.PauseResetCommand), exec'd in the root container
+// by a pool sandbox's reset, restores what containers share and reports
+// the guest's state (reset.go).
 package main
 
 import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == api.PauseResetCommand {
+		os.Exit(reset(os.Args[2:]))
+	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	child := make(chan os.Signal, 1)

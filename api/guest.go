@@ -1,0 +1,35 @@
+package api
+
+// PauseResetCommand is gvx-pause's subcommand (argv[1]) that a pool
+// sandbox's reset runs in its root container after the task's container
+// is gone: it puts back the state every container of a gVisor sandbox
+// shares (the root UTS and IPC namespaces) and reports the guest's state
+// as a GuestState (JSON on stdout). Its flags: --hostname and
+// --domainname to restore.
+const PauseResetCommand = "reset"
+
+// GuestState is what a pool sandbox's guest looks like, as gvx-pause
+// sees it from the sandbox's root PID namespace: the state a reset
+// compares with the one recorded at boot.
+type GuestState struct {
+	// Processes are the guest's processes besides gvx-pause (pid 1) and
+	// the reporting process itself, as "pid comm".
+	Processes []string `json:"processes,omitempty"`
+	// Hostname and Domainname are the sandbox's (shared by its
+	// containers).
+	Hostname   string `json:"hostname"`
+	Domainname string `json:"domainname"`
+	// ShmPages, Semaphores and Queues count the SysV IPC objects left:
+	// pages of shared memory segments, semaphore sets, message queues.
+	ShmPages   int64 `json:"shm_pages"`
+	Semaphores int   `json:"semaphores"`
+	Queues     int   `json:"queues"`
+	// Sockets counts the guest's sockets (/proc/net: tcp, tcp6, udp,
+	// udp6, unix entries); Mounts the root container's mounts.
+	Sockets int `json:"sockets"`
+	Mounts  int `json:"mounts"`
+	// MemUsedKiB is the guest's memory in use (MemTotal − MemFree).
+	MemUsedKiB int64 `json:"mem_used_kib"`
+	// Errors are what the reset could not do or read.
+	Errors []string `json:"errors,omitempty"`
+}
