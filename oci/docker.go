@@ -53,9 +53,16 @@ func DockerRequested(s *specs.Spec) (requested, set bool, err error) {
 }
 
 // EnableDocker gives the task what dockerd needs inside gVisor: every
-// capability inside the sandbox, a high open-file limit, a writable root,
-// and the host socket directory hostDir mounted at DockerGuestDir.
+// capability inside the sandbox, no seccomp profile of the outer runtime
+// (gVisor enforces the spec's on the guest; docker's default one, which
+// nerdctl sets, refuses the mounts and namespaces dockerd makes — runc
+// would need --privileged; dockerd applies its own profile to its
+// containers), a high open-file limit, a writable root, and the host
+// socket directory hostDir mounted at DockerGuestDir.
 func EnableDocker(s *specs.Spec, hostDir string) {
+	if s.Linux != nil {
+		s.Linux.Seccomp = nil
+	}
 	p := s.Process
 	if p.Capabilities == nil {
 		p.Capabilities = &specs.LinuxCapabilities{}

@@ -261,3 +261,18 @@ func TestValidateSysctls(t *testing.T) {
 		}
 	}
 }
+
+// TestEnableDockerDropsSeccomp: a docker-mode task runs without the outer
+// runtime's seccomp profile (docker's default refuses what dockerd does);
+// its capabilities are all there and no_new_privs off.
+func TestEnableDockerDropsSeccomp(t *testing.T) {
+	s := specs.Spec{Process: &specs.Process{NoNewPrivileges: true}, Root: &specs.Root{Readonly: true},
+		Linux: &specs.Linux{Seccomp: &specs.LinuxSeccomp{DefaultAction: specs.ActErrno}}}
+	EnableDocker(&s, "/run/gvx/docker/default/t")
+	if s.Linux.Seccomp != nil {
+		t.Errorf("seccomp kept: %+v", s.Linux.Seccomp)
+	}
+	if s.Process.NoNewPrivileges || s.Root.Readonly || len(s.Process.Capabilities.Effective) != len(allCaps) {
+		t.Errorf("docker mode: %+v, root %+v", s.Process, s.Root)
+	}
+}

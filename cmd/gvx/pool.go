@@ -66,6 +66,13 @@ func poolServeCommand() *cli.Command {
 				return err
 			}
 			srv.OpenImage = poolimage.Opener(cfg)
+			// Its log often goes to a pipe of the program that started it
+			// (the SDK's pools): when that program dies, the pool gets
+			// SIGTERM and must drain — destroy what it has ready — though
+			// nobody reads its log any more. Go kills a program writing to
+			// a broken stdout or stderr with SIGPIPE unless it is ignored
+			// (a pool died mid-drain and left its ready sandbox).
+			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return srv.Serve(ctx)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/pool/client"
 )
 
 // State is the layout of the state directory the tests' gvx runs with
@@ -35,11 +36,12 @@ type Pool struct {
 	// Config is the gvx config file the pool and its tasks share.
 	Config string
 	// Dir is the pool's directory (config.PoolDir).
-	Dir  api.PoolDir
-	size int
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
+	Dir    api.PoolDir
+	socket string
+	size   int
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	log    bytes.Buffer
 }
 
 func (p *Pool) Write(b []byte) (int, error) {
@@ -80,7 +82,7 @@ func ServePool(ctx context.Context, gvxBin, cfg string, size int) (*Pool, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{Config: cfg, Dir: c.PoolDir(), size: size}
+	p := &Pool{Config: cfg, Dir: c.PoolDir(), socket: c.PoolSocket(), size: size}
 	p.cmd = exec.Command(filepath.Join(gvxBin, api.CLIBinary), "pool", "serve", "--config", p.Config)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
@@ -111,8 +113,19 @@ func (p *Pool) exited() bool {
 // Size is the number of sandboxes the pool keeps ready.
 func (p *Pool) Size() int { return p.size }
 
-// Ready counts the booted, unclaimed pool sandboxes.
+// Ready counts the booted, unclaimed pool sandboxes: as the running
+// server counts them (a sandbox whose record is written may still be
+// having its reset baseline taken, not yet claimable), else by their
+// directories (a killed server's).
 func (p *Pool) Ready() int {
+	if p.cmd.ProcessState == nil && !p.exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := client.Query(ctx, p.socket)
+		cancel()
+		if err == nil {
+			return st.Ready
+		}
+	}
 	dirs, _ := filepath.Glob(filepath.Join(string(p.Dir), api.PoolSandboxPrefix+"*"))
 	n := 0
 	for _, d := range dirs {

@@ -24,7 +24,10 @@ type command struct {
 // gvx-runtime hand the call to gvx-sentry untouched.
 var (
 	valued    = map[string]bool{"--root": true, "--log": true, "--log-format": true}
-	boolFlags = map[string]bool{"--debug": true, "--systemd-cgroup": true}
+	// --oci-seccomp and --allow-suid are among the flags every gvx-sentry
+	// call gets (config.SentryFlagList); they act at the sandbox's boot,
+	// which gvx-runtime never does.
+	boolFlags = map[string]bool{"--debug": true, "--systemd-cgroup": true, "--oci-seccomp": true, "--allow-suid": true}
 )
 
 func parse(argv []string) (command, bool) {

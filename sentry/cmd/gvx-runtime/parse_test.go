@@ -19,6 +19,9 @@ func TestParse(t *testing.T) {
 		{[]string{"gvx-sentry", "start", "t1"}, false, command{}},  // no root
 		{[]string{"gvx-sentry", "--root", "/r"}, false, command{}}, // no subcommand
 		{[]string{"gvx-sentry", "--root"}, false, command{}},       // root without value
+		// The global flags every gvx-sentry call gets (config.SentryFlagList).
+		{[]string{"gvx-sentry", "--platform=systrap", "--network=sandbox", "--overlay2=root:memory", "--oci-seccomp", "--allow-suid", "--root", "/r", "start", "t1"}, true,
+			command{globals: []string{"gvx-sentry", "--platform=systrap", "--network=sandbox", "--overlay2=root:memory", "--oci-seccomp", "--allow-suid", "--root", "/r"}, root: "/r", sub: "start", args: []string{"t1"}}},
 		{[]string{"gvx-sentry", "--network=none", "--root", "/r", "ps", "t1"}, true,
 			command{globals: []string{"gvx-sentry", "--network=none", "--root", "/r"}, root: "/r", sub: "ps", args: []string{"t1"}}},
 	} {
