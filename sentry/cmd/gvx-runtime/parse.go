@@ -23,7 +23,7 @@ type command struct {
 // a separate value; boolFlags those it passes alone. Anything else makes
 // gvx-runtime hand the call to gvx-sentry untouched.
 var (
-	valued    = map[string]bool{"--root": true, "--log": true, "--log-format": true}
+	valued = map[string]bool{"--root": true, "--log": true, "--log-format": true}
 	// --oci-seccomp and --allow-suid are among the flags every gvx-sentry
 	// call gets (config.SentryFlagList); they act at the sandbox's boot,
 	// which gvx-runtime never does.
