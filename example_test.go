@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/internal/cgroups"
 )
 
 // busybox is the locally built busybox image archive (make images).
@@ -42,6 +43,8 @@ func TestMain(m *testing.M) {
 		os.Setenv(k, v)
 	}
 	code := m.Run()
+	// containerd's runtimes leave the namespace's cgroup (empty).
+	cgroups.Remove(context.Background(), "/gvxexample")
 	os.RemoveAll(state)
 	os.RemoveAll(data)
 	os.Exit(code)
