@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -94,7 +93,7 @@ func settle(ctx context.Context, key, p string) error {
 		return imageError(key, p, err)
 	}
 	if !info.Clean {
-		if dev, err := attachedLoop(p); err != nil {
+		if dev, err := loopdev.Device(p); err != nil {
 			return err
 		} else if dev != "" {
 			return fmt.Errorf("image %s is still mounted (%s, on %s): unmount it before committing: %w",
@@ -152,28 +151,4 @@ func fsckPreen(ctx context.Context, p string) error {
 		return fmt.Errorf("e2fsck -fp: %v: %s: %w", err, strings.TrimSpace(string(out)), volume.ErrFsck)
 	}
 	return nil
-}
-
-// attachedLoop returns the loop device backed by the file p, if any,
-// comparing device and inode.
-func attachedLoop(p string) (string, error) {
-	st, err := os.Stat(p)
-	if err != nil {
-		return "", err
-	}
-	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	if err != nil {
-		return "", err
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // detached meanwhile
-		}
-		bst, err := os.Stat(strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)"))
-		if err == nil && os.SameFile(st, bst) {
-			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f))), nil
-		}
-	}
-	return "", nil
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/loopdev"
 )
 
 // AcquireOptions tune Acquire.
@@ -121,21 +121,7 @@ func checkNotAttached(f *os.File, path string) error {
 	if err != nil {
 		return err
 	}
-	devs, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	if err != nil {
-		return err
-	}
-	for _, d := range devs {
-		b, err := os.ReadFile(d)
-		if err != nil {
-			continue // detached meanwhile
-		}
-		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		bst, err := os.Stat(backing)
-		if err != nil || !os.SameFile(st, bst) {
-			continue
-		}
-		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(d)))
+	if dev := loopdev.Backing(st); dev != "" {
 		return &Error{Path: path, Err: ErrInUse, Detail: "attached to " + dev,
 			Fix: "unmount it and detach the loop device (`umount -d DIR` or `losetup -d " + dev + "`) first"}
 	}

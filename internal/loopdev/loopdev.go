@@ -15,19 +15,38 @@ import (
 	"time"
 )
 
-// Attached reports whether a loop device is backed by the file at path.
-func Attached(path string) bool {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return false
-	}
+// Backing returns the loop device ("/dev/loopN") backed by the file fi
+// describes ("" if none): compared by identity, not path, so a file found
+// through another name, or whose device names it "(deleted)" while it is
+// still there under a new name, is found too.
+func Backing(fi os.FileInfo) string {
 	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, f := range files {
-		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == abs {
-			return true
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		bst, err := os.Stat(strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)"))
+		if err == nil && os.SameFile(fi, bst) {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
 		}
 	}
-	return false
+	return ""
+}
+
+// Device returns the loop device backed by the file at path ("" if none).
+func Device(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	return Backing(st), nil
+}
+
+// Attached reports whether a loop device is backed by the file at path.
+func Attached(path string) bool {
+	dev, err := Device(path)
+	return err == nil && dev != ""
 }
 
 // WaitDetached waits (up to 15 s) until no loop device is backed by the
