@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,7 +87,17 @@ func mark(ctx context.Context, f *os.File, path string, before fileState) {
 		return
 	}
 	abs, _ := filepath.Abs(path)
-	if err := os.MkdirAll(MarkDir, 0o700); err == nil {
+	// The state directory above is one the sandboxes' unprivileged host
+	// processes traverse (0711, as the shim makes it); only the marks are
+	// root's alone. Made here first, MkdirAll would give it 0700.
+	err = os.MkdirAll(filepath.Dir(MarkDir), 0o711)
+	if err == nil {
+		err = os.Mkdir(MarkDir, 0o700)
+		if errors.Is(err, os.ErrExist) {
+			err = nil
+		}
+	}
+	if err == nil {
 		sweepMarks()
 		err = api.WriteFile(now.markPath(), []byte(now.markLine(abs)), 0o600)
 	}
