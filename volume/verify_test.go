@@ -325,3 +325,32 @@ func (r *sparseImage) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestMarkDirModes: the first mark on a host makes the state directory
+// above the marks traversable by the sandboxes' host uid (0711), the
+// marks' own directory root's alone (0700).
+func TestMarkDirModes(t *testing.T) {
+	requireRoot(t)
+	saved := MarkDir
+	t.Cleanup(func() { MarkDir = saved })
+	state := filepath.Join(t.TempDir(), "state")
+	MarkDir = filepath.Join(state, "verified")
+	img := mkImage(t, 16<<20)
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !marked(f, img) {
+		t.Fatal("a new image is not marked")
+	}
+	for dir, want := range map[string]os.FileMode{state: 0o711, MarkDir: 0o700} {
+		st, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o, want %o", dir, got, want)
+		}
+	}
+}
