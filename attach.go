@@ -32,13 +32,28 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, newError("list", "", nil, err)
 	}
-	var out []Info
+	// A sandbox rolled back is listed as its newest backing; the
+	// container it was rolled back from, while the rollback removes it in
+	// the background, not at all.
+	type found struct {
+		info     Info
+		backing  bool
+		creation time.Time
+	}
+	byID := map[string]found{}
 	for _, cont := range conts {
 		info, err := cont.Info(ctx, client.WithoutRefreshedMetadata)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		i := Info{ID: info.ID, Image: info.Labels[LabelImage], Created: info.CreatedAt, Docker: info.Labels[LabelDocker] == "true",
+		id, backing := info.ID, false
+		if sid := info.Labels[rollout.LabelSandbox]; sid != "" {
+			id, backing = sid, true
+		}
+		if f, ok := byID[id]; ok && (f.backing && !backing || f.backing == backing && f.creation.After(info.CreatedAt)) {
+			continue
+		}
+		i := Info{ID: id, Image: info.Labels[LabelImage], Created: info.CreatedAt, Docker: info.Labels[LabelDocker] == "true",
 			Pool: info.Labels[LabelPool], Status: StatusStopped, Labels: userLabels(info.Labels)}
 		if spec, err := cont.Spec(ctx); err == nil && spec.Process != nil {
 			i.Cmd = spec.Process.Args
@@ -48,7 +63,11 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 				i.Status = statusOf(st.Status)
 			}
 		}
-		out = append(out, i)
+		byID[id] = found{info: i, backing: backing, creation: info.CreatedAt}
+	}
+	out := make([]Info, 0, len(byID))
+	for _, f := range byID {
+		out = append(out, f.info)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Created.Before(out[b].Created) })
 	return out, nil
@@ -63,7 +82,9 @@ func (c *Client) Attach(ctx context.Context, id string) (*Sandbox, error) {
 	if !ValidID(id) {
 		return nil, errorf("attach", id, ErrNotFound, "not a sandbox id ([a-z0-9]+)")
 	}
-	cont, err := c.ctrd.LoadContainer(ctx, id)
+	// A sandbox rolled back is backed by a container the rollout engine
+	// restored, labelled with the sandbox's id.
+	cont, err := rollout.FindBacking(ctx, c.ctrd, id)
 	if err != nil {
 		return nil, newError("attach", id, nil, err)
 	}
@@ -74,6 +95,7 @@ func (c *Client) Attach(ctx context.Context, id string) (*Sandbox, error) {
 	if s.info.Labels[LabelSandbox] == "" {
 		return nil, errorf("attach", id, ErrNotFound, "container %s was not made by gvx's SDK", id)
 	}
+	s.restored = s.info.Labels[rollout.LabelRole] != ""
 	s.cfg = Config{ID: id, Image: s.info.Labels[LabelImage], Docker: s.info.Labels[LabelDocker] == "true", Labels: userLabels(s.info.Labels)}
 	task, err := cont.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
@@ -84,6 +106,13 @@ func (c *Client) Attach(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, newError("attach", id, nil, err)
 	}
 	s.task = task
+	if s.restored {
+		// The engine's to destroy (its volumes are the store's) and to
+		// roll back further.
+		if _, _, err := s.rollout(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.watch(ctx); err != nil {
 		return nil, err
 	}
@@ -116,17 +145,25 @@ func (c *Client) restored(ctx context.Context, id string) (bool, error) {
 		return false, nil // Attach says what
 	}
 	labels, err := cont.Labels(c.Context(ctx))
-	if err != nil || labels[rollout.LabelRole] == "" {
+	// A sandbox's backing (LabelSandbox) is removed as the sandbox is:
+	// Attach finds its newest.
+	if err != nil || labels[rollout.LabelRole] == "" || labels[rollout.LabelSandbox] != "" {
 		return false, nil
 	}
+	return true, c.removeRestored(ctx, id)
+}
+
+// removeRestored has the engine remove container id, one it restored,
+// with its volumes.
+func (c *Client) removeRestored(ctx context.Context, id string) error {
 	e, err := c.engine()
 	if err != nil {
-		return true, err
+		return err
 	}
 	if err := e.RemoveRestored(c.Context(ctx), id); err != nil {
-		return true, newError("remove", id, nil, err)
+		return newError("remove", id, nil, err)
 	}
-	return true, nil
+	return nil
 }
 
 // Labels are the sandbox's user labels (Config.Labels).

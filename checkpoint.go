@@ -47,7 +47,9 @@ func (c *Client) engine() (*rollout.Engine, error) {
 		if dir == "" {
 			dir = filepath.Join(c.opts.DataDir, "checkpoints")
 		}
-		c.eng, c.engErr = rollout.New(c.ctrd, rollout.Options{StoreDir: dir, StateDir: c.cfg.StateDir, Spares: c.opts.Spares})
+		c.eng, c.engErr = rollout.New(c.ctrd, rollout.Options{StoreDir: dir, StateDir: c.cfg.StateDir, Spares: c.opts.Spares, FIFODir: c.fifoDir,
+			// A fork owns none of its parent's host files.
+			ForkLabel: func(k string) bool { return k != LabelOwned && k != LabelPool }})
 		if c.engErr != nil {
 			c.engErr = errorf("checkpoint", "", ErrInvalid, "Options.CheckpointDir %s, Spares %d: %w", dir, c.opts.Spares, c.engErr)
 		}

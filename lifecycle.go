@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/gvxrun/gvx/internal/taskio"
 )
 
 // Status is a sandbox's state.
@@ -241,6 +243,11 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		if err := s.c.eng.Destroy(ctx, rs); err != nil {
 			errs = append(errs, err)
 		}
+	} else if s.restored && s.container != nil {
+		// Stopped, so not adopted: the engine removes it with its volumes.
+		if err := s.c.removeRestored(ctx, s.container.ID()); err != nil {
+			errs = append(errs, err)
+		}
 	} else if s.curTask() != nil {
 		if err := s.killTask(ctx); err != nil {
 			errs = append(errs, err)
@@ -280,8 +287,14 @@ func (s *Sandbox) killTask(ctx context.Context) error {
 			}
 		}
 	}
+	// The FIFOs of a task made by a process that died (this one
+	// attached it) are this one's to remove.
+	fifos := taskio.FIFODir(ctx, s.c.ctrd, s.container.ID(), s.c.fifoDir)
 	if _, err := s.curTask().Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete task: %w", err)
+	}
+	if err := taskio.Remove(fifos); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx: close %s: its stdio FIFOs", s.id)
 	}
 	return nil
 }

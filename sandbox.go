@@ -57,7 +57,10 @@ type Sandbox struct {
 	container client.Container // the current backing (a rollback's restore is a new one)
 	task      client.Task
 	rs        *rollout.Sandbox // the rollout engine's, once checkpointed
-	process   *specs.Process   // the init's, the base of every Exec
+	// restored says the backing is a container the rollout engine
+	// restored (a rollback's or fork's, attached by a later process).
+	restored  bool
+	process   *specs.Process // the init's, the base of every Exec
 	info      containers.Container
 	owned     owned
 	timings   Timings

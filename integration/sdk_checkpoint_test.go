@@ -25,8 +25,10 @@ func ckClient(t *testing.T, spares int) (*sdk.Client, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(state) })
-	c, err := sdk.Connect(context.Background(), sdk.Options{Containerd: e.Socket(), Namespace: testNS, BinDir: e.gvxBin,
-		StateDir: state, CheckpointDir: filepath.Join(dir, "store"), Spares: spares})
+	opts := sdk.Options{Containerd: e.Socket(), Namespace: testNS, BinDir: e.gvxBin,
+		StateDir: state, CheckpointDir: filepath.Join(dir, "store"), Spares: spares}
+	ckOptions = opts
+	c, err := sdk.Connect(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +50,10 @@ func ckClient(t *testing.T, spares int) (*sdk.Client, string) {
 	})
 	return c, dir
 }
+
+// ckOptions are the options of the last ckClient (a second program's
+// client connects with them).
+var ckOptions sdk.Options
 
 // sh runs a shell command in sb and returns its trimmed stdout.
 func sh(t *testing.T, sb *sdk.Sandbox, cmd string) string {
@@ -118,6 +124,28 @@ func TestSDKCheckpoint(t *testing.T) {
 	}
 	signal("2") // the in-memory count was 1 at the checkpoint
 
+	// Another program finds the rolled-back sandbox by its id (its
+	// backing is a container the rollback restored) and lists it once.
+	c2opts := ckOptions
+	c2opts.Spares = 0
+	c2, err := sdk.Connect(ctx, c2opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c2.Attach(ctx, "sdkck")
+	if err != nil {
+		t.Fatalf("attach after a rollback: %v", err)
+	}
+	if got := sh(t, again, "cat /work/f; ls /tmp/new 2>&1 || true"); !strings.HasPrefix(got, "one\n") {
+		t.Errorf("the attached sandbox's files: %q, want the rolled-back ones", got)
+	}
+	if infos, err := c2.List(ctx); err != nil || len(infos) != 1 || infos[0].ID != "sdkck" || infos[0].Status != sdk.StatusRunning {
+		t.Errorf("List after a rollback: %+v, %v; want sdkck once, running", infos, err)
+	}
+	if err := c2.Close(ctx); err != nil {
+		t.Error(err)
+	}
+
 	// Async: the handle comes back paused; the next call waits for the save.
 	ck2, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{Async: true})
 	if err != nil {
@@ -151,6 +179,22 @@ func TestSDKCheckpoint(t *testing.T) {
 	}
 	if got := sh(t, forks[1], "cat /tmp/n"); got != "2" {
 		t.Errorf("fork's counter file: %q, want 2", got)
+	}
+	// Forks are sandboxes of their own to another program too.
+	c3, err := sdk.Connect(ctx, c2opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f1, err := c3.Attach(ctx, forks[1].ID()); err != nil {
+		t.Errorf("attach a fork: %v", err)
+	} else if got := sh(t, f1, "cat /work/f"); got != "one" {
+		t.Errorf("the attached fork's /work/f = %q, want one", got)
+	}
+	if infos, err := c3.List(ctx); err != nil || len(infos) != 3 {
+		t.Errorf("List with two forks: %+v, %v; want 3 sandboxes", infos, err)
+	}
+	if err := c3.Close(ctx); err != nil {
+		t.Error(err)
 	}
 
 	// A killed init runs again after a rollback.

@@ -10,7 +10,8 @@ import (
 // TestServeCheckpoint: gvx serve's checkpoint routes on real sandboxes:
 // a rollback brings a file back (same id and token), forks of a
 // checkpoint and E2B's fork of the moment diverge, a release frees the
-// store, and a kill releases the sandbox's checkpoints.
+// store, a restarted service re-adopts rolled-back sandboxes and forks,
+// and a kill releases the sandbox's checkpoints.
 func TestServeCheckpoint(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -44,6 +45,22 @@ func TestServeCheckpoint(t *testing.T) {
 	}
 	must(forks[0], "echo fork0 > /tmp/f; cat /tmp/f", "fork0\n")
 	must(forks[1], "cat /tmp/f", "one\n")
+
+	// A crashed service's successor re-adopts the rolled-back sandbox
+	// (backed by a container the rollback restored) and the forks (whose
+	// backend ids are not the service's), their state and tokens intact;
+	// the rolled-back one rolls back again.
+	s.stop(syscall.SIGKILL)
+	s = startGvxServe(t, dir)
+	defer s.stop(syscall.SIGTERM)
+	must(sb, "cat /tmp/f", "one\n")
+	must(forks[0], "cat /tmp/f", "fork0\n")
+	must(forks[1], "cat /tmp/f", "one\n")
+	must(sb, "echo again > /tmp/f", "")
+	if c := s.call("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/rollback", s.key, `{"handle":"`+ck.Handle+`"}`, &back); c != 200 || back.SandboxID != sb.SandboxID {
+		t.Fatalf("rollback after a restart: %d %+v\n%s", c, back, s.stderr)
+	}
+	must(sb, "cat /tmp/f", "one\n")
 	must(sb, "echo three > /tmp/f", "")
 	var now []e2bSandbox
 	if c := s.call("POST", "/sandboxes/"+sb.SandboxID+"/fork", s.key, `{"count":1}`, &now); c != 201 || len(now) != 1 {

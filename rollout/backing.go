@@ -14,8 +14,10 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/internal/loopdev"
+	"github.com/gvxrun/gvx/internal/taskio"
 	"github.com/gvxrun/gvx/sandbox/control"
 )
 
@@ -106,6 +108,14 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 				errs = append(errs, fmt.Errorf("%s did not exit after SIGKILL", b.id))
 			}
 		}
+		// Its FIFOs, when a process that died made them (a backing
+		// adopted from an earlier one), are removed here.
+		fifos := taskio.FIFODir(ctx, e.c, b.id, e.opts.FIFODir)
+		defer func() {
+			if err := taskio.Remove(fifos); err != nil {
+				log.G(ctx).WithError(err).Warnf("rollout: the stdio FIFOs of %s", b.id)
+			}
+		}()
 		// gVisor's delete waits 5 s for the gofer to exit; on a loaded
 		// node that is not always enough: try again before giving up.
 		for attempt := 1; ; attempt++ {

@@ -79,7 +79,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if o := info.Runtime.Options; o != nil {
 		rt.OptionsType, rt.Options = o.GetTypeUrl(), o.GetValue()
 	}
-	h, err := e.store.newHandle(Handle{Parent: sb.parent, Lineage: sb.lineage, Sandbox: sb.ID, Image: info.Image, Snapshotter: info.Snapshotter, Runtime: rt})
+	h, err := e.store.newHandle(Handle{Parent: sb.parent, Lineage: sb.lineage, Sandbox: sb.ID, Image: info.Image, Snapshotter: info.Snapshotter, Runtime: rt, Labels: ownLabels(info.Labels)})
 	if err != nil {
 		return nil, err
 	}

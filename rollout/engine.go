@@ -36,6 +36,12 @@ type Options struct {
 	// Spares is how many restored, paused backings the engine keeps ready
 	// for each handle (0: a rollback restores then).
 	Spares int
+	// FIFODir is where restored backings' stdio FIFOs are made (""
+	// containerd's default).
+	FIFODir string
+	// ForkLabel says which of a checkpointed container's labels a fork's
+	// backing inherits (nil: all but the engine's own).
+	ForkLabel func(key string) bool
 }
 
 // Engine checkpoints, rolls back and forks sandboxes.
@@ -183,13 +189,53 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adopt %s: %w", id, err)
 	}
+	// A restored backing stands for the sandbox its label names.
+	sid := id
+	if v := labels[LabelSandbox]; v != "" {
+		sid = v
+	}
 	if labels[labelLineage] == "" {
-		if _, err := ctr.SetLabels(ctx, map[string]string{labelLineage: id}); err != nil {
+		if _, err := ctr.SetLabels(ctx, map[string]string{labelLineage: sid}); err != nil {
 			return nil, fmt.Errorf("adopt %s: %w", id, err)
 		}
 	}
-	b := &backing{id: id, container: ctr, task: task}
-	return &Sandbox{ID: id, e: e, cur: b, lineage: lineageOf(id, labels)}, nil
+	b := &backing{id: id, container: ctr, task: task, restored: labels[LabelRole] != ""}
+	return &Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)}, nil
+}
+
+// Find returns the container that is sandbox id's backing: the newest
+// restored container labelled as id's (LabelSandbox), else container id
+// itself; errdefs.ErrNotFound if neither exists.
+func (e *Engine) Find(ctx context.Context, id string) (client.Container, error) {
+	return FindBacking(ctx, e.c, id)
+}
+
+// FindBacking is Engine.Find on containerd client c, for callers without
+// an engine.
+func FindBacking(ctx context.Context, c *client.Client, id string) (client.Container, error) {
+	conts, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%s", LabelSandbox, id))
+	if err != nil {
+		return nil, fmt.Errorf("find sandbox %s: %w", id, err)
+	}
+	var best client.Container
+	var bestAt time.Time
+	for _, ct := range conts {
+		info, err := ct.Info(ctx, client.WithoutRefreshedMetadata)
+		if err != nil || info.Labels[LabelRole] != "sandbox" {
+			continue
+		}
+		if best == nil || info.CreatedAt.After(bestAt) {
+			best, bestAt = ct, info.CreatedAt
+		}
+	}
+	if best != nil {
+		return best, nil
+	}
+	ct, err := c.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("find sandbox %s: %w", id, err)
+	}
+	return ct, nil
 }
 
 // Destroy ends the sandbox: its backing is killed and removed with its

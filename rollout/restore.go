@@ -29,7 +29,45 @@ const (
 	// LabelRole marks the containers the engine restores: "spare" or
 	// "sandbox".
 	LabelRole = "dev.gvx.rollout.role"
+	// LabelSandbox, on a restored container that became a sandbox's
+	// backing (a rollback's or a fork's), names that sandbox: a later
+	// process finds the sandbox by it (Engine.Find) and adopts it under
+	// that id. Such a backing carries its sandbox's other labels too (a
+	// rollback's, those of the backing it replaced; a fork's, those of the
+	// container checkpointed, as Options.ForkLabel keeps them).
+	LabelSandbox = "dev.gvx.rollout.sandbox"
 )
+
+// engineLabel says whether container label k is one the engine sets.
+func engineLabel(k string) bool {
+	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage
+}
+
+// ownLabels is labels without the engine's.
+func ownLabels(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if !engineLabel(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// promote labels restored backing b as sandbox id's, with labels (its
+// sandbox's own) besides: a later process finds it by them.
+func (e *Engine) promote(ctx context.Context, b *backing, id string, labels map[string]string) error {
+	set := map[string]string{LabelRole: "sandbox", LabelSandbox: id}
+	for k, v := range labels {
+		if !engineLabel(k) {
+			set[k] = v
+		}
+	}
+	if _, err := b.container.SetLabels(ctx, set); err != nil {
+		return fmt.Errorf("label %s as sandbox %s's backing: %w", b.id, id, err)
+	}
+	return nil
+}
 
 func writeSpec(path string, spec *specs.Spec) error {
 	if err := api.WriteJSON(path, spec); err != nil {
@@ -104,7 +142,11 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
-	b.task, err = b.container.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))))
+	io := []cio.Opt{cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))}
+	if e.opts.FIFODir != "" {
+		io = append(io, cio.WithFIFODir(e.opts.FIFODir))
+	}
+	b.task, err = b.container.NewTask(ctx, cio.NewCreator(io...))
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}

@@ -37,8 +37,24 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 		return 0, fmt.Errorf("rollback %s: %w", sb.ID, err)
 	}
 	old := sb.cur
+	// The new backing carries the sandbox's labels, so that a later
+	// process finds it as the sandbox (Find); labelled while the old one
+	// pauses and the new one resumes.
+	labelled := make(chan error, 1)
+	go func() {
+		labels, err := old.container.Labels(ctx)
+		if err == nil {
+			err = e.promote(ctx, next, sb.ID, labels)
+		}
+		labelled <- err
+	}()
 	_ = e.pause(ctx, old) // no more output or work from it
-	if err := e.resume(ctx, next); err != nil {
+	err = e.resume(ctx, next)
+	if lerr := <-labelled; err == nil && lerr != nil {
+		err = lerr
+		_ = e.pause(ctx, next)
+	}
+	if err != nil {
 		_ = e.destroy(ctx, next)
 		if old.paused {
 			_ = e.resume(ctx, old)
@@ -97,9 +113,24 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 		}
 		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
+	labels := map[string]string{}
+	for k, v := range h.Labels {
+		if e.opts.ForkLabel == nil || e.opts.ForkLabel(k) {
+			labels[k] = v
+		}
+	}
 	out := make([]*Sandbox, n)
 	for i, b := range backings {
 		out[i] = &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}
+		if err == nil {
+			err = e.promote(ctx, b, b.id, labels)
+		}
+	}
+	if err != nil {
+		for _, b := range backings {
+			_ = e.destroy(ctx, b)
+		}
+		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
 	e.fillSpares(ctx, h)
 	return out, nil

@@ -35,8 +35,11 @@ type Handle struct {
 	Snapshotter string `json:"snapshotter"`
 	// Runtime is the runtime the sandbox ran with: its restores run with
 	// the same (the gvx-sentry flags a restore needs follow from it).
-	Runtime *Runtime  `json:"runtime,omitempty"`
-	Created time.Time `json:"created"`
+	Runtime *Runtime `json:"runtime,omitempty"`
+	// Labels are the checkpointed container's labels (the engine's own
+	// left out): a fork's backing gets those Options.ForkLabel keeps.
+	Labels  map[string]string `json:"labels,omitempty"`
+	Created time.Time         `json:"created"`
 	// Timings of its making.
 	Paused time.Duration `json:"paused"`
 }

@@ -298,6 +298,9 @@ func (s *Service) forkHandler(w http.ResponseWriter, r *http.Request, key string
 	for _, sb := range sbs {
 		rec := record{ID: newID(), Key: key, Template: parent.Template, Metadata: parent.Metadata, EnvVars: parent.EnvVars,
 			Token: newToken(), StartedAt: now.UTC(), EndAt: now.Add(d).UTC(), State: Running, OnTimeout: parent.OnTimeout}
+		if id, ok := sb.(backend.Identified); ok {
+			rec.Backing = id.BackendID()
+		}
 		s.boxes[rec.ID] = &entry{rec: rec, tmpl: e.tmpl, sb: sb, envd: envd.New(s.measure(sb), defaults(e.tmpl, rec))}
 		out = append(out, s.sandboxBody(rec))
 	}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,7 +118,14 @@ func TestCheckpointRoutes(t *testing.T) {
 	}
 
 	// Kept across a restart; a stray checkpoint of the backend released;
-	// forks (their backend ids are not the service's) are not re-adopted.
+	// forks (their backend ids are not the service's: the table records
+	// them) re-adopted.
+	f.svc.mu.Lock()
+	forkBacking := f.svc.boxes[forks[1].SandboxID].rec.Backing
+	f.svc.mu.Unlock()
+	if forkBacking == "" || forkBacking == forks[1].SandboxID {
+		t.Errorf("fork %s: backing %q, want the backend's own id", forks[1].SandboxID, forkBacking)
+	}
 	f.stop()
 	stray, _ := f.b.Get(sb.SandboxID).Checkpoint(t.Context(), false)
 	f.start()
@@ -127,8 +135,11 @@ func TestCheckpointRoutes(t *testing.T) {
 	if ids, _ := f.b.Checkpoints(t.Context()); len(ids) != 2 || ids[0] == stray.ID || ids[1] == stray.ID {
 		t.Errorf("the backend's checkpoints after a restart: %v (stray %s)", ids, stray.ID)
 	}
-	if c, _ := f.do("GET", "/sandboxes/"+forks[1].SandboxID, f.key, "", nil); c != 404 {
-		t.Errorf("a fork after a restart: %d, want 404 (not re-adopted)", c)
+	if c, _ := f.do("GET", "/sandboxes/"+forks[1].SandboxID, f.key, "", nil); c != 200 {
+		t.Errorf("a fork after a restart: %d, want 200 (re-adopted)", c)
+	}
+	if ids, _ := f.b.List(t.Context()); !slices.Contains(ids, forkBacking) {
+		t.Errorf("the fork's backing %s after a restart: gone (%v)", forkBacking, ids)
 	}
 	// Release; then a kill releases the rest of the sandbox's.
 	if c, _ := f.do("DELETE", "/gvx/v1/checkpoints/"+ck.Handle, f.key, "", nil); c != 204 {

@@ -187,7 +187,7 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	s.mu.Unlock()
 	e.envd.Close()
 	if err := e.sb.Close(ctx); err != nil {
-		_ = s.cfg.Backend.Destroy(ctx, rec.ID)
+		_ = s.cfg.Backend.Destroy(ctx, rec.backing())
 	}
 	t0 := time.Now()
 	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, envList(rec.EnvVars))
@@ -204,6 +204,7 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	s.mu.Lock()
 	e.sb, e.envd = sb, envd.New(s.measure(sb), defaults(e.tmpl, rec))
 	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
+	e.rec.Backing = "" // a reset fork's backend id is the service's now
 	s.mu.Unlock()
 	s.save()
 	return nil

@@ -71,6 +71,17 @@ type record struct {
 	EndAt     time.Time         `json:"endAt"`
 	State     State             `json:"state"`
 	OnTimeout string            `json:"onTimeout"` // kill or pause
+	// Backing is the backend's id of the sandbox when it is not ID (a
+	// fork's).
+	Backing string `json:"backing,omitempty"`
+}
+
+// backing is the backend's id of the sandbox.
+func (r record) backing() string {
+	if r.Backing != "" {
+		return r.Backing
+	}
+	return r.ID
 }
 
 // entry is a sandbox the service holds.
@@ -200,18 +211,18 @@ func (s *Service) restore(ctx context.Context) error {
 		var sb backend.Sandbox
 		var err error
 		if ok {
-			sb, err = s.cfg.Backend.Attach(ctx, r.ID, t)
+			sb, err = s.cfg.Backend.Attach(ctx, r.backing(), t)
 		} else {
 			err = fmt.Errorf("template %s is gone", r.Template)
 		}
 		if err != nil {
 			log.G(ctx).WithError(err).Infof("gvx serve: sandbox %s of the last run is not adopted; removing it", r.ID)
-			if err := s.cfg.Backend.Destroy(ctx, r.ID); err != nil {
+			if err := s.cfg.Backend.Destroy(ctx, r.backing()); err != nil {
 				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s", r.ID)
 			}
 			continue
 		}
-		known[r.ID] = true
+		known[r.backing()] = true
 		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(s.measure(sb), defaults(t, r))}
 		log.G(ctx).Infof("gvx serve: re-adopted sandbox %s (%s, %s until %s)", r.ID, r.Template, r.State, r.EndAt.Format(time.RFC3339))
 	}
@@ -443,7 +454,7 @@ func (s *Service) kill(ctx context.Context, e *entry) error {
 	s.save()
 	s.releaseOf(ctx, e.rec.ID)
 	if err != nil {
-		_ = s.cfg.Backend.Destroy(ctx, e.rec.ID)
+		_ = s.cfg.Backend.Destroy(ctx, e.rec.backing())
 		return fmt.Errorf("kill sandbox %s: %w", e.rec.ID, err)
 	}
 	return nil

@@ -155,9 +155,16 @@ type Checkpointer interface {
 	Rollback(ctx context.Context, id string) error
 }
 
+// Identified is a Sandbox that knows its backend's id for it.
+type Identified interface {
+	BackendID() string
+}
+
 // Forker is a Backend that makes sandboxes from checkpoints.
 type Forker interface {
-	// Fork makes n sandboxes in checkpoint id's state.
+	// Fork makes n sandboxes in checkpoint id's state. Each has an id of
+	// the backend's, which its BackendID method (Identified) gives: the
+	// service records it, and a later service Attaches by it.
 	Fork(ctx context.Context, id string, n int) ([]Sandbox, error)
 	// ReleaseCheckpoint deletes checkpoint id (ErrNoCheckpoint if there
 	// is none).

@@ -133,14 +133,19 @@ func (b *Backend) List(ctx context.Context) ([]string, error) {
 			ids = append(ids, in.ID)
 		}
 	}
-	// And the containers restored for rollbacks and forks: their ids are
-	// not the service's, so a restarted service removes them.
+	// And the containers restored for rollbacks and forks that are no
+	// sandbox's backing (spares, and whatever a crash left half made):
+	// nothing knows them, so a restarted service removes them. A backing
+	// is listed above as its sandbox.
 	conts, err := b.c.Containerd().Containers(b.c.Context(ctx), fmt.Sprintf("labels.%q", rollout.LabelRole))
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range conts {
-		ids = append(ids, c.ID())
+		labels, err := c.Labels(b.c.Context(ctx))
+		if err == nil && labels[rollout.LabelSandbox] == "" {
+			ids = append(ids, c.ID())
+		}
 	}
 	return ids, nil
 }
@@ -262,6 +267,9 @@ func orDiscard(w io.Writer) io.Writer {
 	}
 	return w
 }
+
+// BackendID is the SDK's id of the sandbox (a fork's is not the service's).
+func (s *sandbox) BackendID() string { return s.sb.ID() }
 
 func (s *sandbox) Pause(ctx context.Context) error  { return s.sb.Pause(ctx) }
 func (s *sandbox) Resume(ctx context.Context) error { return s.sb.Resume(ctx) }

@@ -125,6 +125,9 @@ func (b *Backend) Get(id string) *Sandbox {
 // Close does nothing.
 func (b *Backend) Close() error { return nil }
 
+// BackendID is the sandbox's ID.
+func (s *Sandbox) BackendID() string { return s.ID }
+
 // Paused says whether the sandbox is paused.
 func (s *Sandbox) Paused() bool {
 	s.mu.Lock()
