@@ -33,6 +33,12 @@ const FlagsFile = "gvx-sentry-flags"
 // which gVisor does not apply itself.
 const MaskedFile = "gvx-masked"
 
+// HostBindDir, next to FlagsFile, holds the staging points of a task's
+// idmapped (or recursively read-only) host bind mounts: gvx-sentry
+// attaches each clone there in its private mount namespace, so on the
+// host they are empty directories and files.
+const HostBindDir = "gvx-binds"
+
 // SysClassDir, next to FlagsFile, is the read-only directory gvx-sentry
 // mounts at a container's /sys/class, holding an empty net/ (gVisor's
 // sysfs has none, and brctl needs it).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -55,11 +56,29 @@ func Validate(s *specs.Spec) error {
 		if !filepath.IsAbs(m.Destination) {
 			return fmt.Errorf("invalid OCI spec: mount destination %q must be an absolute path", m.Destination)
 		}
+		if err := validateRRO(m); err != nil {
+			return err
+		}
 	}
 	if err := validateSysctls(s.Linux.Sysctl); err != nil {
 		return err
 	}
 	return validatePropagation(s)
+}
+
+// validateRRO refuses a recursively read-only ("rro") mount gvx-sentry
+// could not make so: one that is not a bind mount, or also says rw.
+func validateRRO(m specs.Mount) error {
+	if !slices.Contains(m.Options, "rro") {
+		return nil
+	}
+	if m.Type != "bind" && !slices.Contains(m.Options, "bind") && !slices.Contains(m.Options, "rbind") {
+		return fmt.Errorf("invalid OCI spec: mount %s (type %q) is recursively read-only (rro), which gvx supports for bind mounts only; use ro", m.Destination, m.Type)
+	}
+	if slices.Contains(m.Options, "rw") {
+		return fmt.Errorf("invalid OCI spec: mount %s has both rro and rw; drop one", m.Destination)
+	}
+	return nil
 }
 
 // errShared explains why gvx refuses shared mount propagation.

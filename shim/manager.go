@@ -34,6 +34,7 @@ import (
 	"github.com/containerd/containerd/v2/version"
 	runcC "github.com/containerd/go-runc"
 	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
@@ -230,10 +231,17 @@ func bootstrapAddress(bundle string) (string, error) {
 	return b.Address, nil
 }
 
-// Info reports the runtime's name and version.
+// Info reports the runtime's name, version and OCI features
+// (runtimeFeatures), which containerd's CRI reads for what a runtime
+// handler supports (recursive read-only mounts).
 func (manager) Info(ctx context.Context, _ io.Reader) (*types.RuntimeInfo, error) {
+	feat, err := typeurl.MarshalAnyToProto(runtimeFeatures())
+	if err != nil {
+		return nil, fmt.Errorf("marshal runtime features: %w", err)
+	}
 	return &types.RuntimeInfo{
-		Name:    api.RuntimeType,
-		Version: &types.RuntimeVersion{Version: version.Version, Revision: version.Revision},
+		Name:     api.RuntimeType,
+		Version:  &types.RuntimeVersion{Version: version.Version, Revision: version.Revision},
+		Features: feat,
 	}, nil
 }

@@ -50,6 +50,9 @@ func releaseTaskSentry(dir string) error {
 	if err := os.RemoveAll(filepath.Join(dir, api.SysClassDir)); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeStaging(filepath.Join(dir, api.HostBindDir)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 		errs = append(errs, err)
 	}
@@ -59,4 +62,28 @@ func releaseTaskSentry(dir string) error {
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir() && st.Mode().Perm()&0o111 != 0
+}
+
+// removeStaging removes the staging points of a task's host bind clones
+// and their directory. On the host they are empty (the clones live in the
+// sandbox's private mount namespace): each is removed without recursing,
+// so a mount there by mistake fails the removal rather than being emptied.
+func removeStaging(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -106,19 +106,11 @@ func Reexec(argv []string) error {
 }
 
 // Prepare makes this (re-executed) process's mount namespace receive host
-// mount events but send none back, then mounts every volume.
-func Prepare(vols []api.Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
+// mount events but send none back, then mounts every volume, idmapped
+// through userns when it is set (UserNS).
+func Prepare(vols []api.Volume, userns *os.File) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
-	}
-	var userns *os.File
-	if len(uidMap) > 0 {
-		f, err := usernsFD(uidMap, gidMap)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		userns = f
 	}
 	for _, v := range vols {
 		if err := Mount(v, userns); err != nil {
@@ -126,6 +118,16 @@ func Prepare(vols []api.Volume, uidMap, gidMap []specs.LinuxIDMapping) error {
 		}
 	}
 	return nil
+}
+
+// UserNS returns a user namespace with the sandbox's id mappings, held
+// open by a file (nil, and no error, when there are none), for idmapping
+// mounts to it.
+func UserNS(uidMap, gidMap []specs.LinuxIDMapping) (*os.File, error) {
+	if len(uidMap) == 0 {
+		return nil, nil
+	}
+	return usernsFD(uidMap, gidMap)
 }
 
 // Mount attaches v.Image to an auto-clearing loop device and mounts its

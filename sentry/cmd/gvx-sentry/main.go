@@ -28,12 +28,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/version"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/hostbind"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/maskpaths"
 	"github.com/gvxrun/gvx/sentry/oomwatch"
@@ -73,10 +76,12 @@ func main() {
 	dispatch(args)
 }
 
-// mountVolumes handles a create/run of a sandbox with ext4lite volumes: the
-// first call re-executes gvx-sentry in a private mount namespace (and does
-// not return); the re-executed one mounts the volumes there and returns so
-// that gVisor's create runs inside that namespace.
+// mountVolumes handles a create/run of a sandbox with ext4lite volumes or
+// host bind mounts to clone (package hostbind): the first call
+// re-executes gvx-sentry in a private mount namespace (and does not
+// return); the re-executed one mounts the volumes and the clones there,
+// points the spec at them and returns, so that gVisor's create runs inside
+// that namespace.
 func mountVolumes(argv []string) error {
 	dir, ok := volmount.CreateBundle(argv)
 	if !ok {
@@ -87,8 +92,27 @@ func mountVolumes(argv []string) error {
 		return nil // gVisor reports a bad bundle itself
 	}
 	vols, err := volmount.FromSpec(spec)
-	if err != nil || len(vols) == 0 {
+	if err != nil {
 		return err
+	}
+	skip := make([]string, 0, len(vols))
+	for _, v := range vols {
+		skip = append(skip, v.Staging)
+	}
+	task, err := taskDir(argv, dir)
+	if err != nil {
+		return err
+	}
+	before := slices.Clone(spec.Mounts)
+	binds, err := hostbind.Plan(spec, hostbind.Dir(task), skip)
+	if err != nil {
+		return err
+	}
+	if len(vols) == 0 && len(binds) == 0 {
+		if reflect.DeepEqual(before, spec.Mounts) {
+			return nil
+		}
+		return writeSpec(dir, spec) // a read-only rbind's submounts listed
 	}
 	if !volmount.InPrivateNamespace() {
 		return volmount.Reexec(argv)
@@ -97,7 +121,46 @@ func mountVolumes(argv []string) error {
 	if spec.Linux != nil {
 		uids, gids = spec.Linux.UIDMappings, spec.Linux.GIDMappings
 	}
-	return volmount.Prepare(vols, uids, gids)
+	userns, err := volmount.UserNS(uids, gids)
+	if err != nil {
+		return err
+	}
+	if userns != nil {
+		defer userns.Close()
+	}
+	if err := volmount.Prepare(vols, userns); err != nil {
+		return err
+	}
+	if len(binds) == 0 && reflect.DeepEqual(before, spec.Mounts) {
+		return nil
+	}
+	if err := hostbind.Apply(spec, binds, userns); err != nil {
+		return err
+	}
+	return writeSpec(dir, spec)
+}
+
+// taskDir is the shim's task directory (traverse-only, beside the task's
+// flags), else the bundle's (a pool's sandbox): reachable by the
+// sandbox's unprivileged gofer, and removed with the task.
+func taskDir(argv []string, bundleDir string) (string, error) {
+	task, err := filepath.Abs(filepath.Dir(argv[0]))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(task, api.FlagsFile)); err != nil {
+		return bundleDir, nil
+	}
+	return task, nil
+}
+
+// writeSpec writes spec back to the bundle for gVisor.
+func writeSpec(dir string, spec *specs.Spec) error {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	return api.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
 }
 
 // rewriteSpec makes gVisor apply what a create's (run's, restore's) spec
@@ -114,15 +177,9 @@ func rewriteSpec(argv []string) error {
 	if err != nil {
 		return nil // gVisor reports a bad bundle itself
 	}
-	// The shim's task directory (traverse-only, beside the task's flags),
-	// else the bundle's (a pool's sandbox): reachable by the sandbox's
-	// unprivileged gofer, and removed with the task.
-	task, err := filepath.Abs(filepath.Dir(argv[0]))
+	task, err := taskDir(argv, dir)
 	if err != nil {
 		return err
-	}
-	if _, err := os.Stat(filepath.Join(task, api.FlagsFile)); err != nil {
-		task = dir
 	}
 	empty := filepath.Join(task, api.MaskedFile)
 	masked, err := maskpaths.Rewrite(spec, empty)
@@ -144,9 +201,5 @@ func rewriteSpec(argv []string) error {
 	if !masked && !classed {
 		return nil
 	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	return api.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
+	return writeSpec(dir, spec)
 }
