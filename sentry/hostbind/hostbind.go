@@ -170,11 +170,14 @@ func statUID(st os.FileInfo) uint32 {
 	return 0
 }
 
-// mountInfo is one line of /proc/self/mountinfo: a mount point and
-// whether the mount is read-only.
+// mountInfo is one line of /proc/self/mountinfo: the mount's id, its
+// mount point, whether it is read-only, and whether it is in a peer group
+// or receives from one (shared:N, master:N).
 type mountInfo struct {
-	point    string
-	readOnly bool
+	id         uint64
+	point      string
+	readOnly   bool
+	propagates bool
 }
 
 func readMountInfo(path string) ([]mountInfo, error) {
@@ -204,7 +207,20 @@ func parseMountInfo(line string) (mountInfo, bool) {
 	if len(f) < 6 {
 		return mountInfo{}, false
 	}
-	return mountInfo{point: unescape(f[4]), readOnly: slices.Contains(strings.Split(f[5], ","), "ro")}, true
+	id, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return mountInfo{}, false
+	}
+	mi := mountInfo{id: id, point: unescape(f[4]), readOnly: slices.Contains(strings.Split(f[5], ","), "ro")}
+	for _, o := range f[6:] {
+		if o == "-" {
+			break
+		}
+		if strings.HasPrefix(o, "shared:") || strings.HasPrefix(o, "master:") {
+			mi.propagates = true
+		}
+	}
+	return mi, true
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space, …).
@@ -347,7 +363,79 @@ func apply(spec *specs.Spec, b Bind, userns *os.File) error {
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, b.Staging, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount %s: attach the clone of %s at %s: %w", m.Destination, b.Source, b.Staging, err)
 	}
+	if err := joinPropagation(fd, b); err != nil {
+		return fmt.Errorf("mount %s: %w", m.Destination, err)
+	}
 	return nil
+}
+
+// joinPropagation makes the clone at b.Staging (and each submount in it)
+// receive what the host mounts under the source later, as a bind mount
+// would: open_tree's clone is private, so it is put in the propagation
+// group of the mount it was cloned from (move_mount
+// MOVE_MOUNT_SET_GROUP). In gvx-sentry's namespace every mount is a slave
+// of the host's, so the clone becomes one too: mounts propagate to it
+// from the host, never back. A source on a private mount has none to
+// join. gVisor's gofer then applies the spec's own propagation (rprivate
+// stops it, rslave keeps it).
+func joinPropagation(src int, b Bind) error {
+	mounts, err := readMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(src, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+		return fmt.Errorf("mount id of %s: %w", b.Source, err)
+	}
+	byID := map[uint64]mountInfo{}
+	for _, mi := range mounts {
+		byID[mi.id] = mi
+	}
+	if top, ok := byID[stx.Mnt_id]; ok && top.propagates {
+		if err := setGroup(top.point, stx.Mnt_id, b.Staging, byID); err != nil {
+			return fmt.Errorf("propagation from %s to the clone of %s: %w", top.point, b.Source, err)
+		}
+	}
+	if !b.Recursive || !b.Dir {
+		return nil
+	}
+	for _, mi := range mounts {
+		if !mi.propagates || !strings.HasPrefix(mi.point, b.Source+"/") {
+			continue
+		}
+		to := filepath.Join(b.Staging, strings.TrimPrefix(mi.point, b.Source))
+		if err := setGroup(mi.point, mi.id, to, byID); err != nil {
+			return fmt.Errorf("propagation from %s to its clone at %s: %w", mi.point, to, err)
+		}
+	}
+	return nil
+}
+
+// setGroup puts the mount at to in the propagation group of mount id,
+// whose root is at point, unless it is in one already (a clone of a
+// slave is a slave of the same master).
+func setGroup(point string, id uint64, to string, mounts map[uint64]mountInfo) error {
+	var tst unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, to, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &tst); err != nil {
+		return err
+	}
+	if mounts[tst.Mnt_id].propagates {
+		return nil
+	}
+	from, err := openResolved(point)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(from)
+	var stx unix.Statx_t
+	if err := unix.Statx(from, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+		return err
+	}
+	if stx.Mnt_id != id {
+		// Mounted over since: that mount is not the clone's origin.
+		return nil
+	}
+	return unix.MoveMount(from, "", unix.AT_FDCWD, to, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_SET_GROUP)
 }
 
 // idmap idmaps the clone tree (each of its mounts if recursive, else its

@@ -145,11 +145,11 @@ func TestSubmounts(t *testing.T) {
 
 func TestParseMountInfo(t *testing.T) {
 	mi, ok := parseMountInfo(`36 35 98:0 / /mnt/a\040b rw,noatime master:1 - ext3 /dev/root rw`)
-	if !ok || mi.point != "/mnt/a b" || mi.readOnly {
+	if !ok || mi.id != 36 || mi.point != "/mnt/a b" || mi.readOnly || !mi.propagates {
 		t.Errorf("parsed %+v %v", mi, ok)
 	}
 	mi, ok = parseMountInfo(`37 35 0:5 / /ro ro,nosuid - tmpfs none rw`)
-	if !ok || mi.point != "/ro" || !mi.readOnly {
+	if !ok || mi.point != "/ro" || !mi.readOnly || mi.propagates {
 		t.Errorf("parsed %+v %v", mi, ok)
 	}
 	if _, ok := parseMountInfo("short line"); ok {

@@ -81,7 +81,11 @@ func Reexec(argv []string) error {
 	cmd.Args[0] = argv[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), reexecEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	// Cloneflags, not Unshareflags: after unshare(CLONE_NEWNS) Go's
+	// exec makes every mount private (MS_REC|MS_PRIVATE on /), which
+	// would cut the sandbox off from the host's later mounts; Prepare
+	// makes them slaves instead.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	// Pass through inherited descriptors (e.g. a console socket, sync
 	// pipes): runc-style callers may hand the runtime extra fds.
 	for fd := 3; fd < 64; fd++ {
