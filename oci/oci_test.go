@@ -77,6 +77,12 @@ func TestPrepareRejects(t *testing.T) {
 		"shared mount": {func(s *specs.Spec) {
 			s.Mounts = []specs.Mount{{Destination: "/d", Source: "/h", Type: "bind", Options: []string{"rbind", "shared"}}}
 		}, "mount /d (source /h) has \"shared\" propagation"},
+		"rro tmpfs": {func(s *specs.Spec) {
+			s.Mounts = []specs.Mount{{Destination: "/t", Source: "tmpfs", Type: "tmpfs", Options: []string{"rro"}}}
+		}, "bind mounts only"},
+		"rro rw": {func(s *specs.Spec) {
+			s.Mounts = []specs.Mount{{Destination: "/d", Source: "/h", Type: "bind", Options: []string{"rbind", "rro", "rw"}}}
+		}, "both rro and rw"},
 		"join userns": {func(s *specs.Spec) {
 			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: "/proc/1/ns/user"})
 		}, "not supported"},
@@ -95,7 +101,8 @@ func TestPropagationAccepted(t *testing.T) {
 	for _, p := range []string{"", "rslave", "slave", "rprivate", "private"} {
 		s := baseSpec()
 		s.Linux.RootfsPropagation = p
-		s.Mounts = []specs.Mount{{Destination: "/d", Source: "/h", Type: "bind", Options: []string{"rbind", "rslave"}}}
+		s.Mounts = []specs.Mount{{Destination: "/d", Source: "/h", Type: "bind", Options: []string{"rbind", "rslave"}},
+			{Destination: "/r", Source: "/h", Type: "bind", Options: []string{"rbind", "rprivate", "rro"}}}
 		if _, err := Prepare(s, config.Default()); err != nil {
 			t.Errorf("rootfsPropagation %q: %v", p, err)
 		}
