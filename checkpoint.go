@@ -197,6 +197,43 @@ func (c *Client) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	return out, nil
 }
 
+// Restore makes sandbox id (a new container) in checkpoint ckID's state,
+// with volumes of its own: Fork of one under an id of the caller's (a
+// restore then, never a ready spare). Its init's output is discarded;
+// Close it when done.
+func (c *Client) Restore(ctx context.Context, ckID, id string) (*Sandbox, error) {
+	if c.isClosed() {
+		return nil, newError("restore", id, ErrClosed, nil)
+	}
+	if id == "" {
+		return nil, errorf("restore", ckID, ErrInvalid, "no sandbox id given")
+	}
+	e, err := c.engine()
+	if err != nil {
+		return nil, err
+	}
+	ctx = c.Context(ctx)
+	rs, err := e.RestoreAs(ctx, ckID, id)
+	if err != nil {
+		kind := kindOf(err)
+		if errors.Is(err, rollout.ErrUnknownHandle) {
+			kind = ErrNotFound
+		}
+		return nil, newError("restore", id, kind, err)
+	}
+	rs.Attach(io.Discard, io.Discard)
+	s := &Sandbox{c: c, id: rs.ID, exited: make(chan struct{}), rs: rs, container: rs.Container(), task: rs.Task()}
+	err = s.load(ctx)
+	if err == nil {
+		err = s.watch(ctx)
+	}
+	if err != nil {
+		_ = e.Destroy(ctx, rs)
+		return nil, newError("restore", id, nil, err)
+	}
+	return s, nil
+}
+
 // Checkpoints lists the checkpoints in the client's store.
 func (c *Client) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 	e, err := c.engine()

@@ -199,7 +199,7 @@ func (s *Sandbox) labels(pool string) (map[string]string, error) {
 // sandboxFlags are the gvx-sentry flags cfg needs beyond the config's.
 func sandboxFlags(base config.Config, cfg Config) []string {
 	var flags []string
-	if len(cfg.Publish) > 0 && !cfg.Docker {
+	if len(cfg.Publish) > 0 {
 		flags = append(flags, "--host-uds=create")
 	}
 	return flags

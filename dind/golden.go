@@ -2,12 +2,15 @@ package dind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/internal/loopdev"
 	"github.com/gvxrun/gvx/volume"
 )
@@ -129,4 +132,84 @@ func (p *progressReader) Read(b []byte) (int, error) {
 		fmt.Fprintf(p.w, "golden: loading %s: %d%%\n", p.name, p.done*100/p.total)
 	}
 	return n, err
+}
+
+// GoldenCheckpointDir is the checkpoint store `gvx golden build
+// --checkpoint` keeps beside golden volume golden: a client connected with
+// it as Options.CheckpointDir restores episodes from it.
+func GoldenCheckpointDir(golden string) string { return golden + ".ckpt" }
+
+// goldenHandleFile, in a golden checkpoint store, names its checkpoint.
+const goldenHandleFile = "golden-checkpoint"
+
+// GoldenCheckpoint is the id of the checkpoint in golden checkpoint store
+// dir ("" and no error if it has none).
+func GoldenCheckpoint(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, goldenHandleFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("golden checkpoint: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// CheckpointGolden saves a checkpoint of dockerd booted on golden volume
+// golden into r.Client's checkpoint store (connect it with
+// Options.CheckpointDir = GoldenCheckpointDir(golden), on the volume's
+// filesystem for reflink copies): a seed sandbox of image starts on a
+// clone of the volume, dockerd is warmed with one `docker run --rm` of
+// each of warm (images the volume holds), and the sandbox is checkpointed
+// — its processes, memory and the volume at the same paused instant —
+// then removed. Episodes restored from it (RestoreEpisode) skip dockerd's
+// start. The checkpoint's id is returned and recorded in the store.
+func (r *Runner) CheckpointGolden(ctx context.Context, golden, image string, warm []string) (_ string, retErr error) {
+	dir := GoldenCheckpointDir(golden)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("golden checkpoint: %w", err)
+	}
+	seedVol := filepath.Join(dir, "seed.ext4")
+	_ = os.Remove(seedVol)
+	if _, err := volume.Clone(ctx, golden, seedVol, volume.CloneOptions{}); err != nil {
+		return "", fmt.Errorf("golden checkpoint: %w", err)
+	}
+	id := fmt.Sprintf("gvxgoldenck%d", time.Now().UnixNano())
+	r.logf("golden: starting checkpoint seed %s", id)
+	sb, err := r.Start(ctx, id, image, seedVol)
+	if err != nil {
+		_ = os.Remove(seedVol)
+		return "", fmt.Errorf("golden checkpoint: %w", err)
+	}
+	defer func() {
+		kctx := context.WithoutCancel(ctx)
+		err := sb.Kill(kctx)
+		if err == nil {
+			err = loopdev.WaitDetached(kctx, seedVol)
+		}
+		if err == nil {
+			err = os.Remove(seedVol)
+		}
+		if err != nil && retErr == nil {
+			retErr = fmt.Errorf("golden checkpoint: remove the seed: %w", err)
+		}
+	}()
+	for _, img := range warm {
+		code, err := sb.Docker.Run(ctx, img, "true")
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exited %d", code)
+		}
+		if err != nil {
+			return "", fmt.Errorf("golden checkpoint: warm-up docker run of %s: %w", img, err)
+		}
+	}
+	ck, err := sb.SDK.Checkpoint(ctx, gvx.CheckpointOptions{})
+	if err != nil {
+		return "", fmt.Errorf("golden checkpoint: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, goldenHandleFile), []byte(ck.ID+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("golden checkpoint: %w", err)
+	}
+	r.logf("golden: checkpoint %s of dockerd (paused %s)", ck.ID, ck.Paused.Round(time.Millisecond))
+	return ck.ID, nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // checkpointGuest is the task the checkpoint tests save and restore: its
@@ -165,6 +167,9 @@ func TestCheckpointRefused(t *testing.T) {
 		opts     []string
 	}{
 		{"ckhost", "host network", []string{"--net-host"}},
+		// Docker mode whose dockerd socket is a host socket of the
+		// guest's (gVisor forwards no port on network "none").
+		{"ckdocknone", "published as a host socket", []string{"--annotation", api.AnnotationDocker + "=true", "--annotation", api.AnnotationNetwork + "=" + api.NetworkNone}},
 	} {
 		cleanupTask(t, tc.id)
 		mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, tc.opts...), busybox, tc.id, "sleep", "600")...)

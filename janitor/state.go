@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
@@ -49,6 +51,11 @@ func (s *sweep) stateDirs(context.Context) {
 			for _, e := range ids {
 				id, path := e.Name(), filepath.Join(nsDir, e.Name())
 				if s.cd.known[ns.Name()][id] || s.stopped[id] || s.referenced(path) || !s.old(modTime(path)) {
+					continue
+				}
+				if base == l.DockerDir() && listening(filepath.Join(path, api.DockerSocketName)) {
+					// A rolled-back sandbox's dockerd socket, moved to
+					// the sandbox's path from its current backing's.
 					continue
 				}
 				s.taskCgroups["/"+ns.Name()+"/"+id] = true
@@ -203,4 +210,20 @@ func cgroupExists(path string) bool {
 		}
 	}
 	return false
+}
+
+// listening reports whether a process listens on the unix socket at path
+// (which may be longer than a socket address holds).
+func listening(path string) bool {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	c, err := net.DialTimeout("unix", fmt.Sprintf("/proc/self/fd/%d", fd), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

@@ -11,17 +11,34 @@ import (
 )
 
 // DockerGuestDir is where the host-side socket directory appears inside a
-// docker-mode sandbox; dockerd listens on its api.DockerSocketName too.
+// docker-mode sandbox whose dockerd socket is a host socket; dockerd
+// listens on its api.DockerSocketName too.
 const DockerGuestDir = "/run/gvx"
 
-// DockerSocketEnv tells the image's init where to put the host socket.
+// DockerSocketEnv tells the image's init where to put the host socket
+// (docker mode with a host socket).
 const DockerSocketEnv = "GVX_DOCKER_SOCKET"
 
-// DockerSentryFlags are the gVisor settings dockerd needs: raw and packet
-// sockets for its bridge networking, and creation of host-visible Unix
-// sockets (only: the sandbox cannot connect to host sockets) for the
-// socket the host talks to.
+// DockerTCPEnv tells the image's init the guest address dockerd also
+// listens on (proxied docker mode: the host's socket is forwarded there).
+const DockerTCPEnv = "GVX_DOCKER_TCP"
+
+// DockerGuestPort is the guest loopback port dockerd listens on in
+// proxied docker mode.
+const DockerGuestPort = 2375
+
+// DockerSentryFlags are the gVisor settings dockerd needs when its socket
+// is a host socket: raw and packet sockets for its bridge networking, and
+// creation of host-visible Unix sockets (only: the sandbox cannot connect
+// to host sockets) for the socket the host talks to. gVisor cannot save
+// such a sandbox.
 var DockerSentryFlags = []string{"--net-raw", "--allow-packet-socket-write", "--host-uds=create"}
+
+// DockerProxySentryFlags are DockerSentryFlags for proxied docker mode:
+// the host's socket is the shim's, which hands each connection to the
+// Sentry (gVisor's port forwarding to DockerGuestPort), and the guest
+// holds no host socket — the sandbox can be checkpointed.
+var DockerProxySentryFlags = []string{"--net-raw", "--allow-packet-socket-write"}
 
 // allCaps is every capability; inside a docker-mode sandbox they are the
 // guest's (gVisor's), never the host's.
@@ -57,8 +74,9 @@ func DockerRequested(s *specs.Spec) (requested, set bool, err error) {
 // (gVisor enforces the spec's on the guest; docker's default one, which
 // nerdctl sets, refuses the mounts and namespaces dockerd makes — runc
 // would need --privileged; dockerd applies its own profile to its
-// containers), a high open-file limit, a writable root, and the host
-// socket directory hostDir mounted at DockerGuestDir.
+// containers), a high open-file limit, a writable root, and either the host
+// socket directory hostDir mounted at DockerGuestDir or, with hostDir "",
+// dockerd listening on 127.0.0.1:DockerGuestPort in the guest (proxied).
 func EnableDocker(s *specs.Spec, hostDir string) {
 	if s.Linux != nil {
 		s.Linux.Seccomp = nil
@@ -82,6 +100,10 @@ func EnableDocker(s *specs.Spec, hostDir string) {
 	}
 	if s.Root != nil {
 		s.Root.Readonly = false
+	}
+	if hostDir == "" {
+		p.Env = append(p.Env, fmt.Sprintf("%s=127.0.0.1:%d", DockerTCPEnv, DockerGuestPort))
+		return
 	}
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: DockerGuestDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}})
 	p.Env = append(p.Env, DockerSocketEnv+"="+filepath.Join(DockerGuestDir, api.DockerSocketName))

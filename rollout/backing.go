@@ -31,8 +31,10 @@ type backing struct {
 	// out holds back a restored backing's output until it is promoted
 	// (nil for an adopted one, whose IO is its creator's).
 	out *gate
-	// restored says the engine made it (its volumes are the store's).
+	// restored says the engine made it (its volumes are the store's, in
+	// volDir).
 	restored bool
+	volDir   string
 	// paused says the engine paused its kernel (containerd does not
 	// know: its task is still "running").
 	paused bool
@@ -139,13 +141,17 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 		// The volume copies' loop devices detach once the sandbox is
 		// gone (autoclear); removing the files first would leave them
 		// holding deleted files and the store's filesystem busy.
-		files, _ := filepath.Glob(filepath.Join(e.store.volumeDir(b.id), "*.ext4"))
+		dir := b.volDir
+		if dir == "" {
+			dir = e.store.volumeDir(b.id)
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.ext4"))
 		for _, f := range files {
 			if err := loopdev.WaitDetached(ctx, f); err != nil {
 				errs = append(errs, fmt.Errorf("volume %s of %s: %w", f, b.id, err))
 			}
 		}
-		if err := os.RemoveAll(e.store.volumeDir(b.id)); err != nil {
+		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}

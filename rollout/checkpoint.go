@@ -124,7 +124,7 @@ func checkpointable(flags string) error {
 		case f == "--network=host":
 			return fmt.Errorf("%w: it uses the host's network stack (network = \"host\"), whose sockets live in the host kernel", ErrNotCheckpointable)
 		case strings.HasPrefix(f, "--host-uds=") && f != "--host-uds=none":
-			return fmt.Errorf("%w: it publishes a host unix socket (docker mode's dockerd socket, or a unix: port), which gVisor cannot save", ErrNotCheckpointable)
+			return fmt.Errorf("%w: it publishes a host unix socket (a unix: port, or docker mode's dockerd socket on network \"none\", in a pool or a pod), which gVisor cannot save", ErrNotCheckpointable)
 		}
 	}
 	return nil

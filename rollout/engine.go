@@ -9,11 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -248,7 +251,17 @@ func (e *Engine) Destroy(ctx context.Context, sb *Sandbox) error {
 	if b == nil {
 		return nil
 	}
-	return e.destroy(ctx, b)
+	err := e.destroy(ctx, b)
+	if b.id != sb.ID {
+		// A rollback moved the backing's docker socket to the sandbox's
+		// path; its shim removed only its own path.
+		sock := e.layout.DockerSocket(namespaceOf(ctx), sb.ID)
+		if rerr := os.Remove(sock); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+		_ = os.Remove(filepath.Dir(sock))
+	}
+	return err
 }
 
 // Release removes handle id from the store, with its spares; sandboxes
@@ -384,11 +397,24 @@ func (e *Engine) RemoveRestored(ctx context.Context, id string) error {
 	}
 	// Perhaps paused through its control socket (a spare): destroy
 	// resumes it first, so that its tasks can die.
-	b := &backing{id: id, container: ctr, restored: true, paused: true}
+	b := &backing{id: id, container: ctr, restored: true, paused: true, volDir: labels[labelVolumes]}
 	if t, err := ctr.Task(ctx, nil); err == nil {
 		b.task = t
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
-	return e.destroy(ctx, b)
+	// The FIFOs of its IO are its restorer's, which may have exited
+	// (`gvx episode start`): removed here once the task is gone.
+	var fifos []string
+	if r, err := e.c.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id}); err == nil && r.Process != nil {
+		fifos = []string{r.Process.Stdin, r.Process.Stdout, r.Process.Stderr}
+	}
+	err = e.destroy(ctx, b)
+	for _, f := range fifos {
+		if f != "" && strings.HasPrefix(f, defaults.DefaultFIFODir+"/") {
+			_ = os.Remove(f)
+			_ = os.Remove(filepath.Dir(f)) // once empty
+		}
+	}
+	return err
 }

@@ -26,6 +26,9 @@ type specsMount = specs.Mount
 // Labels on the containers the engine restores.
 const (
 	labelHandle = "dev.gvx.rollout.handle" // the handle restored
+	// labelVolumes names the directory of a restored container's volume
+	// copies (its store's: a later process may use another store).
+	labelVolumes = "dev.gvx.rollout.volumes"
 	// LabelRole marks the containers the engine restores: "spare" or
 	// "sandbox".
 	LabelRole = "dev.gvx.rollout.role"
@@ -126,7 +129,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 	if spare {
 		role = "spare"
 	}
-	b := &backing{id: id, out: &gate{}, restored: true}
+	b := &backing{id: id, out: &gate{}, restored: true, volDir: e.store.volumeDir(id)}
 	defer func() {
 		if retErr != nil {
 			_ = e.destroy(ctx, b)
@@ -138,7 +141,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		client.WithNewSnapshot(id, image),
 		client.WithSpec(spec),
 		e.withRuntime(h),
-		client.WithContainerLabels(map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage}))
+		client.WithContainerLabels(map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage, labelVolumes: b.volDir}))
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}

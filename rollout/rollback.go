@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/containerd/log"
 )
 
 // ErrForeignHandle means a handle is not of the sandbox's lineage.
@@ -62,6 +66,9 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 		return 0, fmt.Errorf("rollback %s: the restored sandbox: %w", sb.ID, err)
 	}
 	sb.cur, sb.parent = next, h.ID
+	if err := e.moveDockerSocket(ctx, next, sb.ID); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: rollback %s", sb.ID)
+	}
 	if sb.stdout != nil {
 		next.out.open(sb.stdout, sb.stderr)
 	}
@@ -136,6 +143,25 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	return out, nil
 }
 
+// RestoreAs returns a new sandbox, containerd container id, in handle
+// hid's state, of its lineage — a fork of one under an id of the
+// caller's (no spare can stand in: a spare's id is the engine's). Its
+// output is held back until Attach.
+func (e *Engine) RestoreAs(ctx context.Context, hid, id string) (*Sandbox, error) {
+	if err := e.Wait(ctx, hid); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
+	h, err := e.store.Get(hid)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
+	b, err := e.restore(ctx, h, id, false)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
+	return &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}, nil
+}
+
 // acquire returns a paused backing in h's state: a ready spare, or one
 // restored now, with its control connection.
 func (e *Engine) acquire(ctx context.Context, h *Handle, base string) (*backing, error) {
@@ -147,4 +173,28 @@ func (e *Engine) acquire(ctx context.Context, h *Handle, base string) (*backing,
 		return nil, err
 	}
 	return b, nil
+}
+
+// moveDockerSocket puts the host socket of backing b's inner dockerd, if
+// it has one its shim publishes, at sandbox id's path: the path clients of
+// the sandbox know (Sandbox.DockerSocket, DOCKER_HOST) reaches the
+// restored dockerd. The rename replaces the old backing's socket at once;
+// its shim leaves the path alone (it is no longer its socket), and the
+// engine removes it with the sandbox (Destroy).
+func (e *Engine) moveDockerSocket(ctx context.Context, b *backing, id string) error {
+	if b.id == id {
+		return nil
+	}
+	ns := namespaceOf(ctx)
+	from, to := e.layout.DockerSocket(ns, b.id), e.layout.DockerSocket(ns, id)
+	if _, err := os.Lstat(from); errors.Is(err, os.ErrNotExist) {
+		return nil // not docker mode, or its socket is the guest's own
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+		return fmt.Errorf("docker socket: %w", err)
+	}
+	if err := os.Rename(from, to); err != nil {
+		return fmt.Errorf("docker socket: %w", err)
+	}
+	return nil
 }

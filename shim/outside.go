@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,40 +39,52 @@ func (t *gvxTask) mayConnectOut(pid uint32) bool {
 // while the sandbox is paused, but outside a task its /proc/net/tcp shows
 // every address as zero.)
 func (t *gvxTask) outsideTCP(ctx context.Context, id string) error {
+	out, stderr, code, err := t.runIn(ctx, id, checkpoint.TCPTablesCmd, 10*time.Second)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("listing its TCP connections (%s) took over 10 s", strings.Join(checkpoint.TCPTablesCmd, " "))
+	}
+	if err != nil || code != 0 {
+		log.G(ctx).WithError(err).Warnf("gvx shim: %s: cannot list its TCP connections (exit %d: %s); checkpointing without that check", id, code, strings.TrimSpace(string(stderr)))
+		return nil
+	}
+	if peers := checkpoint.OutsidePeers(out); len(peers) > 0 {
+		return &checkpoint.ErrOutsideTCP{Peers: peers}
+	}
+	return nil
+}
+
+// runIn runs args in task id's sandbox as its init's process runs (same
+// user, environment, directory) through the task's runtime (`exec
+// --process`), within timeout, and returns its output and exit code
+// (err wraps context.DeadlineExceeded after the timeout).
+func (t *gvxTask) runIn(ctx context.Context, id string, args []string, timeout time.Duration) (stdout, stderr []byte, code int, err error) {
 	p := *t.spec.Process
-	p.Args, p.Terminal, p.ConsoleSize = checkpoint.TCPTablesCmd, false, nil
+	p.Args, p.Terminal, p.ConsoleSize = args, false, nil
 	data, err := json.Marshal(&p)
 	if err != nil {
-		return err
+		return nil, nil, -1, err
 	}
-	f, err := os.CreateTemp(t.rec.Bundle, "gvx-ck-tcp-*.json")
+	f, err := os.CreateTemp(t.rec.Bundle, "gvx-exec-*.json")
 	if err != nil {
-		return fmt.Errorf("list its TCP connections: %w", err)
+		return nil, nil, -1, err
 	}
 	defer os.Remove(f.Name())
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fmt.Errorf("list its TCP connections: %w", err)
+		return nil, nil, -1, err
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("list its TCP connections: %w", err)
+		return nil, nil, -1, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, t.binary, "--root", filepath.Join(t.rec.RuncRoot, t.rec.Namespace),
 		"--log", filepath.Join(t.rec.Bundle, "log.json"), "--log-format", "json", "exec", "--process", f.Name(), id)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	code, err := runReaped(cmd)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	code, err = runReaped(cmd)
 	if ctx.Err() != nil {
-		return fmt.Errorf("listing its TCP connections (%s) took over 10 s", strings.Join(checkpoint.TCPTablesCmd, " "))
+		return out.Bytes(), errb.Bytes(), code, fmt.Errorf("%s: %w", strings.Join(args, " "), ctx.Err())
 	}
-	if err != nil || code != 0 {
-		log.G(ctx).WithError(err).Warnf("gvx shim: %s: cannot list its TCP connections (exit %d: %s); checkpointing without that check", id, code, strings.TrimSpace(stderr.String()))
-		return nil
-	}
-	if peers := checkpoint.OutsidePeers(out.Bytes()); len(peers) > 0 {
-		return &checkpoint.ErrOutsideTCP{Peers: peers}
-	}
-	return nil
+	return out.Bytes(), errb.Bytes(), code, err
 }

@@ -66,8 +66,10 @@ type record struct {
 	// Dirs are the task's directories outside the bundle (volume staging,
 	// docker socket).
 	Dirs []string `json:"dirs,omitempty"`
-	// Docker is docker mode.
-	Docker bool `json:"docker,omitempty"`
+	// Docker is docker mode; DockerSocket the host socket of its dockerd
+	// when the shim publishes it (proxied docker mode).
+	Docker       bool        `json:"docker,omitempty"`
+	DockerSocket *socketFile `json:"docker_socket,omitempty"`
 	// Sockets are the host unix sockets of the NAT's published ports,
 	// removed once the sandbox is gone.
 	Sockets []string `json:"sockets,omitempty"`
@@ -185,6 +187,11 @@ func (r *record) releaseHost(ctx context.Context) []error {
 	cgroups.Remove(ctx, r.Cgroup)
 	for _, p := range r.Sockets {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if r.DockerSocket != nil {
+		if err := r.DockerSocket.remove(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -82,10 +82,33 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	t.crashAfter(ctx, FaultCreated)
 	log.G(ctx).Debugf("gvx shim: created %s in %s (preparation %s, of which rootfs mount %s; sandbox create %s)",
 		r.ID, time.Since(t0), tPrep, t.tRootfs, time.Since(t0)-tPrep)
+	if t.docker != nil && t.rec.Sandbox != nil {
+		t.docker.state = t.rec.Sandbox.Root.SandboxState(r.ID)
+		go t.docker.serve(context.WithoutCancel(ctx))
+	}
 	s.watchSandboxOOM(ctx, r.ID, t.rec.SandboxCgroup)
 	s.mu.Lock()
 	s.tasks[r.ID] = t
 	s.mu.Unlock()
+	return resp, nil
+}
+
+// Start starts a task or exec; a restored docker-mode task's guest gets
+// dockerd's bridges back (restoreBridges) before Start returns.
+func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartResponse, error) {
+	resp, err := s.TTRPCTaskService.Start(ctx, r)
+	if err != nil || r.ExecID != "" {
+		return resp, err
+	}
+	t := s.task(r.ID)
+	if t != nil && t.restoring != nil && t.docker != nil {
+		t0 := time.Now()
+		if err := t.restoreBridges(ctx, r.ID); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx shim: restored %s: new inner containers may have no network", r.ID)
+		} else {
+			log.G(ctx).Infof("gvx shim: restored %s: dockerd's bridges made again in %s", r.ID, time.Since(t0))
+		}
+	}
 	return resp, nil
 }
 

@@ -53,6 +53,7 @@ type gvxTask struct {
 	rootVol    *api.Volume          // an ext4 root filesystem, mounted like a volume
 	rootfsSize int64                // the cap on root filesystem writes (0: none)
 	vols       *taskVolumes         // leased ext4lite volumes (held in memory)
+	docker     *dockerProxy         // proxied docker mode's host socket
 	mounted    []checkpoint.Mounted // every volume, for checkpoints
 	// restoring is the manifest of the checkpoint in checkpointDir the
 	// task is restored from (nil: a task created afresh).
@@ -220,15 +221,37 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 			"container %s asks for docker mode but its pod %s runs without it: docker mode applies to the whole pod's sandbox; "+
 				"set %s=true as a pod annotation (containerd pod_annotations) or [docker] enabled in the runtime handler's gvx config", r.ID, t.pod, api.AnnotationDocker))
 	}
+	dir := t.layout.Docker(r.Namespace, r.ID)
+	if t.dockerProxied() {
+		// The host reaches the inner dockerd through the shim's socket,
+		// which hands each connection to the Sentry (dockerproxy.go).
+		ln, err := publishDocker(r, dir)
+		if err != nil {
+			return err
+		}
+		t.docker = &dockerProxy{ln: ln, id: r.ID}
+		oci.EnableDocker(t.spec, "")
+		t.flags = append(t.flags, oci.DockerProxySentryFlags...)
+		return nil
+	}
 	// The host reaches the inner dockerd through a socket the sandbox
 	// creates in this directory, owned by the sandbox's host uid.
-	dir := t.layout.Docker(r.Namespace, r.ID)
 	if err := r.makeDir(dir, 0o700, int(t.mapping.HostUID), int(t.mapping.HostGID)); err != nil {
 		return err
 	}
 	oci.EnableDocker(t.spec, dir)
 	t.flags = append(t.flags, oci.DockerSentryFlags...)
 	return nil
+}
+
+// dockerProxied says whether the task's dockerd is published through the
+// shim (a sandbox of its own on gVisor's netstack, which gVisor's port
+// forwarding needs) rather than as a host socket the guest creates: pool
+// sandboxes boot before their task and pod members share one, and gVisor
+// forwards no port on network "none" (nor "nat", whose gVisor side is
+// "none").
+func (t *gvxTask) dockerProxied() bool {
+	return t.role == oci.RoleNone && t.network == api.NetworkSandbox && t.cfg.Pool.Size == 0
 }
 
 // adoptPool claims a warm pool's sandbox when the task can run in one
@@ -427,6 +450,9 @@ func (t *gvxTask) flagString() string { return strings.Join(t.flags, " ") }
 // release undoes everything the task set up (record.release) and drops
 // its volume leases.
 func (t *gvxTask) release(ctx context.Context) {
+	if t.docker != nil {
+		t.docker.close()
+	}
 	t.rec.release(ctx)
 	t.vols.release(ctx)
 }

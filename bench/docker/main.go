@@ -5,7 +5,9 @@
 // ready and first run; sequentially and with several episodes at once; for
 // a reflink clone (XFS), a copy on a filesystem without reflink (ext4), a
 // reflink clone whose sandbox comes from a warm docker pool, and a cold
-// start on an empty volume plus `docker load`. `make bench` runs it.
+// start on an empty volume plus `docker load`; and episodes restored from a
+// golden checkpoint of booted dockerd (`gvx golden build --checkpoint`),
+// restored on demand and from a hot spare. `make bench` runs it.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,9 +38,10 @@ const (
 
 func main() {
 	runs := flag.Int("runs", 20, "sequential episodes per flow")
-	conc := flag.Int("concurrency", 8, "episodes started at once")
+	conc := flag.Int("concurrency", 8, "episodes started at once (0: none)")
+	only := flag.String("flows", "", "run only the flows whose names contain one of these comma-separated words")
 	flag.Parse()
-	if err := run(*runs, *conc); err != nil {
+	if err := run(*runs, *conc, *only); err != nil {
 		fmt.Fprintf(os.Stderr, "dockerbench: %v\n", err)
 		os.Exit(1)
 	}
@@ -58,9 +62,26 @@ type flow struct {
 	// the runner whose sandboxes adopt its sandboxes.
 	pool   *harness.Pool
 	runner *dind.Runner
+	// checkpoint, if set, is a golden checkpoint (in runner's client's
+	// store) the episodes are restored from; spare: from a hot spare
+	// (rollout Fork) rather than a restore under the episode's id.
+	checkpoint string
+	spare      bool
 }
 
-func run(runs, conc int) error {
+func (f flow) wanted(only string) bool {
+	if only == "" {
+		return true
+	}
+	for _, w := range strings.Split(only, ",") {
+		if w != "" && strings.Contains(f.name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func run(runs, conc int, only string) error {
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
 	if bins.GVX == "" || bins.Containerd == "" || images == "" {
@@ -129,12 +150,42 @@ func run(runs, conc int) error {
 			return err
 		}
 	}
+	// The golden checkpoint: dockerd booted on the XFS golden volume,
+	// warmed with one run, checkpointed (what `gvx golden build
+	// --checkpoint` does), in a store beside it.
+	gold := filepath.Join(xfs, "golden.ext4")
+	ckSDK, err := gvx.Connect(ctx, gvx.Options{Containerd: ctrd.Socket(), Namespace: "gvxbench", CheckpointDir: dind.GoldenCheckpointDir(gold)})
+	if err != nil {
+		return err
+	}
+	defer ckSDK.Close(ctx)
+	spareSDK, err := gvx.Connect(ctx, gvx.Options{Containerd: ctrd.Socket(), Namespace: "gvxbench", CheckpointDir: dind.GoldenCheckpointDir(gold), Spares: 1})
+	if err != nil {
+		return err
+	}
+	defer spareSDK.Close(ctx)
+	progress("checkpointing dockerd booted on the XFS golden volume")
+	ckRunner := &dind.Runner{Client: ckSDK}
+	ck, err := ckRunner.CheckpointGolden(ctx, gold, dindImage, []string{busybox})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ckSDK.ReleaseCheckpoint(ctx, ck) }()
 	flows := []flow{
 		{name: "reflink clone (XFS)", dir: xfs},
 		{name: "sparse copy (ext4, no reflink)", dir: ext4},
 		{name: "reflink clone + warm docker pool", dir: xfs, pool: pl, runner: &dind.Runner{Client: pooledSDK}},
 		{name: "cold: empty volume + docker load", dir: xfs, cold: true},
+		{name: "golden checkpoint: restore", dir: xfs, runner: ckRunner, checkpoint: ck},
+		{name: "golden checkpoint: hot spare", dir: xfs, runner: &dind.Runner{Client: spareSDK}, checkpoint: ck, spare: true},
 	}
+	var picked []flow
+	for _, f := range flows {
+		if f.wanted(only) {
+			picked = append(picked, f)
+		}
+	}
+	flows = picked
 	fmt.Printf("episode reset: golden 4 GiB volume with busybox preloaded; dind = Debian docker.io 20.10 in gVisor; %d sequential runs, then %d at once\n\n", runs, conc)
 	fmt.Printf("%-34s %-10s %10s %10s %10s %12s %12s %12s\n", "flow", "mode", "clone", "sandbox up", "dockerd", "first run", "p95 first run", "CLI run")
 	var base time.Duration
@@ -157,6 +208,9 @@ func run(runs, conc int) error {
 		if base == 0 {
 			base = p.firstRun
 		}
+		if conc == 0 {
+			continue
+		}
 		if f.pool != nil {
 			if err := f.pool.WaitReady(ctx, conc, time.Minute); err != nil {
 				return err
@@ -172,7 +226,7 @@ func run(runs, conc int) error {
 			fmt.Printf("%-34s ratio of first-run p50 to the reflink flow: %.2f×\n", "", float64(p.firstRun)/float64(base))
 		}
 	}
-	fmt.Printf("\n(phases are cumulative from the start of the reset, p50 unless noted; \"first run\" = the first `docker run --rm busybox true` done, through the host socket (Engine API create/start/wait/remove, as a harness drives an episode); \"CLI run\" = the next one by the docker CLI inside the sandbox, on its own)\n")
+	fmt.Printf("\n(phases are cumulative from the start of the reset, p50 unless noted; for the golden checkpoint flows \"sandbox up\" is the restore (a spare's: two control calls) and \"dockerd\" its first answer on the host socket; \"first run\" = the first `docker run --rm busybox true` done, through the host socket (Engine API create/start/wait/remove, as a harness drives an episode); \"CLI run\" = the next one by the docker CLI inside the sandbox, on its own)\n")
 	return nil
 }
 
@@ -185,7 +239,17 @@ func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample
 	var s sample
 	var ep *dind.Episode
 	t0 := time.Now()
-	if f.cold {
+	if f.checkpoint != "" {
+		eid := id
+		if f.spare {
+			eid = ""
+		}
+		var err error
+		if ep, err = r.RestoreEpisode(ctx, eid, f.checkpoint); err != nil {
+			return s, err
+		}
+		s.up, s.ready = ep.Up, ep.Ready
+	} else if f.cold {
 		if _, err := volume.Create(ctx, vol, volume.CreateOptions{Size: 4 << 30}); err != nil {
 			return s, err
 		}

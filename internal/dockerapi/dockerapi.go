@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -24,9 +25,13 @@ type Client struct {
 	http   *http.Client
 }
 
-// New returns a client for the dockerd listening on socket.
+// New returns a client for the dockerd listening on socket. Each call has
+// a connection of its own: one kept open would be part of the sandbox's
+// state at a checkpoint (the shim forwards it into the guest's network
+// stack) and dead after a restore.
 func New(socket string) *Client {
 	return &Client{Socket: socket, http: &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
@@ -211,4 +216,51 @@ func (d *Client) call(ctx context.Context, method, path string, body []byte, out
 		return nil
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Bridge is a bridge network of dockerd's: its Linux bridge device, and
+// the gateway address and subnet (CIDR) it has there.
+type Bridge struct {
+	Device, Gateway, Subnet string
+}
+
+// Bridges lists dockerd's bridge networks (the default one's device is
+// docker0, a user-defined one's br-<first 12 of its id> unless named).
+func (d *Client) Bridges(ctx context.Context) ([]Bridge, error) {
+	var nets []struct {
+		ID      string            `json:"Id"`
+		Driver  string            `json:"Driver"`
+		Options map[string]string `json:"Options"`
+		IPAM    struct {
+			Config []struct {
+				Subnet  string `json:"Subnet"`
+				Gateway string `json:"Gateway"`
+			} `json:"Config"`
+		} `json:"IPAM"`
+	}
+	if err := d.call(ctx, http.MethodGet, "/networks", nil, &nets); err != nil {
+		return nil, fmt.Errorf("docker networks: %w", err)
+	}
+	var out []Bridge
+	for _, n := range nets {
+		if n.Driver != "bridge" {
+			continue
+		}
+		dev := n.Options["com.docker.network.bridge.name"]
+		if dev == "" && len(n.ID) >= 12 {
+			dev = "br-" + n.ID[:12]
+		}
+		for _, c := range n.IPAM.Config {
+			gw := c.Gateway
+			if p, err := netip.ParsePrefix(c.Subnet); err == nil && gw == "" {
+				// dockerd's default: the subnet's first address (the
+				// list leaves the default bridge's gateway out).
+				gw = p.Masked().Addr().Next().String()
+			}
+			if dev != "" && c.Subnet != "" && gw != "" {
+				out = append(out, Bridge{Device: dev, Gateway: gw, Subnet: c.Subnet})
+			}
+		}
+	}
+	return out, nil
 }

@@ -24,9 +24,10 @@ import (
 
 // Methods of gVisor's containerManager.
 const (
-	methodPause      = "containerManager.Pause"
-	methodResume     = "containerManager.Resume"
-	methodCheckpoint = "containerManager.Checkpoint"
+	methodPause       = "containerManager.Pause"
+	methodResume      = "containerManager.Resume"
+	methodCheckpoint  = "containerManager.Checkpoint"
+	methodPortForward = "containerManager.PortForward"
 )
 
 // Client is a connection to one sandbox's control server. It is safe for
@@ -134,4 +135,21 @@ func (c *Client) Checkpoint(state, pagesMeta, pages *os.File, resume bool) error
 		Resume:                         resume,
 	}
 	return c.Call(methodCheckpoint, &opts, []*os.File{state, pagesMeta, pages}, nil)
+}
+
+// portForwardOptions are gVisor's boot.PortForwardOpts (the stream is the
+// call's one file).
+type portForwardOptions struct {
+	ContainerID string
+	Port        uint16
+}
+
+// PortForward hands conn, a connected stream socket, to the sandbox: the
+// Sentry connects to 127.0.0.1:port in its own network stack (as
+// container id's) and copies bytes both ways until either end closes.
+// The caller may close its copy of conn once the call returns. gVisor
+// serves it on its netstack (network "sandbox") and on the host network,
+// not on "none".
+func (c *Client) PortForward(id string, port uint16, conn *os.File) error {
+	return c.Call(methodPortForward, &portForwardOptions{ContainerID: id, Port: port}, []*os.File{conn}, nil)
 }

@@ -1,0 +1,190 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sdk "github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/dind"
+	"github.com/gvxrun/gvx/integration/harness"
+)
+
+// ckDockerRunner is a dind runner whose SDK client keeps its checkpoints
+// on an XFS loop filesystem (reflink copies of /var/lib/docker), and that
+// directory for the episodes' volumes.
+func ckDockerRunner(t *testing.T, spares int) (*dind.Runner, string) {
+	t.Helper()
+	dir := loopFS(t, "xfs")
+	c, err := sdk.Connect(context.Background(), sdk.Options{Containerd: e.Socket(), Namespace: testNS,
+		CheckpointDir: filepath.Join(dir, "store"), Spares: spares})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		cks, err := c.Checkpoints(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, ck := range cks {
+			if err := c.ReleaseCheckpoint(ctx, ck.ID); err != nil && !errors.Is(err, sdk.ErrNotFound) {
+				t.Error(err)
+			}
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return &dind.Runner{Client: c}, dir
+}
+
+// TestDockerCheckpointRollback: a docker-mode sandbox checkpointed with
+// dockerd up (an image tagged, a container created and one running) and
+// rolled back after changes: dockerd answers on the same host socket, the
+// image is back, the container made after the checkpoint is gone, the
+// ones made before are there, and `docker run` works.
+func TestDockerCheckpointRollback(t *testing.T) {
+	_, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	for _, spares := range []int{0, 1} {
+		r, dir := ckDockerRunner(t, spares)
+		id := "dkck" + string(rune('a'+spares))
+		ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := false
+		t.Cleanup(func() {
+			if !closed {
+				_ = ep.Close(context.Background(), false)
+			}
+		})
+		sock := ep.Docker.Socket
+		sbRun(t, ctx, ep.Sandbox, `set -e
+docker tag gvx.test/busybox:latest gvx-test/before:1
+docker create --name made-before gvx.test/busybox:latest true >/dev/null
+docker run -d --name running-before gvx.test/busybox:latest sleep 100000 >/dev/null`)
+		ck, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
+		if err != nil {
+			t.Fatalf("checkpoint of docker-mode %s: %v", id, err)
+		}
+		t.Logf("%s: checkpoint paused %s", id, ck.Paused)
+		sbRun(t, ctx, ep.Sandbox, `set -e
+docker run -d --name made-after gvx.test/busybox:latest sleep 100000 >/dev/null
+docker rm made-before >/dev/null
+docker rmi gvx-test/before:1 >/dev/null`)
+		if err := ep.SDK.Rollback(ctx, ck.ID); err != nil {
+			t.Fatalf("rollback of %s: %v", id, err)
+		}
+		if got := ep.SDK.DockerSocket(); got != sock {
+			t.Errorf("docker socket after the rollback %s, want %s", got, sock)
+		}
+		imgs, err := dind.NewDocker(sock).Images(ctx)
+		if err != nil {
+			t.Fatalf("dockerd through %s after the rollback: %v", sock, err)
+		}
+		if all := strings.Join(imgs, " "); !strings.Contains(all, "gvx-test/before:1") || !strings.Contains(all, "gvx.test/busybox:latest") {
+			t.Errorf("images after the rollback %v, want gvx-test/before:1 (tagged before the checkpoint, removed after) back", imgs)
+		}
+		ps := sbRun(t, ctx, ep.Sandbox, "docker ps -a --format '{{.Names}}'")
+		if !strings.Contains(ps, "made-before") || !strings.Contains(ps, "running-before") || strings.Contains(ps, "made-after") {
+			t.Errorf("containers after the rollback:\n%s\nwant made-before and running-before, not made-after", ps)
+		}
+		if out := sbRun(t, ctx, ep.Sandbox, "docker run --rm gvx.test/busybox:latest echo ok"); strings.TrimSpace(out) != "ok" {
+			t.Errorf("docker run after the rollback: %q", out)
+		}
+		if out := sbRun(t, ctx, ep.Sandbox, "docker exec running-before echo alive"); strings.TrimSpace(out) != "alive" {
+			t.Errorf("docker exec in the container running at the checkpoint: %q", out)
+		}
+		closed = true
+		if err := ep.Close(ctx, false); err != nil {
+			t.Errorf("close %s: %v", id, err)
+		}
+	}
+}
+
+// TestDockerGoldenCheckpoint: `gvx golden build --checkpoint` keeps a
+// checkpoint of dockerd booted on the golden volume; `gvx episode start`
+// restores episodes from it instead of booting dockerd: dockerd answers on
+// the episode's documented socket at once, with the preloaded image, and
+// `docker run` works; two episodes of one checkpoint diverge; `gvx episode
+// rm` removes an episode with its volume copy.
+func TestDockerGoldenCheckpoint(t *testing.T) {
+	_, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	dir := loopFS(t, "xfs")
+	gold := filepath.Join(dir, "golden.ext4")
+	ckDir := dind.GoldenCheckpointDir(gold)
+	gvxCmd := func(args ...string) string {
+		t.Helper()
+		r, err := e.run(ctx, "", filepath.Join(e.gvxBin, "gvx"), args...)
+		if err != nil || r.code != 0 {
+			t.Fatalf("gvx %s: exit %d, %v: %s", strings.Join(args, " "), r.code, err, r.stderr)
+		}
+		t.Logf("gvx %s: %s", args[0], strings.TrimSpace(r.stderr))
+		return r.stdout
+	}
+	cflags := []string{"--address", e.Socket(), "--namespace", testNS}
+	out := gvxCmd(append(append([]string{"golden", "build"}, cflags...), "--image", dindImage, "--load", filepath.Join(e.images, "busybox.tar"),
+		"--size", "1G", "--checkpoint", gold)...)
+	if !strings.Contains(out, "checkpoint") {
+		t.Errorf("golden build --checkpoint printed %q, want the checkpoint", out)
+	}
+	t.Cleanup(func() {
+		c, err := sdk.Connect(context.Background(), sdk.Options{Containerd: e.Socket(), Namespace: testNS, CheckpointDir: ckDir})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close(context.Background())
+		cks, _ := c.Checkpoints(context.Background())
+		for _, ck := range cks {
+			if err := c.ReleaseCheckpoint(context.Background(), ck.ID); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	ck, err := dind.GoldenCheckpoint(ckDir)
+	if err != nil || ck == "" {
+		t.Fatalf("golden checkpoint in %s: %q, %v", ckDir, ck, err)
+	}
+
+	// Two episodes by the CLI, restored from the checkpoint.
+	for _, id := range []string{"dkgc1", "dkgc2"} {
+		out := gvxCmd(append(append([]string{"episode", "start"}, cflags...), "--golden", gold, id)...)
+		want := "DOCKER_HOST=unix://" + harness.State.DockerSocket(testNS, id)
+		if strings.TrimSpace(out) != want {
+			t.Errorf("episode start %s printed %q, want %q", id, out, want)
+		}
+		t.Cleanup(func() {
+			_, _ = e.run(context.Background(), "", filepath.Join(e.gvxBin, "gvx"), append(append([]string{"episode", "rm"}, cflags...), id)...)
+		})
+	}
+	for _, id := range []string{"dkgc1", "dkgc2"} {
+		imgs, err := dind.NewDocker(harness.State.DockerSocket(testNS, id)).Images(ctx)
+		if err != nil {
+			t.Fatalf("dockerd of restored episode %s: %v", id, err)
+		}
+		if !strings.Contains(strings.Join(imgs, " "), "gvx.test/busybox:latest") {
+			t.Errorf("images of restored episode %s: %v, want the preloaded busybox", id, imgs)
+		}
+	}
+	if out := ctrSh(t, "dkgc1", "docker run --name only-in-1 gvx.test/busybox:latest echo ok"); !strings.Contains(out, "ok") {
+		t.Errorf("docker run in a restored episode: %q", out)
+	}
+	if ps := ctrSh(t, "dkgc2", "docker ps -a --format '{{.Names}}'"); strings.Contains(ps, "only-in-1") {
+		t.Errorf("episode dkgc2 sees dkgc1's container:\n%s", ps)
+	}
+	if out := ctrSh(t, "dkgc2", "docker run --rm gvx.test/busybox:latest echo ok2"); !strings.Contains(out, "ok2") {
+		t.Errorf("docker run in the second restored episode: %q", out)
+	}
+	for _, id := range []string{"dkgc1", "dkgc2"} {
+		gvxCmd(append(append([]string{"episode", "rm"}, cflags...), id)...)
+	}
+	if left, _ := filepath.Glob(filepath.Join(ckDir, "volumes", "*", "*")); len(left) > 0 {
+		t.Errorf("episode rm left volume copies: %v", left)
+	}
+}

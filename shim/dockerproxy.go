@@ -1,0 +1,262 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/dockerapi"
+	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/sandbox/control"
+)
+
+// Proxied docker mode: the host's socket of the inner dockerd
+// (api.Layout.DockerSocket) is the shim's listener, and each connection
+// to it is handed to the sandbox's Sentry, which connects it to dockerd on
+// the guest's 127.0.0.1:oci.DockerGuestPort (gVisor's port forwarding on
+// its netstack). The guest holds no host socket, so gVisor can save the
+// sandbox; a restored sandbox's shim publishes its own listener.
+
+// socketFile is a unix socket the shim bound on the host, known by its
+// inode so that a release removes it only while the path is still its
+// own (a rollback moves a restored sandbox's socket onto the path of the
+// sandbox it replaces).
+type socketFile struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+}
+
+// remove removes the socket and its directory (once empty) if the path is
+// still the socket the shim bound.
+func (s *socketFile) remove() error {
+	var st unix.Stat_t
+	if err := unix.Lstat(s.Path, &st); err == nil && st.Dev == s.Dev && st.Ino == s.Ino {
+		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	dir := filepath.Dir(s.Path)
+	_ = os.Remove(dir)               // if empty: another sandbox's socket may be there now
+	_ = os.Remove(filepath.Dir(dir)) // the namespace directory, if empty
+	return nil
+}
+
+// dockerProxy holds the listener and forwards its connections.
+type dockerProxy struct {
+	ln    *net.UnixListener
+	id    string // the sandbox's root container
+	state string // gVisor's state file of the sandbox
+
+	mu   sync.Mutex
+	sock string // the sandbox's control socket, once read
+}
+
+// listenUnix binds a unix socket at path, which may be longer than a
+// socket address holds (bound through its directory's descriptor then).
+func listenUnix(path string) (*net.UnixListener, error) {
+	addr := path
+	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
+		dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("socket %s: %w", path, err)
+		}
+		defer unix.Close(dir)
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	// The path is the record's to remove (only while it is the shim's).
+	ln.SetUnlinkOnClose(false)
+	return ln, nil
+}
+
+// publishDocker binds the host socket of task r's dockerd in dir (made
+// first, root's alone), recording it before and after.
+func publishDocker(r *record, dir string) (*net.UnixListener, error) {
+	path := filepath.Join(dir, api.DockerSocketName)
+	r.DockerSocket = &socketFile{Path: path}
+	if err := r.save(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	ln, err := listenUnix(path)
+	if err != nil {
+		return nil, fmt.Errorf("docker mode: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("docker mode: socket %s: %w", path, err)
+	}
+	r.DockerSocket.Dev, r.DockerSocket.Ino = st.Dev, st.Ino
+	if err := r.save(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// serve forwards the listener's connections until it is closed.
+func (p *dockerProxy) serve(ctx context.Context) {
+	for {
+		c, err := p.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				log.G(ctx).WithError(err).Warnf("gvx shim: docker socket of %s", p.id)
+			}
+			return
+		}
+		f, err := c.File()
+		c.Close()
+		if err == nil {
+			err = p.forward(f)
+			f.Close()
+		}
+		if err != nil {
+			// Before dockerd listens (or after the sandbox ended) the
+			// client sees its connection closed.
+			log.G(ctx).WithError(err).Debugf("gvx shim: docker connection to %s", p.id)
+		}
+	}
+}
+
+// forward hands conn to the Sentry on a control connection of its own:
+// gVisor's control server outlives the sandbox's kernel by up to its
+// --control-rpc-stop-timeout (15 s) while a connection is open, so the
+// proxy keeps none open between connections.
+func (p *dockerProxy) forward(conn *os.File) error {
+	p.mu.Lock()
+	sock := p.sock
+	p.mu.Unlock()
+	if sock == "" {
+		var err error
+		if sock, err = controlSocket(p.state); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.sock = sock
+		p.mu.Unlock()
+	}
+	ctl, err := control.Dial(sock)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	return ctl.PortForward(p.id, oci.DockerGuestPort, conn)
+}
+
+// close stops accepting (the socket file is the record's to remove).
+func (p *dockerProxy) close() { p.ln.Close() }
+
+// controlSocket reads the control socket's path from gVisor's state file
+// of a sandbox.
+func controlSocket(state string) (string, error) {
+	data, err := os.ReadFile(state)
+	if err != nil {
+		return "", fmt.Errorf("sandbox state: %w", err)
+	}
+	var st struct {
+		Sandbox struct {
+			ControlSocketPath string `json:"controlSocketPath"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return "", fmt.Errorf("sandbox state %s: %w", state, err)
+	}
+	if st.Sandbox.ControlSocketPath == "" {
+		return "", fmt.Errorf("sandbox state %s: no control socket", state)
+	}
+	return st.Sandbox.ControlSocketPath, nil
+}
+
+// restoreBridges gives restored docker-mode task id's guest back the
+// bridges of dockerd's networks. gVisor's restore rebuilds its network
+// stack's links from the sandbox's network namespace alone, so the
+// devices dockerd made in the guest (docker0, br-…, the veths of its
+// containers) are gone while dockerd remembers them, and a new container
+// could not join its network. dockerd is asked (through the shim's own
+// socket) for its bridge networks, and `ip` in the guest makes each
+// again with its gateway address. Containers that ran at the checkpoint
+// run on without their network.
+func (t *gvxTask) restoreBridges(ctx context.Context, id string) error {
+	if t.rec.DockerSocket == nil {
+		return nil
+	}
+	d := dockerapi.New(t.rec.DockerSocket.Path)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.WaitReady(wctx, nil); err != nil {
+		return err
+	}
+	bridges, err := d.Bridges(wctx)
+	if err != nil {
+		return err
+	}
+	script, err := bridgeScript(bridges)
+	if err != nil {
+		return err
+	}
+	if script == "" {
+		return fmt.Errorf("dockerd lists no bridge network with a subnet")
+	}
+	_, stderr, code, err := t.runIn(ctx, id, []string{"sh", "-c", script}, 30*time.Second)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
+	}
+	if err != nil {
+		return fmt.Errorf("re-create dockerd's bridges in the guest: %w", err)
+	}
+	return nil
+}
+
+// deviceName is what bridgeScript accepts as a device name.
+var deviceName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+
+// bridgeScript is the shell script that makes bridges (as `ip` does).
+func bridgeScript(bridges []dockerapi.Bridge) (string, error) {
+	var b strings.Builder
+	b.WriteString("set -e\n")
+	for _, br := range bridges {
+		if !deviceName.MatchString(br.Device) {
+			return "", fmt.Errorf("docker network bridge %q: not a device name", br.Device)
+		}
+		gw, err := netip.ParseAddr(br.Gateway)
+		if err != nil {
+			return "", fmt.Errorf("docker network %s: gateway: %w", br.Device, err)
+		}
+		sub, err := netip.ParsePrefix(br.Subnet)
+		if err != nil {
+			return "", fmt.Errorf("docker network %s: subnet: %w", br.Device, err)
+		}
+		addr := netip.PrefixFrom(gw, sub.Bits())
+		fmt.Fprintf(&b, "ip link show %[1]s >/dev/null 2>&1 || ip link add %[1]s type bridge\n", br.Device)
+		fmt.Fprintf(&b, "ip addr show dev %[1]s | grep -qF ' %[2]s ' || ip addr add %[2]s dev %[1]s\n", br.Device, addr)
+		fmt.Fprintf(&b, "ip link set %s up\n", br.Device)
+		fmt.Fprintf(&b, "ip route replace %s dev %s\n", sub.Masked(), br.Device)
+	}
+	if len(bridges) == 0 {
+		return "", nil
+	}
+	return b.String(), nil
+}
