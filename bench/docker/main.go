@@ -129,7 +129,7 @@ func run(runs, conc int, only string) error {
 	r := &dind.Runner{Client: sdk}
 	bb := filepath.Join(images, "busybox.tar")
 	progress(fmt.Sprintf("starting a docker pool of %d sandboxes", conc))
-	pl, err := harness.StartPoolWithConfig(ctx, bins.GVX, work, conc, "[docker]\nenabled = true\n")
+	pl, err := harness.StartPoolWithConfig(ctx, bins.GVX, work, max(conc, 1), "[docker]\nenabled = true\n")
 	if err != nil {
 		return err
 	}
