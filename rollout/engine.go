@@ -9,14 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -403,18 +400,5 @@ func (e *Engine) RemoveRestored(ctx context.Context, id string) error {
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
-	// The FIFOs of its IO are its restorer's, which may have exited
-	// (`gvx episode start`): removed here once the task is gone.
-	var fifos []string
-	if r, err := e.c.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id}); err == nil && r.Process != nil {
-		fifos = []string{r.Process.Stdin, r.Process.Stdout, r.Process.Stderr}
-	}
-	err = e.destroy(ctx, b)
-	for _, f := range fifos {
-		if f != "" && strings.HasPrefix(f, defaults.DefaultFIFODir+"/") {
-			_ = os.Remove(f)
-			_ = os.Remove(filepath.Dir(f)) // once empty
-		}
-	}
-	return err
+	return e.destroy(ctx, b)
 }

@@ -43,7 +43,7 @@ const (
 
 // engineLabel says whether container label k is one the engine sets.
 func engineLabel(k string) bool {
-	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage
+	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage || k == labelVolumes
 }
 
 // ownLabels is labels without the engine's.

@@ -159,6 +159,16 @@ func (e *Engine) RestoreAs(ctx context.Context, hid, id string) (*Sandbox, error
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
+	labels := map[string]string{}
+	for k, v := range h.Labels {
+		if e.opts.ForkLabel == nil || e.opts.ForkLabel(k) {
+			labels[k] = v
+		}
+	}
+	if err := e.promote(ctx, b, b.id, labels); err != nil {
+		_ = e.destroy(ctx, b)
+		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
 	return &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}, nil
 }
 
