@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -95,7 +96,13 @@ func (r *Runner) Attach(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sandbox{ID: id, Volume: sb.Labels()[labelVolume], SDK: sb, Docker: NewDocker(sb.DockerSocket())}, nil
+	vol := sb.Labels()[labelVolume]
+	if filepath.Base(vol) == goldenSeedVolume && strings.HasSuffix(filepath.Dir(vol), goldenCheckpointSuffix) {
+		// Restored from a golden checkpoint: the label is its seed's,
+		// the volume the checkpoint store's copy (removed with it).
+		vol = ""
+	}
+	return &Sandbox{ID: id, Volume: vol, SDK: sb, Docker: NewDocker(sb.DockerSocket())}, nil
 }
 
 // Stop asks the sandbox's init to stop dockerd cleanly (SIGTERM), waits up

@@ -137,7 +137,14 @@ func (p *progressReader) Read(b []byte) (int, error) {
 // GoldenCheckpointDir is the checkpoint store `gvx golden build
 // --checkpoint` keeps beside golden volume golden: a client connected with
 // it as Options.CheckpointDir restores episodes from it.
-func GoldenCheckpointDir(golden string) string { return golden + ".ckpt" }
+func GoldenCheckpointDir(golden string) string { return golden + goldenCheckpointSuffix }
+
+// goldenCheckpointSuffix names a golden checkpoint store; goldenSeedVolume
+// is its seed's volume (the volume label of episodes restored from it).
+const (
+	goldenCheckpointSuffix = ".ckpt"
+	goldenSeedVolume       = "seed.ext4"
+)
 
 // goldenHandleFile, in a golden checkpoint store, names its checkpoint.
 const goldenHandleFile = "golden-checkpoint"
@@ -169,7 +176,7 @@ func (r *Runner) CheckpointGolden(ctx context.Context, golden, image string, war
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("golden checkpoint: %w", err)
 	}
-	seedVol := filepath.Join(dir, "seed.ext4")
+	seedVol := filepath.Join(dir, goldenSeedVolume)
 	_ = os.Remove(seedVol)
 	if _, err := volume.Clone(ctx, golden, seedVol, volume.CloneOptions{}); err != nil {
 		return "", fmt.Errorf("golden checkpoint: %w", err)
