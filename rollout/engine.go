@@ -199,7 +199,7 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 			return nil, fmt.Errorf("adopt %s: %w", id, err)
 		}
 	}
-	b := &backing{id: id, container: ctr, task: task, restored: labels[LabelRole] != ""}
+	b := &backing{id: id, container: ctr, task: task, restored: labels[LabelRole] != "", volDir: labels[labelVolumes]}
 	return &Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)}, nil
 }
 
