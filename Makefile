@@ -5,6 +5,7 @@
 #   make bench     benchmarks against runsc (via containerd's runc shim) and runc
 #   make fuzz      every fuzz target for FUZZTIME (default 10m, one CPU each)
 #   make install   PREFIX=/usr/local
+#   make installer-image   the node installer's image (deploy/, docs/kubernetes.md)
 SHELL := /bin/bash
 GO ?= go
 PREFIX ?= /usr/local
@@ -25,7 +26,7 @@ IMAGES := $(OUT)/images
 
 export CGO_ENABLED := 0
 
-.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench install clean lint fuzz
+.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench install installer-image clean lint fuzz
 
 all: build
 
@@ -160,6 +161,12 @@ bench: deps build tools images
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-runtime $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+
+# The image deploy/base's DaemonSet runs: busybox, gvx's binaries and
+# deploy/installer/install.sh, built locally (no registry, no base image).
+INSTALLER_IMAGE ?= gvx.test/gvx-installer:latest
+installer-image: build
+	hack/mkimage-installer.sh $(OUT)/gvx-installer.tar $(INSTALLER_IMAGE) $(BIN)
 
 clean:
 	rm -rf $(OUT)

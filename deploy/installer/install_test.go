@@ -1,0 +1,340 @@
+package installer
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/cmd/containerd/server/config"
+)
+
+var binaries = []string{"containerd-shim-gvx-v2", "gvx-sentry", "gvx-runtime", "gvx-hook", "gvx-pause", "gvx"}
+
+// shells are the shells the script must run under: the node image's
+// busybox (deploy/installer's image) and the host's /bin/sh.
+func shells(t *testing.T) [][]string {
+	out := [][]string{{"/bin/sh"}}
+	if bb, err := exec.LookPath("busybox"); err == nil {
+		out = append(out, []string{bb, "sh"})
+	}
+	return out
+}
+
+// node is a node's root under a temporary HOST_ROOT, with a directory of
+// stand-in binaries to install.
+type node struct {
+	root, src string
+	shell     []string
+	env       []string
+}
+
+func newNode(t *testing.T, shell []string) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{root: filepath.Join(dir, "root"), src: filepath.Join(dir, "src"), shell: shell}
+	for _, d := range []string{n.root, n.src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range binaries {
+		n.write(t, filepath.Join(n.src, b), "binary "+b+"\n", 0o755)
+	}
+	// NODE_ROOT as in the integration test: paths in what the script
+	// writes are the installer's own, so containerd's loader finds them.
+	n.env = []string{"HOST_ROOT=" + n.root, "NODE_ROOT=" + n.root, "GVX_SRC=" + n.src, "RESTART=none"}
+	return n
+}
+
+func (n *node) write(t *testing.T, p, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) path(p string) string { return filepath.Join(n.root, p) }
+
+// run runs install.sh MODE with extra environment; it returns the output
+// and whether it exited 0.
+func (n *node) run(t *testing.T, mode string, env ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := append(append([]string{}, n.shell[1:]...), "install.sh", mode)
+	cmd := exec.CommandContext(ctx, n.shell[0], args...)
+	cmd.Env = append(append(append([]string{}, os.Environ()...), n.env...), env...)
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatal(err)
+	}
+	return string(out), err == nil
+}
+
+func (n *node) must(t *testing.T, mode string, env ...string) string {
+	t.Helper()
+	out, ok := n.run(t, mode, env...)
+	if !ok {
+		t.Fatalf("install.sh %s failed:\n%s", mode, out)
+	}
+	return out
+}
+
+func (n *node) tree(t *testing.T) Tree {
+	t.Helper()
+	tr, err := ReadTree(n.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func sameTree(t *testing.T, what string, before, after Tree) {
+	t.Helper()
+	if d := before.Diff(after); len(d) > 0 {
+		t.Errorf("%s: the node's files differ:\n  %s", what, strings.Join(d, "\n  "))
+	}
+}
+
+// loaded is containerd's view of the node's config: its own loader
+// (imports followed, files merged) on the config the script edited.
+func (n *node) loaded(t *testing.T) *config.Config {
+	t.Helper()
+	var c config.Config
+	if err := config.LoadConfig(context.Background(), n.path("etc/containerd/config.toml"), &c); err != nil {
+		t.Fatalf("containerd's loader: %v", err)
+	}
+	return &c
+}
+
+// lookup walks nested plugin tables.
+func lookup(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+// checkRuntime: containerd loads the gvx handler from the fragment, with
+// the installed shim and config, and keeps what the node's config had.
+func (n *node) checkRuntime(t *testing.T, c *config.Config) {
+	t.Helper()
+	rt := lookup(c.Plugins, "io.containerd.cri.v1.runtime", "containerd", "runtimes", "gvx")
+	if rt == nil {
+		t.Fatalf("containerd's merged config has no runtime gvx: %v", c.Plugins)
+	}
+	if got := lookup(rt, "runtime_type"); got != "io.containerd.gvx.v2" {
+		t.Errorf("runtime_type %v", got)
+	}
+	shim := n.path("opt/gvx/bin/containerd-shim-gvx-v2")
+	if got := lookup(rt, "runtime_path"); got != shim {
+		t.Errorf("runtime_path %v, want %s", got, shim)
+	}
+	if got := lookup(rt, "options", "ConfigPath"); got != n.path("etc/gvx/config.toml") {
+		t.Errorf("options.ConfigPath %v", got)
+	}
+	if c.Timeouts["io.containerd.timeout.shim.cleanup"] != "30s" {
+		t.Errorf("timeouts %v: want the shim cleanup timeout 30s", c.Timeouts)
+	}
+	for _, b := range binaries {
+		got, err := os.ReadFile(n.path("opt/gvx/bin/" + b))
+		if err != nil || string(got) != "binary "+b+"\n" {
+			t.Errorf("installed %s: %q %v", b, got, err)
+		}
+	}
+}
+
+// TestInstallUninstall: for each shape of the node's containerd config
+// (none, no imports, one-line, empty and multi-line imports, version 2,
+// comments only), install makes containerd load the gvx handler and keep
+// the node's own settings and imports; installing again changes nothing;
+// uninstall leaves the node's files exactly as they were.
+func TestInstallUninstall(t *testing.T) {
+	base := "version = 3\nroot = \"/var/lib/containerd\"\n\n[plugins.\"io.containerd.cri.v1.runtime\".cni]\n  conf_dir = \"/etc/cni/net.d\"\n"
+	cases := []struct {
+		name   string
+		config string // "" : no config.toml
+		// imported: a file the node's config imports already (kept).
+		imported bool
+		// keep: a plugin key the node's config sets that must survive.
+		keep []string
+	}{
+		{name: "no config"},
+		{name: "no imports", config: base, keep: []string{"io.containerd.cri.v1.runtime", "cni", "conf_dir"}},
+		{name: "one-line imports", config: "version = 3\nimports = [\"IMPORTED\"] # the node's own\n" + base[len("version = 3\n"):], imported: true,
+			keep: []string{"io.containerd.cri.v1.runtime", "cni", "conf_dir"}},
+		{name: "empty imports", config: "version = 3\nimports = []\n" + base[len("version = 3\n"):], keep: []string{"io.containerd.cri.v1.runtime", "cni", "conf_dir"}},
+		{name: "multi-line imports", config: "# node config\nversion = 3\nimports = [\n  \"IMPORTED\",\n]\n" + base[len("version = 3\n"):], imported: true,
+			keep: []string{"io.containerd.cri.v1.runtime", "cni", "conf_dir"}},
+		{name: "version 2", config: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  conf_dir = \"/etc/cni/net.d\"\n",
+			keep: []string{"io.containerd.grpc.v1.cri", "cni", "conf_dir"}},
+		{name: "comments only", config: "# containerd's defaults\n\n"},
+	}
+	for _, sh := range shells(t) {
+		for _, tc := range cases {
+			t.Run(filepath.Base(sh[0])+"/"+tc.name, func(t *testing.T) {
+				n := newNode(t, sh)
+				cfg := n.path("etc/containerd/config.toml")
+				if tc.config != "" {
+					imported := n.path("etc/containerd/other.toml")
+					n.write(t, cfg, strings.ReplaceAll(tc.config, "IMPORTED", imported), 0o600)
+					if tc.imported {
+						n.write(t, imported, "version = 3\n[plugins.\"io.containerd.cri.v1.images\".pinned_images]\n  sandbox = \"node/pause:1\"\n", 0o644)
+					}
+				}
+				before := n.tree(t)
+
+				n.must(t, "install")
+				installed := n.tree(t)
+				c := n.loaded(t)
+				n.checkRuntime(t, c)
+				if tc.keep != nil && lookup(c.Plugins, tc.keep...) != "/etc/cni/net.d" {
+					t.Errorf("the node's %s lost in the merge: %v", strings.Join(tc.keep, "."), c.Plugins)
+				}
+				if tc.imported && lookup(c.Plugins, "io.containerd.cri.v1.images", "pinned_images", "sandbox") != "node/pause:1" {
+					t.Errorf("the node's own import lost: %v", c.Plugins)
+				}
+				if tc.config != "" {
+					st, err := os.Stat(cfg)
+					if err != nil || st.Mode().Perm() != 0o600 {
+						t.Errorf("config.toml mode after install: %v %v, want 0600 kept", st.Mode(), err)
+					}
+				}
+
+				if out := n.must(t, "install"); !strings.Contains(out, "nothing changed") {
+					t.Errorf("second install: %s, want nothing changed", out)
+				}
+				sameTree(t, "second install", installed, n.tree(t))
+
+				n.must(t, "uninstall")
+				sameTree(t, "after uninstall", before, n.tree(t))
+				if out := n.must(t, "uninstall"); !strings.Contains(out, "nothing to uninstall") {
+					t.Errorf("second uninstall: %s", out)
+				}
+				sameTree(t, "second uninstall", before, n.tree(t))
+			})
+		}
+	}
+}
+
+// TestInstallReplacesAndRestores: a gvx config and a fragment of the same
+// name already on the node are backed up, replaced, and put back byte for
+// byte (mode included); GVX_CONFIG_SRC is what gets installed.
+func TestInstallReplacesAndRestores(t *testing.T) {
+	n := newNode(t, shells(t)[len(shells(t))-1])
+	n.write(t, n.path("etc/containerd/config.toml"), "version = 3\n", 0o644)
+	n.write(t, n.path("etc/gvx/config.toml"), "log_level = \"debug\"\n", 0o600)
+	n.write(t, n.path("etc/gvx/other.toml"), "keep me\n", 0o644)
+	mine := filepath.Join(t.TempDir(), "gvx.toml")
+	n.write(t, mine, "network = \"none\"\n", 0o644)
+	before := n.tree(t)
+	n.must(t, "install", "GVX_CONFIG_SRC="+mine)
+	if got, _ := os.ReadFile(n.path("etc/gvx/config.toml")); string(got) != "network = \"none\"\n" {
+		t.Errorf("installed gvx config %q, want GVX_CONFIG_SRC's", got)
+	}
+	n.must(t, "uninstall")
+	sameTree(t, "after uninstall", before, n.tree(t))
+}
+
+// TestInstallRefusesOldConfig: a containerd config without version 2 or
+// 3 (no imports there) is refused before anything is written.
+func TestInstallRefusesOldConfig(t *testing.T) {
+	n := newNode(t, shells(t)[0])
+	n.write(t, n.path("etc/containerd/config.toml"), "root = \"/var/lib/containerd\"\n", 0o644)
+	before := n.tree(t)
+	out, ok := n.run(t, "install")
+	if ok || !strings.Contains(out, "containerd config migrate") || !strings.Contains(out, "nothing was changed") {
+		t.Errorf("install on a version 1 config: ok=%v %s, want a refusal naming the fix", ok, out)
+	}
+	sameTree(t, "refused install", before, n.tree(t))
+	for _, env := range [][]string{{"RESTART=reboot"}, {"RESTART=command"}, {"GVX_BIN_DIR=opt/gvx"}, {"GVX_SRC=/nonexistent"}} {
+		if out, ok := n.run(t, "install", env...); ok || !strings.Contains(out, strings.SplitN(env[0], "=", 2)[0]) {
+			t.Errorf("install with %v: ok=%v %s, want an error naming it", env, ok, out)
+		}
+	}
+	sameTree(t, "bad settings", before, n.tree(t))
+}
+
+// TestUninstallAfterNodeChange: when the node's config changed after
+// install, uninstall keeps the change and removes only gvx's import.
+func TestUninstallAfterNodeChange(t *testing.T) {
+	n := newNode(t, shells(t)[0])
+	cfg := n.path("etc/containerd/config.toml")
+	orig := "version = 3\nimports = [\"/etc/containerd/a.toml\"]\n"
+	n.write(t, cfg, orig, 0o644)
+	n.must(t, "install")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("[debug]\n  level = \"debug\"\n")
+	f.Close()
+	out := n.must(t, "uninstall")
+	got, _ := os.ReadFile(cfg)
+	if want := orig + "[debug]\n  level = \"debug\"\n"; string(got) != want || !strings.Contains(out, "removed only its import") {
+		t.Errorf("config after uninstall %q (%s), want %q", got, out, want)
+	}
+}
+
+// TestRestartHook: the restart command runs when containerd's view
+// changed (install, uninstall) and not for an install that changed
+// nothing; a failing one fails the script with the command named.
+func TestRestartHook(t *testing.T) {
+	n := newNode(t, shells(t)[0])
+	count := filepath.Join(t.TempDir(), "restarts")
+	hook := []string{"RESTART=command", "RESTART_CMD=echo restart >> " + count}
+	n.must(t, "install", hook...)
+	n.must(t, "install", hook...)
+	n.must(t, "uninstall", hook...)
+	if got, _ := os.ReadFile(count); string(got) != "restart\nrestart\n" {
+		t.Errorf("restarts %q: want one for install, none for the unchanged install, one for uninstall", got)
+	}
+	out, ok := n.run(t, "install", "RESTART=command", "RESTART_CMD=exit 3")
+	if ok || !strings.Contains(out, "RESTART_CMD failed (exit 3)") {
+		t.Errorf("failing restart: ok=%v %s", ok, out)
+	}
+	n.must(t, "uninstall")
+}
+
+// TestUninstallRefusesRunningShim: while a process runs the installed shim
+// binary, uninstall refuses (its pods would lose their runtime) unless
+// FORCE=1.
+func TestUninstallRefusesRunningShim(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	n := newNode(t, shells(t)[0])
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.write(t, filepath.Join(n.src, "containerd-shim-gvx-v2"), string(data), 0o755)
+	before := n.tree(t)
+	n.must(t, "install")
+	shim := exec.Command(n.path("opt/gvx/bin/containerd-shim-gvx-v2"), "600")
+	if err := shim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shim.Process.Kill(); _ = shim.Wait() }()
+	out, ok := n.run(t, "uninstall")
+	if ok || !strings.Contains(out, "drain") {
+		t.Errorf("uninstall with a running shim: ok=%v %s, want a refusal", ok, out)
+	}
+	n.must(t, "uninstall", "FORCE=1")
+	sameTree(t, "forced uninstall", before, n.tree(t))
+}
