@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/config"
 )
 
 // object is a manifest as Kubernetes reads it (YAML to JSON), with the
@@ -358,5 +359,17 @@ func TestAgentSandboxExample(t *testing.T) {
 		if str(o.raw, "spec", "sandboxTemplateRef", "name") != tmpl.name() {
 			t.Errorf("%s sandboxTemplateRef %v, want %s", kind, get(o.raw, "spec", "sandboxTemplateRef"), tmpl.name())
 		}
+	}
+}
+
+// TestNodeConfig: the gvx config the ConfigMap gives every node is one
+// gvx accepts (unknown keys are errors at each pod's create).
+func TestNodeConfig(t *testing.T) {
+	data, err := Files.ReadFile("base/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse(data); err != nil {
+		t.Errorf("base/config.toml: %v", err)
 	}
 }

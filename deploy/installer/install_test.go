@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/cmd/containerd/server/config"
+
+	gvxconfig "github.com/gvxrun/gvx/config"
 )
 
 var binaries = []string{"containerd-shim-gvx-v2", "gvx-sentry", "gvx-runtime", "gvx-hook", "gvx-pause", "gvx"}
@@ -149,6 +151,9 @@ func (n *node) checkRuntime(t *testing.T, c *config.Config) {
 	}
 	if c.Timeouts["io.containerd.timeout.shim.cleanup"] != "30s" {
 		t.Errorf("timeouts %v: want the shim cleanup timeout 30s", c.Timeouts)
+	}
+	if _, err := gvxconfig.Load(n.path("etc/gvx/config.toml")); err != nil {
+		t.Errorf("the installed gvx config: %v", err)
 	}
 	for _, b := range binaries {
 		got, err := os.ReadFile(n.path("opt/gvx/bin/" + b))
