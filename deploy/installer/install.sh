@@ -333,11 +333,15 @@ do_install() {
 		default_gvx_config >"$work/config.toml"
 	fi
 	put_file "$work/config.toml" "$GVX_CONFIG" 0644
+	# The shim reads gvx's config at each create: only containerd's own
+	# files below need a restart.
+	cfg=$CHANGED
+	CHANGED=0
 	fragment >"$work/fragment.toml"
 	put_file "$work/fragment.toml" "$CONTAINERD_DROPIN" 0644
 	import_fragment
 	restart_containerd
-	[ "$bins$CHANGED" = 00 ] && log "already installed, nothing changed"
+	[ "$bins$cfg$CHANGED" = 000 ] && log "already installed, nothing changed"
 	log "installed: runtime handler $GVX_HANDLER (RuntimeClass handler: $GVX_HANDLER)"
 }
 

@@ -308,6 +308,17 @@ func TestRestartHook(t *testing.T) {
 	if got, _ := os.ReadFile(count); string(got) != "restart\nrestart\n" {
 		t.Errorf("restarts %q: want one for install, none for the unchanged install, one for uninstall", got)
 	}
+	// A new gvx config needs no restart: the shim reads it at each create.
+	mine := filepath.Join(t.TempDir(), "gvx.toml")
+	n.write(t, mine, "log_level = \"debug\"\n", 0o644)
+	n.must(t, "install", hook...)
+	if out := n.must(t, "install", append(hook, "GVX_CONFIG_SRC="+mine)...); !strings.Contains(out, "wrote /etc/gvx/config.toml") {
+		t.Errorf("install with a new gvx config: %s", out)
+	}
+	if got, _ := os.ReadFile(count); string(got) != "restart\nrestart\nrestart\n" {
+		t.Errorf("restarts %q after a gvx config change: want none for it", got)
+	}
+	n.must(t, "uninstall")
 	out, ok := n.run(t, "install", "RESTART=command", "RESTART_CMD=exit 3")
 	if ok || !strings.Contains(out, "RESTART_CMD failed (exit 3)") {
 		t.Errorf("failing restart: ok=%v %s", ok, out)
