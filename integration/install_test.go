@@ -75,7 +75,7 @@ func (n *installNode) crictlMust(t *testing.T, args ...string) string {
 
 func (n *installNode) ctr(t *testing.T, args ...string) string {
 	t.Helper()
-	full := append([]string{"--address", n.sock(), "--namespace", "gvxinstall"}, args...)
+	full := append([]string{"--address", n.sock(), "--namespace", "k8s.io"}, args...)
 	r, err := e.run(context.Background(), "", filepath.Join(e.ctrdBin, "ctr"), full...)
 	if err != nil || r.code != 0 {
 		t.Fatalf("ctr %s: %v exit %d: %s%s", strings.Join(args, " "), err, r.code, r.stdout, r.stderr)
@@ -140,6 +140,9 @@ imports = ["%[2]s/etc/containerd/conf.d/10-cri.toml"]
 	writeFile(t, filepath.Join(n.node, "etc/containerd/conf.d/10-cri.toml"), fmt.Sprintf(`version = 3
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "gvx.test/pause:latest"
+[plugins."io.containerd.cri.v1.runtime"]
+  # (hosts that refuse negative OOM score adjustments, as these do)
+  restrict_oom_score_adj = true
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "%s/cni"
@@ -286,9 +289,9 @@ func memCgroupUsage(pid int) int64 {
 // through its restart hook; a CRI pod with runtime handler gvx then runs
 // a container on the pod network from the installed binaries, and its
 // sandbox's memory stays within the RuntimeClass's declared overhead. The
-// installer image (hack/mkimage-installer.sh), run by that containerd as
-// the DaemonSet runs it (privileged, the node's /etc and /opt mounted,
-// the host's pid namespace), uninstalls; after a restart the handler is
+// installer image (hack/mkimage-installer.sh), in a CRI pod of the node's
+// default runtime (runc) as the kubelet runs the DaemonSet's (privileged,
+// the node's pid namespace, the node's /etc and /opt mounted), uninstalls; after a restart the handler is
 // gone and the node's files are exactly as before.
 func TestInstallerNode(t *testing.T) {
 	requireEnv(t)
@@ -371,31 +374,54 @@ func TestInstallerNode(t *testing.T) {
 	n.crictlMust(t, "stopp", pod)
 	n.crictlMust(t, "rmp", pod)
 
-	// Uninstall from the installer image, run as the DaemonSet runs it.
+	// Uninstall from the installer image, in a pod as the kubelet runs
+	// the DaemonSet's: runc (the node's default handler), privileged, the
+	// node's pid namespace, the node's /etc and /opt at /host.
 	img := filepath.Join(n.dir, "gvx-installer.tar")
 	if out, err := exec.Command(filepath.Join("..", "hack", "mkimage-installer.sh"), img, "gvx.test/gvx-installer:latest", e.gvxBin).CombinedOutput(); err != nil {
 		t.Fatalf("mkimage-installer: %v\n%s", err, out)
 	}
 	n.ctr(t, "images", "import", img)
-	out2 := n.ctr(t, "run", "--rm", "--privileged", "--fifo-dir", filepath.Join(n.dir, "fifo"),
-		"--with-ns", "pid:/proc/1/ns/pid",
-		"--mount", "type=bind,src="+filepath.Join(n.node, "etc")+",dst=/host/etc,options=rbind:rw",
-		"--mount", "type=bind,src="+filepath.Join(n.node, "opt")+",dst=/host/opt,options=rbind:rw",
-		"--env", "HOST_ROOT=/host", "--env", "NODE_ROOT="+n.node, "--env", "RESTART=none",
-		"gvx.test/gvx-installer:latest", "gvx-uninstall", "/gvx/install.sh", "uninstall")
-	if !strings.Contains(out2, "uninstalled") {
-		t.Errorf("uninstall from the image: %s", out2)
+	const nodePID = 2 // CRI NamespaceMode NODE: hostPID
+	privileged := map[string]any{"privileged": true, "namespace_options": map[string]any{"pid": nodePID}}
+	instPod := n.writeJSON(t, "installer-pod.json", map[string]any{
+		"metadata":      map[string]string{"name": "gvx-node", "namespace": "gvx-system", "uid": "uid-gvx-node"},
+		"log_directory": filepath.Join(n.dir, "logs-installer"),
+		"linux":         map[string]any{"security_context": privileged},
+	})
+	instCtr := n.writeJSON(t, "installer.json", map[string]any{
+		"metadata": map[string]string{"name": "uninstall"},
+		"image":    map[string]string{"image": "gvx.test/gvx-installer:latest"},
+		"command":  []string{"/gvx/install.sh", "uninstall"},
+		"envs": []map[string]string{{"key": "HOST_ROOT", "value": "/host"}, {"key": "NODE_ROOT", "value": n.node},
+			{"key": "RESTART", "value": "none"}},
+		"mounts": []map[string]any{{"container_path": "/host/etc", "host_path": filepath.Join(n.node, "etc")},
+			{"container_path": "/host/opt", "host_path": filepath.Join(n.node, "opt")}},
+		"log_path": "uninstall.log",
+		"linux":    map[string]any{"security_context": privileged},
+	})
+	ipod := n.crictlMust(t, "runp", instPod)
+	ictr := n.crictlMust(t, "create", ipod, instCtr, instPod)
+	n.crictlMust(t, "start", ictr)
+	st := ""
+	for i := 0; i < 300 && !strings.HasPrefix(st, "CONTAINER_EXITED"); i++ {
+		time.Sleep(100 * time.Millisecond)
+		st = n.crictlMust(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", ictr)
 	}
-	t.Logf("uninstall (image):\n%s", out2)
-	n.ctr(t, "images", "rm", "gvx.test/gvx-installer:latest")
+	ulog := n.crictlRun(t, "logs", ictr)
+	if st != "CONTAINER_EXITED 0" || !strings.Contains(ulog.stdout, "uninstalled") {
+		t.Errorf("uninstall from the image: %s\n%s%s", st, ulog.stdout, ulog.stderr)
+	}
+	t.Logf("uninstall (installer image, runc pod):\n%s", ulog.stdout)
+	n.crictlMust(t, "rm", ictr)
+	n.crictlMust(t, "stopp", ipod)
+	n.crictlMust(t, "rmp", ipod)
+	n.crictlMust(t, "rmi", "gvx.test/gvx-installer:latest")
 	n.restart(t)
 	if r := n.crictlRun(t, "runp", "--runtime", "gvx", podCfg); r.code == 0 {
 		t.Errorf("runp --runtime gvx after uninstall worked, want no such handler")
 		n.crictlRun(t, "rmp", "-f", strings.TrimSpace(r.stdout))
 	}
-	// (Its content may still wait for containerd's garbage collection; the
-	// node's containerd directory goes at cleanup either way.)
-	_, _ = e.run(context.Background(), "", filepath.Join(e.ctrdBin, "ctr"), "--address", n.sock(), "namespaces", "rm", "gvxinstall")
 	_ = exec.Command(filepath.Join(n.dir, "restart.sh"), "stop").Run()
 
 	after, err := installer.ReadTree(n.node)
