@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"regexp"
 	"strconv"
@@ -371,5 +372,75 @@ func TestNodeConfig(t *testing.T) {
 	}
 	if _, err := config.Parse(data); err != nil {
 		t.Errorf("base/config.toml: %v", err)
+	}
+}
+
+// built runs kubectl's kustomize (offline) on dir and parses its output.
+func built(t *testing.T, kubectl, dir string) []object {
+	t.Helper()
+	out, err := exec.Command(kubectl, "kustomize", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, out)
+	}
+	var objs []object
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var o object
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			t.Fatalf("kustomize output of %s: %v", dir, err)
+		}
+		if err := yaml.Unmarshal(doc, &o.raw); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
+	}
+	return objs
+}
+
+// TestKustomizeBuild: the base, the uninstall overlay and the example
+// build with kustomize (kubectl's, when installed): the ConfigMap's
+// generated name reaches the DaemonSet, the RuntimeClass stays
+// cluster-scoped, the overlay uninstalls and drops the RuntimeClass.
+func TestKustomizeBuild(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed (its kustomize builds the manifests)")
+	}
+	kinds := func(objs []object) map[string]object {
+		m := map[string]object{}
+		for _, o := range objs {
+			m[o.Kind] = o
+		}
+		return m
+	}
+	base := kinds(built(t, kubectl, "."))
+	for _, k := range []string{"Namespace", "ConfigMap", "DaemonSet", "RuntimeClass"} {
+		if _, ok := base[k]; !ok {
+			t.Errorf("deploy/ builds no %s", k)
+		}
+	}
+	if ns := base["RuntimeClass"].Metadata["namespace"]; ns != nil {
+		t.Errorf("RuntimeClass got namespace %v", ns)
+	}
+	cm := base["ConfigMap"].name()
+	vols, _ := get(base["DaemonSet"].raw, "spec", "template", "spec", "volumes").([]any)
+	linked := false
+	for _, v := range vols {
+		linked = linked || str(v, "configMap", "name") == cm
+	}
+	if !strings.HasPrefix(cm, "gvx-config-") || !linked {
+		t.Errorf("ConfigMap %s not the DaemonSet's volume (%v)", cm, vols)
+	}
+	un := kinds(built(t, kubectl, "overlays/uninstall"))
+	if _, ok := un["RuntimeClass"]; ok {
+		t.Error("overlays/uninstall still has the RuntimeClass")
+	}
+	if cmd := get(un["DaemonSet"].raw, "spec", "template", "spec", "initContainers", "0", "command"); yamlString(t, cmd) != yamlString(t, []string{"/gvx/install.sh", "uninstall"}) {
+		t.Errorf("overlays/uninstall init command %v", cmd)
+	}
+	ex := kinds(built(t, kubectl, "examples/agent-sandbox"))
+	for _, k := range []string{"SandboxTemplate", "SandboxWarmPool", "SandboxClaim"} {
+		if ex[k].Metadata["namespace"] != "gvx-agents" {
+			t.Errorf("example %s: namespace %v", k, ex[k].Metadata["namespace"])
+		}
 	}
 }

@@ -417,11 +417,13 @@ do_status() {
 }
 
 do_wait() {
-	trap 'if [ "$UNINSTALL_ON_STOP" = true ]; then do_uninstall; fi; exit 0' TERM INT
+	sleeper=""
+	trap 'kill $sleeper 2>/dev/null; if [ "$UNINSTALL_ON_STOP" = true ]; then do_uninstall; fi; exit 0' TERM INT
 	log "waiting (UNINSTALL_ON_STOP=$UNINSTALL_ON_STOP)"
 	while :; do
 		sleep 3600 &
-		wait $! || true
+		sleeper=$!
+		wait $sleeper || true
 	done
 }
 

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,4 +354,40 @@ func TestUninstallRefusesRunningShim(t *testing.T) {
 	}
 	n.must(t, "uninstall", "FORCE=1")
 	sameTree(t, "forced uninstall", before, n.tree(t))
+}
+
+// TestWaitUninstallOnStop: the DaemonSet's main container (mode wait)
+// exits 0 on SIGTERM, and with UNINSTALL_ON_STOP=true uninstalls first.
+func TestWaitUninstallOnStop(t *testing.T) {
+	for _, sh := range shells(t) {
+		t.Run(filepath.Base(sh[0]), func(t *testing.T) {
+			n := newNode(t, sh)
+			before := n.tree(t)
+			n.must(t, "install")
+			args := append(append([]string{}, sh[1:]...), "install.sh", "wait")
+			cmd := exec.Command(sh[0], args...)
+			cmd.Env = append(append(os.Environ(), n.env...), "UNINSTALL_ON_STOP=true")
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 100 && !strings.Contains(out.String(), "waiting"); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil || !strings.Contains(out.String(), "uninstalled") {
+					t.Errorf("wait after SIGTERM: %v\n%s", err, out.String())
+				}
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Fatalf("wait did not end on SIGTERM:\n%s", out.String())
+			}
+			sameTree(t, "after stop", before, n.tree(t))
+		})
+	}
 }
