@@ -177,12 +177,7 @@ func (c *Client) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	}
 	out := make([]*Sandbox, 0, len(rss))
 	for i, rs := range rss {
-		rs.Attach(io.Discard, io.Discard)
-		s := &Sandbox{c: c, id: rs.ID, exited: make(chan struct{}), rs: rs, container: rs.Container(), task: rs.Task()}
-		err := s.load(ctx)
-		if err == nil {
-			err = s.watch(ctx)
-		}
+		s, err := c.restoredSandbox(ctx, rs)
 		if err != nil {
 			for _, rest := range rss[i:] {
 				_ = e.Destroy(ctx, rest)
@@ -221,17 +216,24 @@ func (c *Client) Restore(ctx context.Context, ckID, id string) (*Sandbox, error)
 		}
 		return nil, newError("restore", id, kind, err)
 	}
-	rs.Attach(io.Discard, io.Discard)
-	s := &Sandbox{c: c, id: rs.ID, exited: make(chan struct{}), rs: rs, container: rs.Container(), task: rs.Task()}
-	err = s.load(ctx)
-	if err == nil {
-		err = s.watch(ctx)
-	}
+	s, err := c.restoredSandbox(ctx, rs)
 	if err != nil {
 		_ = e.Destroy(ctx, rs)
 		return nil, newError("restore", id, nil, err)
 	}
 	return s, nil
+}
+
+// restoredSandbox is the Sandbox of rs, a sandbox the engine restored (a
+// fork, a Restore): its init's output discarded, its exit watched.
+func (c *Client) restoredSandbox(ctx context.Context, rs *rollout.Sandbox) (*Sandbox, error) {
+	rs.Attach(io.Discard, io.Discard)
+	s := &Sandbox{c: c, id: rs.ID, exited: make(chan struct{}), rs: rs, container: rs.Container(), task: rs.Task()}
+	err := s.load(ctx)
+	if err == nil {
+		err = s.watch(ctx)
+	}
+	return s, err
 }
 
 // Checkpoints lists the checkpoints in the client's store.

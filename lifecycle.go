@@ -288,8 +288,12 @@ func (s *Sandbox) killTask(ctx context.Context) error {
 		}
 	}
 	// The FIFOs of a task made by a process that died (this one
-	// attached it) are this one's to remove.
-	fifos := taskio.FIFODir(ctx, s.c.ctrd, s.container.ID(), s.c.fifoDir)
+	// attached it) are this one's to remove; a task whose IO this process
+	// holds removes its own at Delete.
+	var fifos string
+	if s.curTask().IO() == nil {
+		fifos = taskio.FIFODir(ctx, s.c.ctrd, s.container.ID(), s.c.fifoDir)
+	}
 	if _, err := s.curTask().Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete task: %w", err)
 	}

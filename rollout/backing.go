@@ -111,8 +111,12 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 			}
 		}
 		// Its FIFOs, when a process that died made them (a backing
-		// adopted from an earlier one), are removed here.
-		fifos := taskio.FIFODir(ctx, e.c, b.id, e.opts.FIFODir)
+		// adopted from an earlier one), are removed here; a task whose IO
+		// this process holds removes its own at Delete.
+		var fifos string
+		if b.task.IO() == nil {
+			fifos = taskio.FIFODir(ctx, e.c, b.id, e.opts.FIFODir)
+		}
 		defer func() {
 			if err := taskio.Remove(fifos); err != nil {
 				log.G(ctx).WithError(err).Warnf("rollout: the stdio FIFOs of %s", b.id)

@@ -203,15 +203,9 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 	return &Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)}, nil
 }
 
-// Find returns the container that is sandbox id's backing: the newest
-// restored container labelled as id's (LabelSandbox), else container id
-// itself; errdefs.ErrNotFound if neither exists.
-func (e *Engine) Find(ctx context.Context, id string) (client.Container, error) {
-	return FindBacking(ctx, e.c, id)
-}
-
-// FindBacking is Engine.Find on containerd client c, for callers without
-// an engine.
+// FindBacking returns the container that is sandbox id's backing: the
+// newest restored container labelled as id's (LabelSandbox), else
+// container id itself; errdefs.ErrNotFound if neither exists.
 func FindBacking(ctx context.Context, c *client.Client, id string) (client.Container, error) {
 	conts, err := c.Containers(ctx, fmt.Sprintf("labels.%q==%s", LabelSandbox, id))
 	if err != nil {

@@ -34,7 +34,7 @@ const (
 	LabelRole = "dev.gvx.rollout.role"
 	// LabelSandbox, on a restored container that became a sandbox's
 	// backing (a rollback's or a fork's), names that sandbox: a later
-	// process finds the sandbox by it (Engine.Find) and adopts it under
+	// process finds the sandbox by it (FindBacking) and adopts it under
 	// that id. Such a backing carries its sandbox's other labels too (a
 	// rollback's, those of the backing it replaced; a fork's, those of the
 	// container checkpointed, as Options.ForkLabel keeps them).

@@ -120,12 +120,7 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 		}
 		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
-	labels := map[string]string{}
-	for k, v := range h.Labels {
-		if e.opts.ForkLabel == nil || e.opts.ForkLabel(k) {
-			labels[k] = v
-		}
-	}
+	labels := e.forkLabels(h)
 	out := make([]*Sandbox, n)
 	for i, b := range backings {
 		out[i] = &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}
@@ -159,17 +154,24 @@ func (e *Engine) RestoreAs(ctx context.Context, hid, id string) (*Sandbox, error
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
+	labels := e.forkLabels(h)
+	if err := e.promote(ctx, b, b.id, labels); err != nil {
+		_ = e.destroy(ctx, b)
+		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
+	return &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}, nil
+}
+
+// forkLabels are the labels of h's checkpointed container a backing
+// restored as a sandbox of its own (a fork, RestoreAs) inherits.
+func (e *Engine) forkLabels(h *Handle) map[string]string {
 	labels := map[string]string{}
 	for k, v := range h.Labels {
 		if e.opts.ForkLabel == nil || e.opts.ForkLabel(k) {
 			labels[k] = v
 		}
 	}
-	if err := e.promote(ctx, b, b.id, labels); err != nil {
-		_ = e.destroy(ctx, b)
-		return nil, fmt.Errorf("restore %s: %w", id, err)
-	}
-	return &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}, nil
+	return labels
 }
 
 // acquire returns a paused backing in h's state: a ready spare, or one

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx"
@@ -142,8 +143,8 @@ func (b *Backend) List(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	for _, c := range conts {
-		labels, err := c.Labels(b.c.Context(ctx))
-		if err == nil && labels[rollout.LabelSandbox] == "" {
+		info, err := c.Info(b.c.Context(ctx), client.WithoutRefreshedMetadata) // as listed
+		if err == nil && info.Labels[rollout.LabelSandbox] == "" {
 			ids = append(ids, c.ID())
 		}
 	}
