@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 )
@@ -24,5 +26,24 @@ func TestOwnAnnotationsRefused(t *testing.T) {
 	s.Annotations = map[string]string{api.AnnotationDocker: "true"}
 	if _, err := Prepare(s, config.Default()); err != nil {
 		t.Errorf("a user annotation: %v", err)
+	}
+}
+
+// TestRestoreFrom: a task names its checkpoint directory; a pod's
+// container (CRI's annotations on its spec) may not.
+func TestRestoreFrom(t *testing.T) {
+	plain := &specs.Spec{Annotations: map[string]string{api.AnnotationRestoreFrom: "/var/lib/gvx/ck/1"}}
+	if dir, err := RestoreFrom(plain); err != nil || dir != "/var/lib/gvx/ck/1" {
+		t.Errorf("plain task: %q, %v", dir, err)
+	}
+	if dir, err := RestoreFrom(&specs.Spec{}); err != nil || dir != "" {
+		t.Errorf("no annotation: %q, %v", dir, err)
+	}
+	for _, role := range []string{"sandbox", "container"} {
+		pod := &specs.Spec{Annotations: map[string]string{api.AnnotationRestoreFrom: "/etc", api.CRIContainerType: role, api.CRISandboxID: "p1"}}
+		_, err := RestoreFrom(pod)
+		if err == nil || !strings.Contains(err.Error(), "pod_annotations") || !strings.Contains(err.Error(), api.AnnotationRestoreFrom) {
+			t.Errorf("pod %s: %v, want a refusal naming the annotation and pod_annotations", role, err)
+		}
 	}
 }

@@ -295,6 +295,22 @@ func SandboxResources(r *specs.LinuxResources) Resources {
 // destroy it.
 var OwnAnnotations = []string{api.AnnotationPoolExec, api.AnnotationPoolSandbox}
 
+// RestoreFrom is the checkpoint image directory s asks the shim to
+// restore from (api.AnnotationRestoreFrom; "" for a fresh boot). A
+// Kubernetes pod's containers may not ask: the annotation names a host
+// directory whose state the Sentry would load, and pod authors reach
+// containerd's pod_annotations.
+func RestoreFrom(s *specs.Spec) (string, error) {
+	dir, ok := s.Annotations[api.AnnotationRestoreFrom]
+	if !ok {
+		return "", nil
+	}
+	if role, _ := PodRole(s); role != "" {
+		return "", fmt.Errorf("invalid OCI spec: annotation %s=%q on a Kubernetes pod's %s: pods may not restore from a host directory; remove %s from containerd's pod_annotations", api.AnnotationRestoreFrom, dir, role, api.AnnotationRestoreFrom)
+	}
+	return dir, nil
+}
+
 func refuseOwnAnnotations(s *specs.Spec) error {
 	for _, a := range OwnAnnotations {
 		if v, ok := s.Annotations[a]; ok {

@@ -97,7 +97,11 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 	// (on the pod's network namespace) and each application container is
 	// a container inside it, which gvx-sentry runs with a monitor process
 	// standing for its init (see sentry/subcontainer).
-	if from := spec.Annotations[api.AnnotationRestoreFrom]; from != "" && r.Checkpoint == "" {
+	from, err := oci.RestoreFrom(spec)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	if from != "" && r.Checkpoint == "" {
 		// The runc task service restores a task whose request names a
 		// checkpoint instead of booting it.
 		r.Checkpoint = from
