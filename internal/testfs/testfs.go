@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // RunPrivate runs the tests. As root, it first re-executes the test binary
@@ -22,9 +24,18 @@ import (
 // pinned by, sandboxes started meanwhile on the machine, and the kernel
 // tears them down, detaching their auto-clear loop devices, when the test
 // process exits, even if it is killed before its cleanups run. It returns
-// the exit code for os.Exit.
+// the exit code for os.Exit. In that namespace gvx's state directory
+// (api.DefaultStateDir) is an empty tmpfs, so what the tests write there
+// (volume marks, records) never reaches the host's.
 func RunPrivate(m *testing.M, env string) int {
-	if os.Geteuid() != 0 || os.Getenv(env) != "" || fuzzWorker() {
+	if os.Geteuid() != 0 || fuzzWorker() {
+		return m.Run()
+	}
+	if os.Getenv(env) != "" {
+		if err := shieldState(); err != nil {
+			fmt.Fprintf(os.Stderr, "%v\n", err)
+			return 2
+		}
 		return m.Run()
 	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
@@ -42,6 +53,18 @@ func RunPrivate(m *testing.M, env string) int {
 		fmt.Fprintf(os.Stderr, "re-exec in a private mount namespace: %v\n", err)
 		return 2
 	}
+}
+
+// shieldState mounts an empty tmpfs on gvx's state directory in this
+// (private) mount namespace.
+func shieldState() error {
+	if err := os.MkdirAll(api.DefaultStateDir, 0o711); err != nil {
+		return fmt.Errorf("shield %s: %w", api.DefaultStateDir, err)
+	}
+	if err := syscall.Mount("gvx-test-state", api.DefaultStateDir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0711"); err != nil {
+		return fmt.Errorf("shield %s with a tmpfs: %w", api.DefaultStateDir, err)
+	}
+	return nil
 }
 
 // fuzzWorker reports whether this is a go test -fuzz worker: it talks to
