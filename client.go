@@ -23,7 +23,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultNamespace   = "gvx"
-	DefaultStateDir    = "/run/gvx/sdk"
+	DefaultStateDir    = api.SDKStateDir
 	DefaultDataDir     = "/var/lib/gvx/sdk"
 	DefaultSnapshotter = "overlayfs"
 )

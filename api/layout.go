@@ -12,6 +12,13 @@ import (
 // says otherwise.
 const DefaultStateDir = "/run/gvx"
 
+// SDKStateDir is the Go SDK's state directory unless its client is told
+// another; SDKFIFODir holds its processes' stdio FIFOs.
+const (
+	SDKStateDir = DefaultStateDir + "/sdk"
+	SDKFIFODir  = SDKStateDir + "/fifo"
+)
+
 // Layout is what lives where in a gvx state directory. Every directory
 // below it must be traversable by the sandboxes' unprivileged host uid.
 type Layout struct {

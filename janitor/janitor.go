@@ -3,8 +3,8 @@
 // One Sweep looks at sandboxes past their maximum lifetime, gvx shims and
 // sandbox processes nobody owns any more, the state directory (sentry
 // roots, rootfs mounts, volume staging and docker directories, pool
-// sandboxes and pools), cgroups, loop devices and volume clones, and image
-// pools' containerd leases. It reconciles against containerd first: what a
+// sandboxes and pools), cgroups, loop devices and volume clones, image
+// pools' containerd leases and stdio FIFOs nobody holds open. It reconciles against containerd first: what a
 // containerd still knows is not garbage, and where a containerd that may
 // own something does not answer, the sweep leaves that kind alone and says
 // so. Processes get SIGTERM, then SIGKILL after a grace period. One
@@ -24,6 +24,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/taskio"
 )
 
 // Options say where to look and how hard to reclaim.
@@ -39,6 +40,9 @@ type Options struct {
 	// VolumeDirs are directories of ext4lite volumes: their sandbox
 	// clones and the loop devices on them are candidates too.
 	VolumeDirs []string
+	// FIFODirs are roots of containerd clients' stdio FIFO directories
+	// (FromConfig: containerd's default and the SDK's).
+	FIFODirs []string
 	// MaxLifetime stops gvx sandboxes older than this (0: none, unless a
 	// container's dev.gvx.max-lifetime says otherwise).
 	MaxLifetime time.Duration
@@ -59,6 +63,7 @@ func FromConfig(cfg config.Config, sentry string) Options {
 		addrs = []string{cfg.Pool.Containerd}
 	}
 	return Options{Layout: cfg.Layout(), Sentry: sentry, Containerd: addrs, VolumeDirs: j.VolumeDirs,
+		FIFODirs:    []string{taskio.DefaultRoot, api.SDKFIFODir},
 		MaxLifetime: j.MaxLifetime, MinAge: j.MinAge, Grace: j.Grace}
 }
 
@@ -78,6 +83,7 @@ const (
 	KindLoop        Kind = "loop device"
 	KindClone       Kind = "volume clone"
 	KindLease       Kind = "lease" // an image pool's containerd lease
+	KindFIFO        Kind = "fifo"  // stdio FIFOs of a process whose creator died
 )
 
 // Item is one leftover found.
@@ -206,6 +212,7 @@ func Sweep(ctx context.Context, o Options) *Report {
 	s.loops(ctx)
 	s.clones(ctx)
 	s.leases(ctx)
+	s.fifos(ctx)
 	s.r.Took = time.Since(t0)
 	return s.r
 }
