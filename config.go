@@ -33,6 +33,9 @@ type Config struct {
 	Hostname string
 	// TTY gives the init a terminal; its output then arrives on Stdout.
 	TTY bool
+	// Cols and Rows, with TTY, are the terminal's size from the init's
+	// first instruction (zero: the terminal's default; Resize changes it).
+	Cols, Rows uint32
 	// Stdin, Stdout and Stderr are the init's standard streams (nil: none,
 	// discarded, discarded). A Stdin at EOF closes the init's stdin.
 	Stdin          io.Reader

@@ -177,6 +177,13 @@ func (c *Client) newSandbox(ctx context.Context, cfg Config, ropts any, pool str
 	if err := s.watch(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.TTY && cfg.Cols > 0 && cfg.Rows > 0 {
+		// Sized before the init runs: a resize after Start races its
+		// first command (stty size printed the default size).
+		if err := task.Resize(ctx, cfg.Cols, cfg.Rows); err != nil {
+			return nil, newError("new", id, nil, fmt.Errorf("size the terminal: %w", err))
+		}
+	}
 	s.timings.Create = time.Since(t1)
 	t1 = time.Now()
 	if err := task.Start(ctx); err != nil {

@@ -106,6 +106,9 @@ func runAction(ctx context.Context, cmd *cli.Command) error {
 	// Ctrl-C while the sandbox is being made cancels it (New removes what
 	// it made); once it runs, signals are passed on to it.
 	nctx, stopNotify := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	if cfg.TTY {
+		cfg.Cols, cfg.Rows = termSize(true)
+	}
 	sb, err := c.New(nctx, cfg)
 	if err != nil {
 		interrupted := nctx.Err() != nil && ctx.Err() == nil
@@ -131,8 +134,8 @@ func runAction(ctx context.Context, cmd *cli.Command) error {
 		}
 		return err
 	}
-	if cfg.TTY && cols > 0 {
-		_ = sb.Resize(ctx, cols, rows)
+	if cfg.TTY && cols > 0 && (cols != cfg.Cols || rows != cfg.Rows) {
+		_ = sb.Resize(ctx, cols, rows) // resized while it was being made
 	}
 	var code int
 	if execCmd != nil {

@@ -89,6 +89,7 @@ func exiting(code int, action cli.ActionFunc) cli.ActionFunc {
 // terminal puts the local terminal in raw mode for a -t session and
 // returns its size and a function restoring it.
 func terminal(tty bool) (cols, rows uint32, restore func(), err error) {
+	cols, rows = termSize(tty)
 	restore = func() {}
 	if !tty {
 		return 0, 0, restore, nil
@@ -97,13 +98,27 @@ func terminal(tty bool) (cols, rows uint32, restore func(), err error) {
 	if err != nil {
 		return 0, 0, restore, errors.New("-t: the input device is not a terminal (drop -t, or run from one)")
 	}
-	if sz, err := c.Size(); err == nil {
-		cols, rows = uint32(sz.Width), uint32(sz.Height)
-	}
 	if err := c.SetRaw(); err != nil {
 		return 0, 0, restore, fmt.Errorf("-t: raw mode: %w", err)
 	}
 	return cols, rows, func() { _ = c.Reset() }, nil
+}
+
+// termSize is the size of the terminal on gvx's stdin (0, 0 without one
+// or without tty).
+func termSize(tty bool) (cols, rows uint32) {
+	if !tty {
+		return 0, 0
+	}
+	c, err := console.ConsoleFromFile(os.Stdin)
+	if err != nil {
+		return 0, 0
+	}
+	sz, err := c.Size()
+	if err != nil {
+		return 0, 0
+	}
+	return uint32(sz.Width), uint32(sz.Height)
 }
 
 // forwarded are the signals a foreground sandbox command passes on.
