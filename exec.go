@@ -273,6 +273,8 @@ func (p *Process) run(ctx context.Context) {
 		}
 	case st.Error() != nil:
 		p.err = newError("exec in", p.s.id, nil, st.Error())
+	case st.ExitCode() != 0 && p.s.diedOOM(dctx):
+		p.err = errorf("exec in", p.s.id, ErrOOM, "%s: the sandbox was killed: out of memory (it reached its memory limit)", p.id)
 	}
 }
 
@@ -309,7 +311,8 @@ func (p *Process) terminate(why error) {
 func (p *Process) ID() string { return p.id }
 
 // Wait waits for the process to end and its output to be written. A
-// non-zero exit is not an error; a kill by timeout is ErrTimeout. If ctx
+// non-zero exit is not an error; a kill by timeout is ErrTimeout, the
+// sandbox's death at its memory limit ErrOOM (both with 137). If ctx
 // ends first, Wait returns its error and the process runs on.
 func (p *Process) Wait(ctx context.Context) (Result, error) {
 	select {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/typeurl/v2"
 )
 
@@ -46,4 +47,28 @@ func (s *Sandbox) watchOOM(ctx context.Context) func(uint32) {
 		}
 		cancel()
 	}
+}
+
+// diedOOM reports whether the sandbox ended at its memory limit: asked
+// when one of its execs exits non-zero, whose exit can arrive before the
+// init's. A sandbox still running was not killed (an OOM kill takes the
+// whole sandbox); else its init's exit gets a second.
+func (s *Sandbox) diedOOM(ctx context.Context) bool {
+	if s.cfg.Resources.MemoryBytes <= 0 && s.c.cfg.Resources.MemoryBytes <= 0 {
+		return false
+	}
+	if s.oomKilled.Load() {
+		return true
+	}
+	if t := s.curTask(); t != nil {
+		if st, err := t.Status(s.c.Context(ctx)); err == nil && st.Status == client.Running {
+			return false
+		}
+	}
+	select {
+	case <-s.Exited():
+	case <-time.After(time.Second):
+		return false
+	}
+	return s.oomKilled.Load() // watch closes exited once watchOOM has had the event's moment
 }

@@ -119,6 +119,29 @@ func TestQuotaMemory(t *testing.T) {
 	check()
 }
 
+// TestQuotaMemoryExec: an exec that takes its sandbox over the memory
+// limit ends with ErrOOM (137), not a bare exit code; an exec that exits
+// 137 by itself in a sandbox that runs on is a plain exit.
+func TestQuotaMemoryExec(t *testing.T) {
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	sb, err := c.New(ctx, sdk.Config{ID: "qmemx", Image: busyboxArchive(), Cmd: []string{"sleep", "600"},
+		Resources: sdk.Resources{MemoryBytes: 128 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	r, err := sb.Exec(ctx, []string{"sh", "-c", "kill -9 $$"}, sdk.ExecOptions{})
+	if err != nil || r.ExitCode != 137 {
+		t.Errorf("an exec killing itself: exit %d, %v; want 137 and no error", r.ExitCode, err)
+	}
+	r, err = sb.Exec(ctx, []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"}, sdk.ExecOptions{Timeout: 30 * time.Second})
+	if !errors.Is(err, sdk.ErrOOM) || r.ExitCode != 137 || metrics.Classify(err) != metrics.ClassOOM {
+		t.Errorf("an exec over the limit: exit %d, %v (class %s); want 137, ErrOOM, class oom", r.ExitCode, err, metrics.Classify(err))
+	}
+}
+
 // TestQuotaPids: a fork bomb in a sandbox with a pids limit gets EAGAIN
 // inside ("can't fork"), the sandbox lives on and answers exec once the
 // bomb's processes end, and the host cgroup's backstop is above the

@@ -101,8 +101,16 @@ func (m *Set) Observe(op string, t0 time.Time, err error) {
 	m.outcomes.WithLabelValues(op, Classify(err)).Inc()
 }
 
-// Fail counts an operation refused before it started (admission, quota)
-// without a latency.
+// Time records the latency of an operation that started at t0, whose
+// outcome Fail counts later.
+func (m *Set) Time(op string, t0 time.Time) {
+	if m != nil {
+		m.seconds.WithLabelValues(op).Observe(time.Since(t0).Seconds())
+	}
+}
+
+// Fail counts an operation's outcome without a latency: one refused
+// before it started (admission, quota), or one Time timed (nil: ok).
 func (m *Set) Fail(op string, err error) {
 	if m == nil {
 		return

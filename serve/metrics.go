@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,9 +81,38 @@ func (s *Service) measure(sb backend.Sandbox) backend.Sandbox {
 	return measured{sb, s.metrics.Set}
 }
 
+// Exec times the exec's start. Its outcome is counted when it could not
+// start, or once it ends: ok, or the class of what ended it (an OOM kill
+// of the sandbox, a timeout), which the backend's process reports.
 func (x measured) Exec(ctx context.Context, c backend.Cmd) (backend.Process, error) {
 	t0 := time.Now()
 	p, err := x.Sandbox.Exec(ctx, c)
-	x.m.Observe(metrics.OpExec, t0, err)
-	return p, err
+	if err != nil {
+		x.m.Observe(metrics.OpExec, t0, err)
+		return p, err
+	}
+	x.m.Time(metrics.OpExec, t0)
+	return &measuredProcess{Process: p, m: x.m}, nil
+}
+
+// measuredProcess counts its exec's outcome when Wait first returns.
+type measuredProcess struct {
+	backend.Process
+	m    *metrics.Set
+	once sync.Once
+}
+
+func (p *measuredProcess) Wait(ctx context.Context) (int, error) {
+	code, err := p.Process.Wait(ctx)
+	if ctx.Err() != nil && err != nil {
+		return code, err // the caller stopped waiting; the process runs on
+	}
+	p.once.Do(func() {
+		failure := err
+		if f, ok := p.Process.(interface{ Failure() error }); ok && failure == nil {
+			failure = f.Failure()
+		}
+		p.m.Fail(metrics.OpExec, failure)
+	})
+	return code, err
 }

@@ -294,7 +294,20 @@ func (s *sandbox) Stats(ctx context.Context) (backend.Stats, error) {
 	return out, nil
 }
 
-type process struct{ p *gvx.Process }
+type process struct {
+	p       *gvx.Process
+	failure error // what Wait reported as an exit code: a timeout, an OOM kill
+}
+
+// Failure is why the process ended, when Wait gave an exit code for it
+// (gvx.ErrTimeout, gvx.ErrOOM); nil for a process that exited by itself.
+func (p *process) Failure() error { return p.failure }
+
+func (p *process) failed(err error) {
+	if errors.Is(err, gvx.ErrTimeout) || errors.Is(err, gvx.ErrOOM) {
+		p.failure = err
+	}
+}
 
 func (p *process) Signal(ctx context.Context, sig syscall.Signal) error { return p.p.Signal(ctx, sig) }
 
@@ -307,9 +320,11 @@ func (p *process) Resize(ctx context.Context, cols, rows uint32) error {
 func (p *process) Wait(ctx context.Context) (int, error) {
 	r, err := p.p.Wait(ctx)
 	if err != nil && (errors.Is(err, gvx.ErrTimeout) || errors.Is(err, gvx.ErrNotRunning)) && r.ExitCode >= 0 {
+		p.failed(err)
 		return r.ExitCode, nil
 	}
 	if err != nil && ctx.Err() == nil && r.ExitCode > 0 {
+		p.failed(err)
 		return r.ExitCode, nil
 	}
 	return r.ExitCode, err
