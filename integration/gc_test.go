@@ -121,8 +121,30 @@ func TestGC(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.LeasesService().Delete(ctx, lease) })
 
+	// The stdio FIFOs of an exec whose creator died (older than the
+	// janitor's minute), beside a live one's that a process holds open.
+	fifoRoot := t.TempDir()
+	fifoDead, fifoHeld := filepath.Join(fifoRoot, "1"), filepath.Join(fifoRoot, "2")
+	for _, d := range []string{fifoDead, fifoHeld} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mkfifo(filepath.Join(d, "e-stdout"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		long := time.Now().Add(-2 * time.Minute)
+		if err := os.Chtimes(d, long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldFIFO, err := os.OpenFile(filepath.Join(fifoHeld, "e-stdout"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heldFIFO.Close()
+
 	time.Sleep(1500 * time.Millisecond) // gc-life is past its second
-	args := []string{"gc", "--containerd", e.Socket(), "--state-dir", st.Dir, "--volume-dir", vols, "--min-age", "0", "--grace", "2s"}
+	args := []string{"gc", "--containerd", e.Socket(), "--state-dir", st.Dir, "--volume-dir", vols, "--fifo-dir", fifoRoot, "--min-age", "0", "--grace", "2s"}
 	want := []string{
 		fmt.Sprintf("%d (gvx-sentry)", orphan),
 		fmt.Sprintf("shim %d (task %s/gc-shim)", shim, testNS),
@@ -135,6 +157,7 @@ func TestGC(t *testing.T) {
 		"state dir " + st.SentryRoot("gc-orphan"),
 		"cgroup " + cgroup, "cgroup /" + testNS + "/gc-orphan",
 		"lease gvx-pool-gctest",
+		"fifo " + fifoDead,
 	}
 
 	before := snapshot(e)
@@ -184,6 +207,12 @@ func TestGC(t *testing.T) {
 	}
 	if _, err := os.Stat(vol); err != nil {
 		t.Errorf("the volume itself went: %v", err)
+	}
+	if _, err := os.Stat(fifoDead); err == nil {
+		t.Error("the dead exec's FIFOs are still there")
+	}
+	if _, err := os.Stat(filepath.Join(fifoHeld, "e-stdout")); err != nil {
+		t.Errorf("the held FIFO went: %v", err)
 	}
 
 	// containerd's own cleanup after the shims gvx gc stopped runs

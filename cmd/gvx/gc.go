@@ -20,14 +20,15 @@ func gcCommand() *cli.Command {
 		Usage: "find and reclaim what gvx sandboxes left behind (processes, mounts, loop devices, cgroups, state, pool sandboxes, leases)",
 		Description: "Reconciles the host against containerd: sandboxes past their maximum lifetime are\n" +
 			"stopped (SIGTERM, then SIGKILL after --grace); shims, sandbox processes, state\n" +
-			"directories, mounts, cgroups, pool sandboxes, loop devices, volume clones and image\n" +
-			"pools' leases that nothing owns any more are reclaimed. What a containerd still knows\n" +
+			"directories, mounts, cgroups, pool sandboxes, loop devices, volume clones, image\n" +
+			"pools' leases and stdio FIFOs that nothing owns any more are reclaimed. What a containerd still knows\n" +
 			"is left alone; if a containerd does not answer, what it may own is skipped.\n" +
 			"Exits 1 if anything could not be reclaimed. See docs/operations.md.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "gvx config (state_dir, [janitor]) (default: " + config.DefaultPath + " if present)"},
 			&cli.StringFlag{Name: "state-dir", Usage: "gvx state directory (default: the config's state_dir)"},
 			&cli.StringSliceFlag{Name: "containerd", Usage: "containerd socket to reconcile against, repeatable (default: the config's janitor.containerd, else pool.containerd)"},
+			&cli.StringSliceFlag{Name: "fifo-dir", Usage: "root of containerd clients' stdio FIFO directories, repeatable (default: /run/containerd/fifo and the SDK's /run/gvx/sdk/fifo)"},
 			&cli.StringSliceFlag{Name: "volume-dir", Usage: "directory of ext4lite volumes whose clones and loop devices may be reclaimed, repeatable"},
 			&cli.DurationFlag{Name: "max-lifetime", Usage: "stop gvx sandboxes running longer than this (default: the config's janitor.max_lifetime; 0: none)"},
 			&cli.DurationFlag{Name: "min-age", Usage: "leave anything younger alone (default: the config's janitor.min_age, 1m)"},
@@ -56,6 +57,16 @@ func runGC(ctx context.Context, cmd *cli.Command) error {
 	o := janitor.FromConfig(cfg, sentry)
 	if cmd.IsSet("containerd") {
 		o.Containerd = cmd.StringSlice("containerd")
+	}
+	if cmd.IsSet("fifo-dir") {
+		o.FIFODirs = nil
+		for _, d := range cmd.StringSlice("fifo-dir") {
+			abs, err := filepath.Abs(d)
+			if err != nil {
+				return err
+			}
+			o.FIFODirs = append(o.FIFODirs, abs)
+		}
 	}
 	for _, d := range cmd.StringSlice("volume-dir") {
 		abs, err := filepath.Abs(d)
