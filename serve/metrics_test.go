@@ -20,7 +20,7 @@ type endedBy struct {
 	failure error
 }
 
-func (p endedBy) Signal(context.Context, syscall.Signal) error  { return nil }
+func (p endedBy) Signal(context.Context, syscall.Signal) error { return nil }
 func (p endedBy) Resize(context.Context, uint32, uint32) error { return nil }
 func (p endedBy) Wait(context.Context) (int, error)            { return p.code, nil }
 func (p endedBy) Failure() error                               { return p.failure }
