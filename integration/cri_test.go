@@ -53,9 +53,9 @@ func newCRIEnv(t *testing.T) *criEnv {
   conf_dir = %q
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gvxanno]
   runtime_type = %q
-  pod_annotations = [%q]
+  pod_annotations = [%q, %q, %q]
   container_annotations = [%[3]q]
-`, filepath.Join(dir, "cni"), api.RuntimeType, api.AnnotationDocker))
+`, filepath.Join(dir, "cni"), api.RuntimeType, api.AnnotationDocker, api.AnnotationNetwork, api.AnnotationNAT))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +111,17 @@ func (x *criEnv) writeJSON(t *testing.T, name string, v any) string {
 // and its config file.
 func (x *criEnv) runPod(t *testing.T, name, handler string) (string, string) {
 	t.Helper()
+	return x.runPodWith(t, name, handler, nil)
+}
+
+// runPodWith is runPod with pod annotations.
+func (x *criEnv) runPodWith(t *testing.T, name, handler string, annotations map[string]string) (string, string) {
+	t.Helper()
 	cfg := x.writeJSON(t, name+".json", map[string]any{
 		"metadata":      map[string]string{"name": name, "namespace": "default", "uid": "uid-" + name},
 		"log_directory": filepath.Join(x.dir, "logs-"+name),
 		"linux":         map[string]any{},
+		"annotations":   annotations,
 	})
 	pod := x.must(t, "runp", "--runtime", handler, cfg)
 	t.Cleanup(func() { x.run(t, "rmp", "-f", pod) })
