@@ -362,8 +362,8 @@ func (c Config) Validate() error {
 	if c.Pool.Size < 0 || c.Pool.Size > 1024 {
 		return fmt.Errorf("pool.size %d: want 0 (no pool) to 1024", c.Pool.Size)
 	}
-	if c.Pool.Size > 0 && c.Network == api.NetworkNAT {
-		return fmt.Errorf("pool.size %d with network = \"nat\": pool sandboxes cannot have a NAT yet; use network = \"none\" for the pool's runtime handler", c.Pool.Size)
+	if c.Pool.Size > 0 && c.Network == api.NetworkNAT && len(c.NAT.Ports) > 0 {
+		return fmt.Errorf("pool.size %d with nat.ports %q: every pool sandbox would publish the same host ports; publish them per task (dev.gvx.nat), which boots a sandbox of its own", c.Pool.Size, c.NAT.Ports)
 	}
 	if c.Pool.MaxSize != 0 && (c.Pool.MaxSize < c.Pool.Size || c.Pool.MaxSize > 1024) {
 		return fmt.Errorf("pool.max_size %d: want pool.size (%d) to 1024, or 0 for 4 × pool.size", c.Pool.MaxSize, c.Pool.Size)

@@ -56,7 +56,7 @@ func TestParseErrors(t *testing.T) {
 		{"[nat]\nbandwidth = \"fast\"", "nat.bandwidth"},
 		{"[nat]\nbandwidth = \"100\"", "at least 1024"},
 		{"[nat]\nmax_connections = -1", "max_connections -1"},
-		{"network = \"nat\"\n[pool]\nsize = 2", "pool sandboxes cannot have a NAT"},
+		{"network = \"nat\"\n[pool]\nsize = 2\n[nat]\nports = [\"8080:80\"]", "every pool sandbox would publish the same host ports"},
 	} {
 		_, err := Parse([]byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

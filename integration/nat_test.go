@@ -415,3 +415,49 @@ func TestNATHostUnchanged(t *testing.T) {
 		t.Errorf("after %d NAT sandboxes the host's network changed:\nbefore %+v\nafter  %+v", total, before, after)
 	}
 }
+
+// TestPoolNAT: a warm pool of a handler with network = "nat" boots NAT
+// sandboxes; a task adopts one and goes out through its NAT with the
+// config's policy; a task with NAT settings of its own boots its own
+// sandbox instead.
+func TestPoolNAT(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	srv := startNATHTTP(t, "hello-pool-nat")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pool.toml")
+	body := fmt.Sprintf("network = \"nat\"\n[nat.egress]\nallow = [\"10.0.2.2:%d\"]\n[pool]\nsize = 1\nsocket = %q\n", srv.port, filepath.Join(dir, "pool.sock"))
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.ServePool(context.Background(), e.gvxBin, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	runAdopted(t, p, "poolnat1", nil, "sleep", "120")
+	r := ctrExec(t, "poolnat1", "ip", "sh", "-c", "ip -4 addr show eth0; cat /etc/resolv.conf")
+	if !strings.Contains(r.stdout, "10.0.2.15/24") || !strings.Contains(r.stdout, "nameserver 10.0.2.3") {
+		t.Errorf("adopted task's network: %q %q", r.stdout, r.stderr)
+	}
+	r = ctrExec(t, "poolnat1", "get", "wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", srv.port))
+	if r.code != 0 || r.stdout != "hello-pool-nat" {
+		t.Errorf("adopted task through the pool sandbox's NAT: code %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("the host server saw %d connections, want 1", n)
+	}
+
+	cleanupTask(t, "poolnat2")
+	args := append([]string{"run", "-d", "--runtime", runtime, "--runtime-config-path", p.Config}, natAnnotations(t, api.NAT{
+		Egress: &api.Egress{Allow: []string{"10.0.2.2:1"}},
+	})...)
+	mustCtr(t, append(args, busybox, "poolnat2", "sleep", "120")...)
+	if sb := adopted("poolnat2"); sb != "" {
+		t.Errorf("a task with its own NAT policy adopted pool sandbox %s", sb)
+	}
+}

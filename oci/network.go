@@ -95,6 +95,18 @@ func PrepareNAT(s *specs.Spec, c config.NAT, bundle string) (api.NAT, error) {
 	return n, nil
 }
 
+// DefaultNAT is the NAT annotation PrepareNAT gives a spec that sets
+// none of its own: the config's settings, as a warm pool's NAT sandboxes
+// get them.
+func DefaultNAT(c config.NAT) (string, error) {
+	n := c.API()
+	if err := n.Check(); err != nil {
+		return "", err
+	}
+	n.Owner = nil
+	return api.EncodeNAT(n)
+}
+
 // socketOwner is who a published unix socket at path belongs to: the
 // owner of its directory, who must be able to write there; path itself
 // must not exist.

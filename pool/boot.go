@@ -55,6 +55,19 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	if _, err := oci.Prepare(spec, s.cfg); err != nil {
 		return nil, err
 	}
+	if s.cfg.Network == api.NetworkNAT {
+		// gvx-sentry gives the sandbox its NAT at create, with the
+		// config's policy; the tasks that adopt it share it (each with
+		// its own resolv.conf: the pause container has no /etc).
+		nat, err := oci.DefaultNAT(s.cfg.NAT)
+		if err != nil {
+			return nil, err
+		}
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		spec.Annotations[api.AnnotationNAT] = nat
+	}
 	if s.hook != "" {
 		oci.AddCreateRuntimeHook(spec, s.hook, api.HookLoopback)
 	}

@@ -77,7 +77,7 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 		backoff: time.Second, Metrics: metrics.New("pool")}
 	s.Metrics.Pool(cfg.PoolSocket(), func() float64 { return float64(s.status().Ready) }, func() float64 { return float64(s.target()) })
 	// The NAT sandboxes of this state directory (tasks of any runtime
-	// handler sharing it: the pool's own sandboxes have no NAT).
+	// handler sharing it, and the pool's own with network = "nat").
 	s.Metrics.NAT(cfg.Layout())
 	if cfg.Network == "sandbox" {
 		hook, err := config.HookPath(sentry)

@@ -266,6 +266,12 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 	if why == "" && t.network != t.cfg.Network {
 		why = "it asks for network " + t.network + ", not the pool's " + t.cfg.Network
 	}
+	if why == "" && t.network == api.NetworkNAT {
+		// The pool's sandboxes have the config's NAT: ports, policy.
+		if def, err := oci.DefaultNAT(t.cfg.NAT); err != nil || t.spec.Annotations[api.AnnotationNAT] != def {
+			why = "it has NAT settings of its own (" + api.AnnotationNAT + "), not the pool's"
+		}
+	}
 	if why == "" && t.rootfsSize > 0 && !slices.Contains(t.cfg.SentryFlags, api.RootfsSizeFlag(t.rootfsSize)) {
 		why = "its root filesystem has a size cap (a setting of the sandbox's boot)"
 	}
