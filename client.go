@@ -15,6 +15,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/cgroups"
 	"github.com/gvxrun/gvx/internal/embedded"
 	"github.com/gvxrun/gvx/internal/image"
 	"github.com/gvxrun/gvx/rollout"
@@ -160,6 +161,9 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	if c.daemon != nil {
 		err = c.daemon.Close(ctx, c.idle)
+		// The namespace's cgroup its tasks' cgroups were made in, once
+		// the last of them is gone (other clients' tasks keep it).
+		cgroups.RemoveIfEmpty(ctx, "/"+c.opts.Namespace)
 	}
 	if c.ctrd != nil {
 		_ = c.ctrd.Close()

@@ -47,6 +47,32 @@ func Remove(ctx context.Context, path string) {
 	}
 }
 
+// RemoveIfEmpty removes the cgroup at path (every v1 hierarchy, or the v2
+// directory) when it exists and holds neither processes nor cgroups: the
+// namespace cgroup containerd's default cgroupsPath (/<namespace>/<id>)
+// leaves once the namespace's last task is gone.
+func RemoveIfEmpty(ctx context.Context, path string) {
+	dirs := procsFiles(path)
+	found := false
+	for _, f := range dirs {
+		dir := filepath.Dir(f)
+		es, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		found = true
+		for _, e := range es {
+			if e.IsDir() {
+				return
+			}
+		}
+	}
+	if !found || len(Procs(path)) > 0 {
+		return
+	}
+	Remove(ctx, path)
+}
+
 // Procs lists the processes in the cgroup at path (every v1 hierarchy, or
 // the v2 directory), each once.
 func Procs(path string) []int {
