@@ -259,7 +259,9 @@ func TestPoolMonitorKilled(t *testing.T) {
 // TestKillGoferBeforeStart: kill -9 of a task's gofer between its create
 // and its start fails the start, and the task's exit is reported
 // (containerd's Wait returns) without anything more than the kill and
-// delete a client does after a failed start.
+// delete a client does after a failed start; a task never started after
+// its gofer's death (a client that gives up on it: kill, then delete)
+// has its exit reported too.
 func TestKillGoferBeforeStart(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -269,52 +271,50 @@ func TestKillGoferBeforeStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const id = "gofer-kill"
-	cleanupTask(t, id)
-	cont, err := cl.NewContainer(ctx, id, ctrd.WithNewSnapshot(id, img),
-		ctrd.WithNewSpec(coci.WithImageConfig(img), coci.WithProcessArgs("sleep", "600")), ctrd.WithRuntime(runtime, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := cont.NewTask(ctx, cio.NullIO)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exitCh, err := task.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gofer, err := harness.Gofer(shimPid(t, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(gofer, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	serr := task.Start(ctx)
-	t.Logf("start after the gofer's death: %v", serr)
-	if serr == nil {
-		t.Errorf("the task started without its gofer")
-	}
-	select {
-	case st := <-exitCh:
-		t.Logf("exit without a kill: %d %v", st.ExitCode(), st.Error())
-	case <-time.After(5 * time.Second):
-		t.Logf("no exit 5 s after the failed start; killing the task")
+	for _, start := range []bool{true, false} {
+		id := fmt.Sprintf("gofer-kill-%v", start)
+		cleanupTask(t, id)
+		cont, err := cl.NewContainer(ctx, id, ctrd.WithNewSnapshot(id, img),
+			ctrd.WithNewSpec(coci.WithImageConfig(img), coci.WithProcessArgs("sleep", "600")), ctrd.WithRuntime(runtime, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := cont.NewTask(ctx, cio.NullIO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exitCh, err := task.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gofer, err := harness.Gofer(shimPid(t, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(gofer, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if start {
+			serr := task.Start(ctx)
+			t.Logf("%s: start after the gofer's death: %v", id, serr)
+			if serr == nil {
+				t.Errorf("%s: the task started without its gofer", id)
+			}
+		}
 		if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
-			t.Logf("kill: %v", err)
+			t.Logf("%s: kill: %v", id, err)
 		}
 		select {
 		case st := <-exitCh:
-			t.Logf("exit after the kill: %d %v", st.ExitCode(), st.Error())
+			t.Logf("%s: exit %d %v", id, st.ExitCode(), st.Error())
 		case <-time.After(20 * time.Second):
-			t.Errorf("lost exit: no exit 20 s after the kill of a task whose start failed")
+			t.Errorf("%s: lost exit: none 20 s after the kill", id)
 		}
-	}
-	if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
-		t.Errorf("delete: %v", err)
-	}
-	if err := cont.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil {
-		t.Error(err)
+		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
+			t.Errorf("%s: delete: %v", id, err)
+		}
+		if err := cont.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil {
+			t.Error(err)
+		}
 	}
 }
