@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	coci "github.com/containerd/containerd/v2/pkg/oci"
+
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/integration/harness"
@@ -175,4 +180,141 @@ func crashCreate(t *testing.T, id, step string, opts []string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_, _ = e.ctrResult(context.Background(), "container", "rm", id)
+}
+
+// TestPoolMonitorKilled: kill -9 of the monitor standing for a pool task's
+// init, while an exec runs in the task, ends the exec as a failure with
+// the task (as the container's init dying would: its pid namespace ends),
+// for a container in a warm pool's sandbox and a process in an image
+// pool's. Before, the warm pool's exec ran on inside the sandbox and
+// exited 0.
+func TestPoolMonitorKilled(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	cl := mustClient(t)
+	for _, tc := range []struct {
+		name  string
+		start func(*testing.T, int) *harness.Pool
+	}{{"warm", startPool}, {"image", startImagePool}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.start(t, 1)
+			id := "monkill-" + tc.name
+			runAdopted(t, p, id, nil, "sleep", "600")
+			cont, err := cl.LoadContainer(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			task, err := cont.Task(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exitCh, err := task.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := cont.Spec(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := *spec.Process
+			ps.Args = []string{"sleep", "30"}
+			proc, err := task.Exec(ctx, "long", &ps, cio.NullIO)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch, err := proc.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := proc.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(int(task.Pid()), syscall.SIGKILL); err != nil {
+				t.Fatalf("kill monitor %d: %v", task.Pid(), err)
+			}
+			select {
+			case st := <-ch:
+				if st.ExitCode() == 0 {
+					t.Errorf("the exec exited 0 after its task's monitor was killed; want a failure")
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the exec still runs 20 s after its task's monitor was killed")
+			}
+			select {
+			case st := <-exitCh:
+				if st.ExitCode() != 137 {
+					t.Errorf("task exit %d, want 137 (its monitor's SIGKILL)", st.ExitCode())
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("no exit of the task 20 s after its monitor was killed")
+			}
+			if _, err := proc.Delete(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestKillGoferBeforeStart: kill -9 of a task's gofer between its create
+// and its start fails the start, and the task's exit is reported
+// (containerd's Wait returns) without anything more than the kill and
+// delete a client does after a failed start; a task never started after
+// its gofer's death (a client that gives up on it: kill, then delete)
+// has its exit reported too.
+func TestKillGoferBeforeStart(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	cl := mustClient(t)
+	img, err := cl.GetImage(ctx, busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, start := range []bool{true, false} {
+		id := fmt.Sprintf("gofer-kill-%v", start)
+		cleanupTask(t, id)
+		cont, err := cl.NewContainer(ctx, id, ctrd.WithNewSnapshot(id, img),
+			ctrd.WithNewSpec(coci.WithImageConfig(img), coci.WithProcessArgs("sleep", "600")), ctrd.WithRuntime(runtime, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := cont.NewTask(ctx, cio.NullIO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exitCh, err := task.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gofer, err := harness.Gofer(shimPid(t, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(gofer, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if start {
+			serr := task.Start(ctx)
+			t.Logf("%s: start after the gofer's death: %v", id, serr)
+			if serr == nil {
+				t.Errorf("%s: the task started without its gofer", id)
+			}
+		}
+		if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+			t.Logf("%s: kill: %v", id, err)
+		}
+		select {
+		case st := <-exitCh:
+			t.Logf("%s: exit %d %v", id, st.ExitCode(), st.Error())
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s: lost exit: none 20 s after the kill", id)
+		}
+		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
+			t.Errorf("%s: delete: %v", id, err)
+		}
+		if err := cont.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil {
+			t.Error(err)
+		}
+	}
 }

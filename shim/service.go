@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oom"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
+	"github.com/containerd/containerd/v2/pkg/sys/reaper"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
@@ -47,6 +48,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 		return nil, err
 	}
 	s.TTRPCTaskService = inner
+	go s.watchMonitorExits(ctx, reaper.Default.Subscribe())
 	if s.oom, err = newOOMWatcher(ctx, publisher); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: no OOM events for containers inside a running sandbox")
 	}
@@ -80,6 +82,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, err
 	}
 	t.crashAfter(ctx, FaultCreated)
+	t.monitorCreated(ctx, resp.Pid)
 	log.G(ctx).Debugf("gvx shim: created %s in %s (preparation %s, of which rootfs mount %s; sandbox create %s)",
 		r.ID, time.Since(t0), tPrep, t.tRootfs, time.Since(t0)-tPrep)
 	if t.docker != nil && t.rec.Sandbox != nil {

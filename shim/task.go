@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
@@ -59,9 +60,14 @@ type gvxTask struct {
 	// task is restored from (nil: a task created afresh).
 	restoring     *checkpoint.Manifest
 	checkpointDir string
-	binary        string        // the task's gvx-sentry link
-	fault         string        // the step after which to crash (tests)
-	tRootfs       time.Duration // how long the rootfs mount took
+	binary        string // the task's gvx-sentry link
+	// initPid is the host pid of the task's init (for a task in a running
+	// sandbox, its monitor); killedAll: its container was ended after the
+	// monitor's death (monitorexit.go).
+	initPid   atomic.Int64
+	killedAll atomic.Bool
+	fault     string        // the step after which to crash (tests)
+	tRootfs   time.Duration // how long the rootfs mount took
 }
 
 // newTask reads what a create needs before gvx touches anything: the

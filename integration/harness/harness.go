@@ -76,7 +76,7 @@ func StartWithConfig(ctx context.Context, bins Bins, extraTOML string) (_ *Conta
 	if err != nil {
 		return nil, fmt.Errorf("containerd state dir: %w", err)
 	}
-	c := &Containerd{Dir: dir, Bins: bins, done: make(chan struct{}), cgroups: topCgroups()}
+	c := &Containerd{Dir: dir, Bins: bins, cgroups: topCgroups()}
 	defer func() {
 		if retErr != nil {
 			c.Close()
@@ -100,34 +100,59 @@ state = "%[1]s/state"
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
-	if err != nil {
+	if err := c.launch(ctx); err != nil {
 		return nil, err
 	}
-	defer logf.Close()
-	c.cmd = exec.Command(filepath.Join(bins.Containerd, "containerd"), "--config", filepath.Join(dir, "config.toml"))
-	c.cmd.Env = append(append(os.Environ(), "PATH="+bins.Path()), bins.Env...)
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start containerd: %w", err)
+	return c, nil
+}
+
+// launch runs containerd on the configuration in c.Dir (its log appended
+// to containerd.log) and waits for its socket.
+func (c *Containerd) launch(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(c.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
-	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	defer logf.Close()
+	// A restarted containerd's socket is made anew: wait for that one.
+	_ = os.Remove(c.Socket())
+	cmd := exec.Command(filepath.Join(c.Bins.Containerd, "containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
+	cmd.Env = append(append(os.Environ(), "PATH="+c.Bins.Path()), c.Bins.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	done := make(chan struct{})
+	c.cmd, c.done = cmd, done
+	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if _, err := os.Stat(c.Socket()); err == nil {
-			return c, nil
+			return nil
 		}
 		select {
-		case <-c.done:
-			return nil, fmt.Errorf("containerd exited at start; see %s/containerd.log", dir)
+		case <-done:
+			return fmt.Errorf("containerd exited at start; see %s/containerd.log", c.Dir)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("containerd socket did not appear; see %s/containerd.log", dir)
+			return fmt.Errorf("containerd socket did not appear; see %s/containerd.log", c.Dir)
 		}
 	}
+}
+
+// Pid is the containerd process's pid.
+func (c *Containerd) Pid() int { return c.cmd.Process.Pid }
+
+// Restart kills containerd with SIGKILL (its shims, and so their tasks,
+// outlive it) and starts it again on the same root, state and sockets;
+// clients must connect again.
+func (c *Containerd) Restart(ctx context.Context) error {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+	return c.launch(ctx)
 }
 
 // Close stops containerd and removes its directory, unmounting anything

@@ -37,6 +37,7 @@ type Pool struct {
 	Config string
 	// Dir is the pool's directory (config.PoolDir).
 	Dir    api.PoolDir
+	bin    string
 	socket string
 	size   int
 	cmd    *exec.Cmd
@@ -82,27 +83,53 @@ func ServePool(ctx context.Context, gvxBin, cfg string, size int) (*Pool, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{Config: cfg, Dir: c.PoolDir(), socket: c.PoolSocket(), size: size}
-	p.cmd = exec.Command(filepath.Join(gvxBin, api.CLIBinary), "pool", "serve", "--config", p.Config)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start gvx pool serve: %w", err)
-	}
-	// The server lists its socket once it has removed what a previous
-	// server left behind; only then do ready sandboxes count.
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(p.Log(), "claims on ") {
-		if time.Now().After(deadline) || p.exited() {
-			_ = p.Stop()
-			return nil, fmt.Errorf("gvx pool serve did not come up; its log:\n%s", p.Log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := p.WaitReady(ctx, size, time.Minute); err != nil {
-		_ = p.Stop()
+	p := &Pool{Config: cfg, Dir: c.PoolDir(), bin: gvxBin, socket: c.PoolSocket(), size: size}
+	if err := p.serve(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// serve starts the server process and waits until it serves and has its
+// sandboxes ready.
+func (p *Pool) serve(ctx context.Context) error {
+	cmd := exec.Command(filepath.Join(p.bin, api.CLIBinary), "pool", "serve", "--config", p.Config)
+	cmd.Stdout, cmd.Stderr = p, p
+	// Its sandboxes must not hold its output open past a kill -9.
+	cmd.WaitDelay = 5 * time.Second
+	p.mu.Lock()
+	mark := p.log.Len()
+	p.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start gvx pool serve: %w", err)
+	}
+	p.cmd = cmd
+	// The server lists its socket once it has removed what a previous
+	// server left behind; only then do ready sandboxes count.
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(p.Log()[mark:], "claims on ") {
+		if time.Now().After(deadline) || p.exited() {
+			_ = p.Stop()
+			return fmt.Errorf("gvx pool serve did not come up; its log:\n%s", p.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.WaitReady(ctx, p.size, time.Minute); err != nil {
+		_ = p.Stop()
+		return err
+	}
+	return nil
+}
+
+// Pid is the server process's pid.
+func (p *Pool) Pid() int { return p.cmd.Process.Pid }
+
+// Restart starts the server again on the same config after it was killed
+// (Kill) and waits until its sandboxes are ready; a running server is
+// killed first.
+func (p *Pool) Restart(ctx context.Context) error {
+	p.Kill()
+	return p.serve(ctx)
 }
 
 // exited reports whether the server process is gone.

@@ -115,7 +115,8 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 
 // waiting reports whether task id in root still waits to be started; if
 // not, the status its monitor exits with: deleted before it was started,
-// api.ExitKilled; killed, the signal's (api.ExitSignaled).
+// or its sandbox died (nothing could start it any more), api.ExitKilled;
+// killed, the signal's (api.ExitSignaled).
 func waiting(root, id string) (int, bool) {
 	r, err := record.Load(root, id)
 	switch {
@@ -123,6 +124,9 @@ func waiting(root, id string) (int, bool) {
 		return api.ExitKilled, false
 	case r.Killed != 0:
 		return api.ExitSignaled(syscall.Signal(r.Killed)), false
+	}
+	if sb, err := sandbox(root, r); err != nil || !sandboxctl.Alive(sb) {
+		return api.ExitKilled, false
 	}
 	return 0, true
 }

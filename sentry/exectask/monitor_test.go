@@ -1,9 +1,14 @@
 package exectask
 
 import (
+	"os"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/runsc/container"
+
 	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/internal/statetest"
 )
 
 func TestWaiting(t *testing.T) {
@@ -11,6 +16,7 @@ func TestWaiting(t *testing.T) {
 	if exit, ok := waiting(root, "t1"); ok || exit != 137 {
 		t.Errorf("deleted before start: %d, %v", exit, ok)
 	}
+	statetest.Save(t, root, "sb", "sb", os.Getpid(), container.Running, &specs.Spec{})
 	r := &record.Record{ID: "t1", Sandbox: "sb", Bundle: "/b"}
 	if err := r.Save(root); err != nil {
 		t.Fatal(err)
@@ -24,5 +30,18 @@ func TestWaiting(t *testing.T) {
 	}
 	if exit, ok := waiting(root, "t1"); ok || exit != 143 {
 		t.Errorf("killed with SIGTERM before start: %d, %v", exit, ok)
+	}
+	// Its sandbox died before the start (kill -9 of the pool sandbox's
+	// Sentry), or its state is gone: nothing will start the task, and its
+	// monitor must not wait for ever.
+	statetest.Save(t, root, "dead", "dead", statetest.DeadPid(t), container.Running, &specs.Spec{})
+	for _, sb := range []string{"dead", "none"} {
+		r := &record.Record{ID: "t-" + sb, Sandbox: sb, Bundle: "/b"}
+		if err := r.Save(root); err != nil {
+			t.Fatal(err)
+		}
+		if exit, ok := waiting(root, r.ID); ok || exit != 137 {
+			t.Errorf("sandbox %s: %d, %v; want 137, not waiting", sb, exit, ok)
+		}
 	}
 }

@@ -32,10 +32,13 @@ func TestContract(t *testing.T) {
 	root := t.TempDir()
 	statetest.Save(t, root, "c1", "sb", os.Getpid(), container.Created, pod(c.Name("cri_role_container")))
 	statetest.Save(t, root, "c2", "sb", os.Getpid(), container.Stopped, pod(c.Name("cri_role_container")))
+	// Created in a sandbox that died before the start (kill -9 of a pool
+	// sandbox): its monitor must not wait for ever.
+	statetest.Save(t, root, "c3", "sb3", statetest.DeadPid(t), container.Created, pod(c.Name("cri_role_container")))
 	if exit, ok := waiting(root, "c1"); !ok || exit != 0 {
 		t.Errorf("created: %d, %v", exit, ok)
 	}
-	for _, id := range []string{"c2", "none"} {
+	for _, id := range []string{"c2", "c3", "none"} {
 		if exit, ok := waiting(root, id); ok || exit != c.ExitKilled {
 			t.Errorf("%s: exits %d, %v; contract.json says %d", id, exit, ok, c.ExitKilled)
 		}

@@ -134,11 +134,13 @@ func start(conf *config.Config, c *container.Container) error {
 }
 
 // waiting reports whether container id in root still waits to be started
-// (it is created); if not (killed or deleted before it was started), the
-// status its monitor exits with, api.ExitKilled.
+// (it is created and its sandbox runs); if not (killed or deleted before
+// it was started, or its sandbox died: gVisor's state still says created,
+// and nothing would ever start it), the status its monitor exits with,
+// api.ExitKilled.
 func waiting(root, id string) (int, bool) {
 	c, err := container.Load(root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
-	if err != nil || c.Status != container.Created {
+	if err != nil || c.Status != container.Created || !sandboxctl.Alive(c) {
 		return api.ExitKilled, false
 	}
 	return 0, true
