@@ -30,15 +30,20 @@ func addrPort(a tcpip.Address, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(ip.Unmap(), port)
 }
 
-// forwardTCP handles the guest's SYN to dst: a refusal is an RST before any
-// host socket exists; else the host connection is opened first, and the
-// guest's handshake completes only if it succeeded.
+// forwardTCP handles the guest's SYN to dst (10.0.2.3:53 is the NAT's DNS
+// server, dns.go): a refusal is an RST before any host socket exists;
+// else the host connection is opened first, and the guest's handshake
+// completes only if it succeeded.
 func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := addrPort(id.LocalAddress, id.LocalPort)
 	if dst.Addr() == api.NATDNS {
-		n.refuse("tcp", dst, "10.0.2.3 answers DNS over UDP only")
-		r.Complete(true)
+		if dst.Port() != 53 {
+			n.refuse("tcp", dst, "10.0.2.3 answers DNS on port 53 only")
+			r.Complete(true)
+			return
+		}
+		n.serveDNSTCP(r)
 		return
 	}
 	if d := n.policy.Decide(dst.Addr(), dst.Port()); !d.Allow {

@@ -7,8 +7,9 @@
 // loopback when the policy allows) and 10.0.2.3 (DNS), and in promiscuous
 // mode terminates every TCP and UDP flow the guest opens: each is asked
 // of the egress policy first, then relayed over an ordinary host socket
-// (egress.go). Its DNS server forwards to the configured resolvers and
-// teaches the policy which names map to which addresses (dns.go).
+// (egress.go). Its DNS server (UDP and TCP on 10.0.2.3:53) forwards to
+// the configured resolvers and teaches the policy which names map to
+// which addresses (dns.go).
 // Published ports accept on host sockets and dial into the guest
 // (publish.go). The process runs with the sandbox's host credentials and
 // exits when the sandbox's process does.
