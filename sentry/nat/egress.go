@@ -89,22 +89,35 @@ func (n *NAT) flowStarted() { n.flows.Add(1) }
 
 // flowEnded returns the memory a burst of traffic grew (TCP buffers,
 // splice buffers: Go keeps freed heap for reuse) to the host once no TCP
-// flow is left: an idle NAT is small again.
+// flow is left: an idle NAT is small again. One timer, pushed back by
+// each flow that ends, so a run of short connections is one release.
 func (n *NAT) flowEnded() {
-	if n.flows.Add(-1) == 0 {
-		time.AfterFunc(idleRelease, func() {
-			if n.flows.Load() == 0 {
-				// Twice: the first GC only moves sync.Pool contents
-				// (gVisor's buffer chunks) to the victim cache.
-				runtime.GC()
-				debug.FreeOSMemory()
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				log.Infof("nat: idle: heap in use %d KiB (of %d KiB mapped, %d KiB released), stacks %d KiB, runtime total %d KiB",
-					ms.HeapInuse>>10, ms.HeapSys>>10, ms.HeapReleased>>10, ms.StackInuse>>10, ms.Sys>>10)
-			}
-		})
+	if n.flows.Add(-1) != 0 {
+		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.idle == nil {
+		n.idle = time.AfterFunc(idleRelease, n.releaseMemory)
+	} else {
+		n.idle.Reset(idleRelease)
+	}
+}
+
+// releaseMemory gives the Go heap's free pages back to the host, if no
+// TCP flow is open.
+func (n *NAT) releaseMemory() {
+	if n.flows.Load() != 0 {
+		return
+	}
+	// Twice: the first GC only moves sync.Pool contents (gVisor's buffer
+	// chunks) to the victim cache.
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	log.Infof("nat: idle: heap in use %d KiB (of %d KiB mapped, %d KiB released), stacks %d KiB, runtime total %d KiB",
+		ms.HeapInuse>>10, ms.HeapSys>>10, ms.HeapReleased>>10, ms.StackInuse>>10, ms.Sys>>10)
 }
 
 // halfCloser is a connection that can end its writes alone.

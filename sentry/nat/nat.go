@@ -57,6 +57,7 @@ type NAT struct {
 	closers  []func()
 	closedCh chan struct{}
 	flows    atomic.Int64 // TCP flows being relayed (egress and published)
+	idle     *time.Timer  // releaseMemory once no flow is left; under mu
 }
 
 // Options configure New.
@@ -180,6 +181,9 @@ func (n *NAT) Close() {
 	n.mu.Lock()
 	closers := n.closers
 	n.closers = nil
+	if n.idle != nil {
+		n.idle.Stop()
+	}
 	n.mu.Unlock()
 	select {
 	case <-n.closedCh:
