@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -51,15 +53,64 @@ func startNATHTTP(t *testing.T, body string) *natHTTP {
 	return h
 }
 
-// startNATDNS is a DNS server on 127.0.0.1 (UDP) answering A queries for
-// the names in zone; it returns its address.
-func startNATDNS(t *testing.T, zone map[string]netip.Addr) string {
+// natDNS is a DNS server on one 127.0.0.1 port, UDP and TCP (RFC 7766
+// framing, several queries per connection), answering A queries for the
+// names in zone. Over UDP it answers the names in tcpOnly truncated (TC
+// set, no records), so only a resolver that asks over TCP learns them.
+type natDNS struct {
+	addr       string
+	udpQueries atomic.Int64
+	tcpQueries atomic.Int64
+}
+
+func startNATDNS(t *testing.T, zone map[string]netip.Addr, tcpOnly ...string) *natDNS {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var (
+		ln  net.Listener
+		pc  net.PacketConn
+		err error
+	)
+	// The same port for both: a free TCP port may be taken for UDP.
+	for try := 0; try < 10; try++ {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if pc, err = net.ListenPacket("udp", ln.Addr().String()); err == nil {
+			break
+		}
+		ln.Close()
 	}
-	t.Cleanup(func() { pc.Close() })
+	if err != nil {
+		t.Fatalf("a DNS port free for TCP and UDP: %v", err)
+	}
+	t.Cleanup(func() { ln.Close(); pc.Close() })
+	d := &natDNS{addr: ln.Addr().String()}
+	answer := func(q []byte, udp bool) []byte {
+		var m dnsmessage.Message
+		if m.Unpack(q) != nil || len(m.Questions) != 1 {
+			return nil
+		}
+		q0 := m.Questions[0]
+		name := strings.ToLower(q0.Name.String())
+		m.Header.Response, m.Header.Authoritative = true, true
+		if a, ok := zone[name]; ok && q0.Type == dnsmessage.TypeA {
+			if udp && slices.Contains(tcpOnly, name) {
+				m.Header.Truncated = true
+			} else {
+				m.Answers = []dnsmessage.Resource{{
+					Header: dnsmessage.ResourceHeader{Name: q0.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
+					Body:   &dnsmessage.AResource{A: a.As4()},
+				}}
+			}
+		} else if !ok {
+			m.Header.RCode = dnsmessage.RCodeNameError
+		}
+		out, err := m.Pack()
+		if err != nil {
+			return nil
+		}
+		return out
+	}
 	go func() {
 		buf := make([]byte, 1500)
 		for {
@@ -67,26 +118,38 @@ func startNATDNS(t *testing.T, zone map[string]netip.Addr) string {
 			if err != nil {
 				return
 			}
-			var m dnsmessage.Message
-			if m.Unpack(buf[:k]) != nil || len(m.Questions) != 1 {
-				continue
-			}
-			q := m.Questions[0]
-			m.Header.Response, m.Header.Authoritative = true, true
-			if a, ok := zone[strings.ToLower(q.Name.String())]; ok && q.Type == dnsmessage.TypeA {
-				m.Answers = []dnsmessage.Resource{{
-					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
-					Body:   &dnsmessage.AResource{A: a.As4()},
-				}}
-			} else if !ok {
-				m.Header.RCode = dnsmessage.RCodeNameError
-			}
-			if out, err := m.Pack(); err == nil {
+			d.udpQueries.Add(1)
+			if out := answer(buf[:k], true); out != nil {
 				pc.WriteTo(out, from)
 			}
 		}
 	}()
-	return pc.LocalAddr().String()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					var l [2]byte
+					if _, err := io.ReadFull(c, l[:]); err != nil {
+						return
+					}
+					q := make([]byte, binary.BigEndian.Uint16(l[:]))
+					if _, err := io.ReadFull(c, q); err != nil {
+						return
+					}
+					d.tcpQueries.Add(1)
+					if out := answer(q, false); out != nil {
+						c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...))
+					}
+				}
+			}()
+		}
+	}()
+	return d
 }
 
 func natAnnotations(t *testing.T, n api.NAT) []string {
@@ -144,13 +207,15 @@ func TestNATEgress(t *testing.T) {
 	checkNoLeaks(t)
 	allowed := startNATHTTP(t, "hello-from-host")
 	other := startNATHTTP(t, "must-not-be-reached")
-	dns := startNATDNS(t, map[string]netip.Addr{"host.gvx.test.": api.NATGateway})
+	dns := startNATDNS(t, map[string]netip.Addr{"host.gvx.test.": api.NATGateway, "tcp.gvx.test.": api.NATGateway}, "tcp.gvx.test.")
+	tcpdns := buildTestdata(t, "tcpdns")
 	id := "nat-egress"
 	cleanupTask(t, id)
 	args := append([]string{"run", "-d", "--runtime", runtime}, natAnnotations(t, api.NAT{
-		DNS:    []string{dns},
+		DNS:    []string{dns.addr},
 		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", allowed.port)}},
 	})...)
+	args = append(args, "--mount", "type=bind,src="+filepath.Dir(tcpdns)+",dst=/t,options=rbind:ro")
 	mustCtr(t, append(args, busybox, id, "sleep", "120")...)
 	defer logNATOnFailure(t, id)()
 
@@ -167,6 +232,20 @@ func TestNATEgress(t *testing.T) {
 	r = ctrExec(t, id, "get", "wget", "-q", "-O", "-", fmt.Sprintf("http://host.gvx.test:%d/", allowed.port))
 	if r.code != 0 || r.stdout != "hello-from-host" {
 		t.Errorf("wget through the NAT: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// DNS over TCP: a name the resolver answers truncated over UDP is
+	// resolved over TCP to 10.0.2.3:53, two names on the guest's
+	// connections, each query reaching the resolver over TCP.
+	udpBefore := dns.udpQueries.Load()
+	r = ctrExec(t, id, "tcpdns", "/t/tcpdns", "10.0.2.3:53", "tcp.gvx.test", "host.gvx.test")
+	if r.code != 0 || r.stdout != "tcp.gvx.test 10.0.2.2\nhost.gvx.test 10.0.2.2\n" {
+		t.Errorf("DNS over TCP through 10.0.2.3: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if q := dns.tcpQueries.Load(); q < 2 {
+		t.Errorf("the resolver saw %d TCP queries, want one per name at least", q)
+	}
+	if q := dns.udpQueries.Load(); q != udpBefore {
+		t.Errorf("the resolver saw %d UDP queries during the TCP lookups", q-udpBefore)
 	}
 	// The counters are written with a delay: wait until they show the
 	// allowed flow's host socket before taking them as "before".

@@ -30,15 +30,20 @@ func addrPort(a tcpip.Address, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(ip.Unmap(), port)
 }
 
-// forwardTCP handles the guest's SYN to dst: a refusal is an RST before any
-// host socket exists; else the host connection is opened first, and the
-// guest's handshake completes only if it succeeded.
+// forwardTCP handles the guest's SYN to dst (10.0.2.3:53 is the NAT's DNS
+// server, dns.go): a refusal is an RST before any host socket exists;
+// else the host connection is opened first, and the guest's handshake
+// completes only if it succeeded.
 func (n *NAT) forwardTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := addrPort(id.LocalAddress, id.LocalPort)
 	if dst.Addr() == api.NATDNS {
-		n.refuse("tcp", dst, "10.0.2.3 answers DNS over UDP only")
-		r.Complete(true)
+		if dst.Port() != 53 {
+			n.refuse("tcp", dst, "10.0.2.3 answers DNS on port 53 only")
+			r.Complete(true)
+			return
+		}
+		n.serveDNSTCP(r)
 		return
 	}
 	if d := n.policy.Decide(dst.Addr(), dst.Port()); !d.Allow {
@@ -84,22 +89,35 @@ func (n *NAT) flowStarted() { n.flows.Add(1) }
 
 // flowEnded returns the memory a burst of traffic grew (TCP buffers,
 // splice buffers: Go keeps freed heap for reuse) to the host once no TCP
-// flow is left: an idle NAT is small again.
+// flow is left: an idle NAT is small again. One timer, pushed back by
+// each flow that ends, so a run of short connections is one release.
 func (n *NAT) flowEnded() {
-	if n.flows.Add(-1) == 0 {
-		time.AfterFunc(idleRelease, func() {
-			if n.flows.Load() == 0 {
-				// Twice: the first GC only moves sync.Pool contents
-				// (gVisor's buffer chunks) to the victim cache.
-				runtime.GC()
-				debug.FreeOSMemory()
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				log.Infof("nat: idle: heap in use %d KiB (of %d KiB mapped, %d KiB released), stacks %d KiB, runtime total %d KiB",
-					ms.HeapInuse>>10, ms.HeapSys>>10, ms.HeapReleased>>10, ms.StackInuse>>10, ms.Sys>>10)
-			}
-		})
+	if n.flows.Add(-1) != 0 {
+		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.idle == nil {
+		n.idle = time.AfterFunc(idleRelease, n.releaseMemory)
+	} else {
+		n.idle.Reset(idleRelease)
+	}
+}
+
+// releaseMemory gives the Go heap's free pages back to the host, if no
+// TCP flow is open.
+func (n *NAT) releaseMemory() {
+	if n.flows.Load() != 0 {
+		return
+	}
+	// Twice: the first GC only moves sync.Pool contents (gVisor's buffer
+	// chunks) to the victim cache.
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	log.Infof("nat: idle: heap in use %d KiB (of %d KiB mapped, %d KiB released), stacks %d KiB, runtime total %d KiB",
+		ms.HeapInuse>>10, ms.HeapSys>>10, ms.HeapReleased>>10, ms.StackInuse>>10, ms.Sys>>10)
 }
 
 // halfCloser is a connection that can end its writes alone.

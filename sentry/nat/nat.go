@@ -7,8 +7,9 @@
 // loopback when the policy allows) and 10.0.2.3 (DNS), and in promiscuous
 // mode terminates every TCP and UDP flow the guest opens: each is asked
 // of the egress policy first, then relayed over an ordinary host socket
-// (egress.go). Its DNS server forwards to the configured resolvers and
-// teaches the policy which names map to which addresses (dns.go).
+// (egress.go). Its DNS server (UDP and TCP on 10.0.2.3:53) forwards to
+// the configured resolvers and teaches the policy which names map to
+// which addresses (dns.go).
 // Published ports accept on host sockets and dial into the guest
 // (publish.go). The process runs with the sandbox's host credentials and
 // exits when the sandbox's process does.
@@ -56,6 +57,7 @@ type NAT struct {
 	closers  []func()
 	closedCh chan struct{}
 	flows    atomic.Int64 // TCP flows being relayed (egress and published)
+	idle     *time.Timer  // releaseMemory once no flow is left; under mu
 }
 
 // Options configure New.
@@ -118,9 +120,13 @@ func (n *NAT) startStack(fd int, mtu uint32) error {
 	})
 	n.stack = s
 	ep, err := fdbased.New(&fdbased.Options{
-		FDs:                []int{fd},
-		MTU:                mtu,
-		PacketDispatchMode: fdbased.RecvMMsg,
+		FDs: []int{fd},
+		MTU: mtu,
+		// One packet per read: recvmmsg's batch keeps 8 receive
+		// buffers of an MTU each (8 × 64 KiB at MTU 65520) filled
+		// and dirty once traffic passed, for no measurable gain at
+		// this packet size (docs/benchmarks.md, NAT memory).
+		PacketDispatchMode: fdbased.Readv,
 		// Both ends are gVisor stacks in processes of one host: no
 		// wire to corrupt a packet.
 		TXChecksumOffload: true,
@@ -179,6 +185,9 @@ func (n *NAT) Close() {
 	n.mu.Lock()
 	closers := n.closers
 	n.closers = nil
+	if n.idle != nil {
+		n.idle.Stop()
+	}
 	n.mu.Unlock()
 	select {
 	case <-n.closedCh:

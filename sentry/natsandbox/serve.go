@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/google/subcommands"
@@ -72,6 +73,12 @@ func (*Serve) Execute(_ context.Context, f *flag.FlagSet, _ ...any) subcommands.
 	for i := range cfg.Ports {
 		listeners = append(listeners, os.NewFile(uintptr(fdListeners+i), "published port"))
 	}
+	// One P: the NAT is two sockets and a copy between them, one per
+	// sandbox; each P more is runtime and GC state (per-P caches and
+	// buffers, a mark worker, gVisor's per-P TCP and link processors)
+	// kept after traffic (docs/benchmarks.md, NAT memory). Before
+	// nat.New: gVisor sizes its processors from it.
+	runtime.GOMAXPROCS(1)
 	stats := nat.NewStats(os.NewFile(fdStats, "stats"), os.Getpid())
 	n, err := nat.New(nat.Options{LinkFD: fdLink, Config: cfg, Listeners: listeners, Stats: stats})
 	if err != nil {
