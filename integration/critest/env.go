@@ -126,6 +126,8 @@ func Setup(ctx context.Context, cfg Config) (_ *Env, retErr error) {
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = %q
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
 `, SandboxImage, hosts, cni))
 	if err != nil {
 		return nil, fmt.Errorf("critest containerd: %w", err)
