@@ -123,11 +123,13 @@ func Setup(ctx context.Context, cfg Config) (_ *Env, retErr error) {
   sandbox = %q
 [plugins."io.containerd.cri.v1.images".registry]
   config_path = %q
+[plugins."io.containerd.cri.v1.runtime"]
+  # This host refuses negative OOM score adjustments (no
+  # CAP_SYS_RESOURCE), which runc makes for every pod sandbox (-998).
+  restrict_oom_score_adj = true
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = %q
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
 `, SandboxImage, hosts, cni))
 	if err != nil {
 		return nil, fmt.Errorf("critest containerd: %w", err)
@@ -191,6 +193,10 @@ func (e *Env) startRegistry(ctx context.Context) error {
 // portmap plugin added.
 func (e *Env) Close() {
 	if e.Ctrd != nil {
+		// containerd's log outlives its directory, beside critest's.
+		if data, err := os.ReadFile(filepath.Join(e.Ctrd.Dir, "containerd.log")); err == nil {
+			_ = os.WriteFile(filepath.Join(e.Dir, "containerd.log"), data, 0o644)
+		}
 		e.Ctrd.Close()
 		e.Ctrd = nil
 	}
