@@ -7,7 +7,7 @@
 # hosts.toml mirror (integration/critest). Every image is Debian's
 # busybox-static (hack/mkimage-busybox.sh) with at most one layer on top,
 # added by `crane mutate`:
-#   registry.k8s.io/e2e-test-images/busybox:1.29-2   busybox, sh
+#   registry.k8s.io/e2e-test-images/busybox:1.29-2   busybox, sh, and pgrep and ipcs as shell scripts
 #   registry.k8s.io/pause:3.10.2                     busybox sleeping (the pod sandbox image)
 #   registry.k8s.io/e2e-test-images/nginx:1.14-2     + a Go stand-in for nginx on :80 (integration/testdata/nginx)
 #   gcr.io/k8s-staging-cri-tools/hostnet-nginx-amd64 + the same on :12003
@@ -36,17 +36,42 @@ c() {
 	out=$("$crane" --insecure "$@" 2>&1) || { echo "mkimage-critest: crane $*: $out" >&2; return 1; }
 }
 
-# The base: busybox, pushed as built (an OCI layout of one image).
-"$here/mkimage-busybox.sh" "$work/busybox.tar" registry.k8s.io/e2e-test-images/busybox:1.29-2 '["sh"]' >/dev/null
-mkdir "$work/busybox"
-tar -C "$work/busybox" -xf "$work/busybox.tar"
-c push "$work/busybox" "$k8s/busybox:1.29-2"
-base=$k8s/busybox:1.29-2
-
 # layer NAME: packs $work/NAME/ (root's files) into $work/NAME.tar.
 layer() {
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/$1" -cf "$work/$1.tar" .
 }
+
+# The base: busybox as built (an OCI layout of one image), plus the two
+# commands critest runs that Debian's busybox-static lacks: pgrep
+# (execSync with timeout) and ipcs -m (HostIpc), as shell scripts.
+"$here/mkimage-busybox.sh" "$work/busybox.tar" registry.k8s.io/e2e-test-images/busybox:1.29-2 '["sh"]' >/dev/null
+mkdir "$work/busybox"
+tar -C "$work/busybox" -xf "$work/busybox.tar"
+c push "$work/busybox" "$reg/gvx-critest/busybox-static:latest"
+mkdir -p "$work/tools/bin"
+cat >"$work/tools/bin/pgrep" <<'SH'
+#!/bin/sh
+# pgrep PATTERN: the pids of the processes whose name matches PATTERN.
+rc=1
+for d in /proc/[0-9]*; do
+	read -r name <"$d/comm" 2>/dev/null || continue
+	if echo "$name" | grep -qE -- "$1"; then echo "${d#/proc/}"; rc=0; fi
+done
+exit $rc
+SH
+cat >"$work/tools/bin/ipcs" <<'SH'
+#!/bin/sh
+# ipcs [-m]: the System V shared memory segments (/proc/sysvipc/shm).
+echo "------ Shared Memory Segments --------"
+echo "key        shmid      owner      perms      bytes      nattch"
+tail -n +2 /proc/sysvipc/shm 2>/dev/null | while read -r key shmid perms size cpid lpid nattch uid rest; do
+	printf '0x%08x %-10s %-10s %-10s %-10s %-10s\n' "$key" "$shmid" "$uid" "$perms" "$size" "$nattch"
+done
+SH
+chmod 0755 "$work/tools/bin/pgrep" "$work/tools/bin/ipcs"
+layer tools
+c mutate "$reg/gvx-critest/busybox-static:latest" --append "$work/tools.tar" -t "$k8s/busybox:1.29-2"
+base=$k8s/busybox:1.29-2
 # image REF [crane mutate flags]: base plus what the flags add.
 image() {
 	local ref=$1
