@@ -8,7 +8,7 @@
 # busybox-static (hack/mkimage-busybox.sh) with at most one layer on top,
 # added by `crane mutate`:
 #   registry.k8s.io/e2e-test-images/busybox:1.29-2   busybox, sh, and pgrep and ipcs as shell scripts
-#   registry.k8s.io/pause:3.10.2                     busybox sleeping (the pod sandbox image)
+#   registry.k8s.io/pause:3.10.2                     + /pause, sentry/cmd/gvx-pause (the pod sandbox image)
 #   registry.k8s.io/e2e-test-images/nginx:1.14-2     + a Go stand-in for nginx on :80 (integration/testdata/nginx)
 #   gcr.io/k8s-staging-cri-tools/hostnet-nginx-amd64 + the same on :12003
 #   registry.k8s.io/e2e-test-images/httpd:2.4.39-4   + busybox httpd on :80 (httpd-foreground)
@@ -81,8 +81,16 @@ image() {
 
 (cd "$here/.." && CGO_ENABLED=0 "$go" build -o "$work/bin/nginx" ./integration/testdata/nginx &&
 	CGO_ENABLED=0 "$go" build -o "$work/bin/nnp" ./integration/testdata/euid)
+(cd "$here/../sentry" && CGO_ENABLED=0 "$go" build -o "$work/bin/pause" ./cmd/gvx-pause)
 
-image "$reg/pause:3.10.2" --cmd sleep,2147483647
+# The sandbox image: gvx-pause as /pause. Its process is named "pause", as
+# the real one: critest's `pgrep sleep` looks into pods that share their
+# pid namespace, where a busybox sleep would be found.
+d=$work/pause
+mkdir -p "$d"
+install -m 0755 "$work/bin/pause" "$d/pause"
+layer pause
+image "$reg/pause:3.10.2" --append "$work/pause.tar" --cmd /pause
 
 for v in nginx:80 hostnet:12003; do
 	d=$work/${v%%:*}
