@@ -3,6 +3,7 @@
 #   make demo      an RL episode through the Go SDK: docker inside a gVisor sandbox
 #   make test      unit + integration tests against a real containerd
 #   make bench     benchmarks against runsc (via containerd's runc shim) and runc
+#   make critest   critest (CRI conformance) against gvx and runc: docs/compatibility.md
 #   make fuzz      every fuzz target for FUZZTIME (default 10m, one CPU each)
 #   make install   PREFIX=/usr/local
 #   make installer-image   the node installer's image (deploy/, docs/kubernetes.md)
@@ -20,13 +21,17 @@ GVISOR_VERSION := $(shell awk '{for(i=1;i<NF;i++) if($$i=="gvisor.dev/gvisor") {
 CONTAINERD_BIN := $(CACHE)/tools/containerd-$(CONTAINERD_VERSION)/bin
 CRICTL_VERSION := v1.34.0
 CRICTL_BIN := $(CACHE)/tools/crictl-$(CRICTL_VERSION)/bin
+CRITEST_VERSION := v1.34.0
+CRITEST_BIN := $(CACHE)/tools/critest-$(CRITEST_VERSION)/bin
+CRANE_VERSION := v0.22.1
+CRANE_BIN := $(CACHE)/tools/crane-$(CRANE_VERSION)/bin
 NERDCTL_BIN := $(CACHE)/tools/nerdctl-$(NERDCTL_VERSION)/bin
 RUNSC_BIN := $(CACHE)/tools/runsc-$(GVISOR_VERSION)/bin
 IMAGES := $(OUT)/images
 
 export CGO_ENABLED := 0
 
-.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench install installer-image clean lint fuzz
+.PHONY: all build shim sentry cli deps tools images demo demo-bin test unit integration bench critest install installer-image clean lint fuzz
 
 all: build
 
@@ -44,7 +49,23 @@ sentry:
 deps:
 	@hack/deps.sh
 
-tools: $(CONTAINERD_BIN)/containerd $(NERDCTL_BIN)/nerdctl $(RUNSC_BIN)/runsc $(CRICTL_BIN)/crictl
+tools: $(CONTAINERD_BIN)/containerd $(NERDCTL_BIN)/nerdctl $(RUNSC_BIN)/runsc $(CRICTL_BIN)/crictl $(CRITEST_BIN)/critest $(CRANE_BIN)/crane
+
+# critest's cmd/critest holds only test files: it is built with go test -c,
+# in the module cache's copy of cri-tools (its own go.mod and go.sum).
+$(CRITEST_BIN)/critest:
+	@echo "tools: building critest $(CRITEST_VERSION) (go test -c, a few minutes, once)"
+	@mkdir -p $(CRITEST_BIN)
+	cd /tmp && dir=$$($(GO) mod download -json sigs.k8s.io/cri-tools@$(CRITEST_VERSION) | awk -F'"' '$$2 == "Dir" {print $$4}') && \
+		test -n "$$dir" && cd "$$dir" && $(GO) test -c -o $@.tmp \
+		-ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRITEST_VERSION)" ./cmd/critest
+	mv $@.tmp $@
+
+# crane: critest's loopback registry (crane registry serve) and the
+# pushes of hack/mkimage-critest.sh.
+$(CRANE_BIN)/crane:
+	@echo "tools: building crane $(CRANE_VERSION)"
+	cd /tmp && GOBIN=$(CRANE_BIN) $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
 
 $(CRICTL_BIN)/crictl:
 	@echo "tools: building crictl $(CRICTL_VERSION)"
@@ -128,6 +149,7 @@ unit:
 
 integration: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) CRICTL_BIN=$(CRICTL_BIN) IMAGES=$(IMAGES) \
+		CRITEST_BIN=$(CRITEST_BIN) CRANE_BIN=$(CRANE_BIN) \
 		$(GO) test -count=1 -timeout 40m -v ./integration/ 2>&1 | tee $(OUT)/integration.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
 		exit $${PIPESTATUS[0]}
 	# The SDK's godoc examples, on real sandboxes.
@@ -158,6 +180,15 @@ bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/nat $(NATBENCHFLAGS)
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/churn $(CHURNBENCHFLAGS)
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) IMAGES=$(IMAGES) $(GO) run ./bench/soak $(SOAKBENCHFLAGS)
+
+# critest v1.34 against the gvx and runc handlers of one private containerd
+# (integration/critest; ~15 minutes): the table goes to docs/compatibility.md,
+# the specs gvx passes to integration/testdata/critest-floor.txt.
+# CRITESTFLAGS="-focus REGEXP" runs some specs and writes nothing.
+critest: deps build tools
+	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) CRITEST_BIN=$(CRITEST_BIN) CRANE_BIN=$(CRANE_BIN) \
+		CRITEST_VERSION=$(CRITEST_VERSION) CONTAINERD_VERSION=$(CONTAINERD_VERSION) \
+		$(GO) run ./integration/critest/cmd/gvx-critest $(CRITESTFLAGS)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -2,6 +2,7 @@
 //
 // The components are a private containerd started by the tests, ctr,
 // nerdctl and crictl, gVisor via gvx-sentry, real CNI. The Makefile passes the binaries' locations in
-// GVX_BIN, CONTAINERD_BIN, NERDCTL_BIN, RUNSC_BIN and IMAGES; without them
+// GVX_BIN, CONTAINERD_BIN, NERDCTL_BIN, RUNSC_BIN and IMAGES (and
+// CRICTL_BIN, CRITEST_BIN, CRANE_BIN for the CRI tests); without them
 // (plain `go test ./...`) the tests skip.
 package integration
