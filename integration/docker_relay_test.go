@@ -23,11 +23,16 @@ const relayBytes = 16 << 20
 // told to serve dockerd on (GVX_DOCKER_TCP). First it takes one
 // connection and reads it slowly (the pipe's reader sleeps before
 // reading: the guest's receive window closes while the host still
-// writes), counting the bytes into /tmp/in; then it sends relayBytes on
-// the next connection.
+// writes), counting the bytes into /tmp/in; its stdin never ends (nc
+// would half-close its connection at the end of its stdin, and gVisor's
+// port forwarding closes both directions on either's end). Then it sends
+// relayBytes on the next connection.
 const relayInit = `port=${GVX_DOCKER_TCP##*:}
 echo "$port" >/tmp/port
-nc -l -p "$port" </dev/null | { sleep 3; wc -c >/tmp/in.tmp; }
+mkfifo /tmp/never
+exec 3<>/tmp/never
+nc -l -p "$port" <&3 | { sleep 3; wc -c >/tmp/in.tmp; }
+exec 3<&-
 mv /tmp/in.tmp /tmp/in
 head -c 16777216 /dev/zero | nc -l -p "$port"
 exec sleep 100000`
