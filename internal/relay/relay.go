@@ -21,6 +21,7 @@
 package relay
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -31,8 +32,10 @@ import (
 )
 
 const (
-	// Window is the cost of data frames a side may have unacknowledged.
-	Window = 256 << 10
+	// Window is the cost of data frames a side may have unacknowledged:
+	// with a 16 KiB chunk of the forwarder's in flight besides, well
+	// under the guest endpoint's 1 MiB send buffer.
+	Window = 512 << 10
 	// FrameCost is what a data frame is charged on top of its payload:
 	// it bounds the frames (and so the host socket buffers' per-write
 	// overhead) in flight to Window/FrameCost.
@@ -40,8 +43,9 @@ const (
 	// MaxPayload is the largest data frame's payload.
 	MaxPayload = 32 << 10
 
-	headerLen = 8
-	helloTag  = 0x67767831 // "gvx1"
+	headerLen   = 8
+	creditBatch = 64 << 10
+	helloTag    = 0x67767831 // "gvx1"
 )
 
 // Frame types.
@@ -109,7 +113,8 @@ type splicer struct {
 	stream net.Conn
 	guest  bool // the relay's side: sends Done, waits for the stream's end
 
-	wmu sync.Mutex // frames are written whole
+	in  *bufio.Reader // the stream's read side
+	wmu sync.Mutex    // frames are written whole
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -124,7 +129,8 @@ type splicer struct {
 }
 
 func splice(local HalfConn, stream net.Conn, guest bool) error {
-	s := &splicer{local: local, stream: stream, guest: guest, credit: Window}
+	// Buffered reads: a syscall per frame header costs in the guest.
+	s := &splicer{local: local, stream: stream, in: bufio.NewReaderSize(stream, 64<<10), guest: guest, credit: Window}
 	s.cond = sync.NewCond(&s.mu)
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -175,7 +181,7 @@ func (s *splicer) write(typ byte, n uint32, payload []byte) error {
 func (s *splicer) read() {
 	var h [headerLen]byte
 	for {
-		if _, err := io.ReadFull(s.stream, h[:]); err != nil {
+		if _, err := io.ReadFull(s.in, h[:]); err != nil {
 			s.mu.Lock()
 			s.streamEnd = true
 			clean := s.peerDone // the host's end: after the relay's Done
@@ -200,7 +206,7 @@ func (s *splicer) read() {
 				return
 			}
 			payload = make([]byte, n)
-			if _, err := io.ReadFull(s.stream, payload); err != nil {
+			if _, err := io.ReadFull(s.in, payload); err != nil {
 				s.fail(fmt.Errorf("stream: %w", err))
 				return
 			}
@@ -244,6 +250,7 @@ func (s *splicer) read() {
 
 // deliver writes the peer's data to local and credits it back.
 func (s *splicer) deliver() {
+	owed := 0 // cost delivered, not yet credited
 	for {
 		s.mu.Lock()
 		for len(s.queue) == 0 && !s.peerEOF && s.err == nil {
@@ -269,15 +276,20 @@ func (s *splicer) deliver() {
 			s.fail(fmt.Errorf("write: %w", err))
 			return
 		}
+		owed += len(p) + FrameCost
 		s.mu.Lock()
 		s.queued -= len(p) + FrameCost
-		credit := !s.peerEOF // after its EOF the peer sends no data
+		// Credit in batches, or at once when nothing more is queued
+		// (the peer may be waiting for it); after its EOF the peer sends
+		// no data.
+		credit := !s.peerEOF && (owed >= creditBatch || len(s.queue) == 0)
 		s.mu.Unlock()
 		if credit {
-			if err := s.write(typeCredit, uint32(len(p)+FrameCost), nil); err != nil {
+			if err := s.write(typeCredit, uint32(owed), nil); err != nil {
 				s.fail(fmt.Errorf("stream: %w", err))
 				return
 			}
+			owed = 0
 		}
 	}
 }
