@@ -39,6 +39,7 @@ build: shim sentry cli
 
 shim:
 	$(GO) build -o $(BIN)/containerd-shim-gvx-v2 ./cmd/containerd-shim-gvx-v2
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gvx-relay ./cmd/gvx-relay
 
 cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
@@ -140,6 +141,7 @@ demo: deps
 # packages they share compile once.
 demo-bin:
 	$(GO) build -o $(BIN)/ ./cmd/containerd-shim-gvx-v2 ./cmd/gvx ./examples/episode
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gvx-relay ./cmd/gvx-relay
 
 unit:
 	cd api && $(GO) test ./...
@@ -192,7 +194,7 @@ critest: deps build tools
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-runtime $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-relay $(BIN)/gvx-runtime $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
 
 # The image deploy/base's DaemonSet runs: busybox, gvx's binaries and
 # deploy/installer/install.sh, built locally (no registry, no base image).

@@ -13,6 +13,7 @@ const (
 	RuntimeBinary = "gvx-runtime" // gvx-sentry's runc-compatible front
 	HookBinary    = "gvx-hook"    // the createRuntime hook
 	PauseBinary   = "gvx-pause"   // a pool sandbox's init
+	RelayBinary   = "gvx-relay"   // proxied docker mode's guest relay
 )
 
 // RuntimeWaitCommand is gvx-runtime's own subcommand (argv[1]) for the

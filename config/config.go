@@ -496,6 +496,15 @@ func HookPath(sentry string) (string, error) {
 	return p, nil
 }
 
+// RelayPath is the gvx-relay binary next to the resolved gvx-sentry.
+func RelayPath(sentry string) (string, error) {
+	p := filepath.Join(filepath.Dir(sentry), api.RelayBinary)
+	if err := executable(p); err != nil {
+		return "", fmt.Errorf("%s: %w; install it next to %s with `make install`", p, err, sentry)
+	}
+	return p, nil
+}
+
 // SentryFlagList is the global flag list every gvx-sentry call gets.
 func (c Config) SentryFlagList() []string {
 	flags := []string{

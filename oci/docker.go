@@ -23,9 +23,18 @@ const DockerSocketEnv = "GVX_DOCKER_SOCKET"
 // listens on (proxied docker mode: the host's socket is forwarded there).
 const DockerTCPEnv = "GVX_DOCKER_TCP"
 
-// DockerGuestPort is the guest loopback port dockerd listens on in
-// proxied docker mode.
+// DockerGuestPort is the guest loopback port the shim's connections are
+// forwarded to in proxied docker mode: gvx-relay's (DockerRelayGuest).
 const DockerGuestPort = 2375
+
+// DockerBackendPort is the guest loopback port dockerd listens on in
+// proxied docker mode (GVX_DOCKER_TCP); gvx-relay connects to it.
+const DockerBackendPort = 2374
+
+// DockerRelayGuest is where the shim bind-mounts gvx-relay (read-only)
+// in a proxied docker-mode sandbox: in the guest's own /dev (a tmpfs of
+// the Sentry), so that no mount point is made in the image's root.
+const DockerRelayGuest = "/dev/gvx-relay"
 
 // DockerSentryFlags are the gVisor settings dockerd needs when its socket
 // is a host socket: raw and packet sockets for its bridge networking, and
@@ -76,7 +85,8 @@ func DockerRequested(s *specs.Spec) (requested, set bool, err error) {
 // would need --privileged; dockerd applies its own profile to its
 // containers), a high open-file limit, a writable root, and either the host
 // socket directory hostDir mounted at DockerGuestDir or, with hostDir "",
-// dockerd listening on 127.0.0.1:DockerGuestPort in the guest (proxied).
+// dockerd listening on 127.0.0.1:DockerBackendPort in the guest behind
+// gvx-relay (proxied: the host's relay binary, DockerRelay).
 func EnableDocker(s *specs.Spec, hostDir string) {
 	if s.Linux != nil {
 		s.Linux.Seccomp = nil
@@ -102,9 +112,19 @@ func EnableDocker(s *specs.Spec, hostDir string) {
 		s.Root.Readonly = false
 	}
 	if hostDir == "" {
-		p.Env = append(p.Env, fmt.Sprintf("%s=127.0.0.1:%d", DockerTCPEnv, DockerGuestPort))
+		p.Env = append(p.Env, fmt.Sprintf("%s=127.0.0.1:%d", DockerTCPEnv, DockerBackendPort))
 		return
 	}
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: DockerGuestDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}})
 	p.Env = append(p.Env, DockerSocketEnv+"="+filepath.Join(DockerGuestDir, api.DockerSocketName))
+}
+
+// DockerRelay puts gvx-relay (the host's binary relay) in front of the
+// task's init in proxied docker mode: bind-mounted read-only at
+// DockerRelayGuest, it starts its server on 127.0.0.1:DockerGuestPort
+// (relaying to dockerd on DockerBackendPort) and executes the init.
+func DockerRelay(s *specs.Spec, relay string) {
+	s.Mounts = append(s.Mounts, specs.Mount{Destination: DockerRelayGuest, Type: "bind", Source: relay, Options: []string{"rbind", "ro"}})
+	args := []string{DockerRelayGuest, fmt.Sprintf("127.0.0.1:%d", DockerGuestPort), fmt.Sprintf("127.0.0.1:%d", DockerBackendPort), "--"}
+	s.Process.Args = append(args, s.Process.Args...)
 }

@@ -3,6 +3,7 @@ package oci
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -281,5 +282,25 @@ func TestEnableDockerDropsSeccomp(t *testing.T) {
 	}
 	if s.Process.NoNewPrivileges || s.Root.Readonly || len(s.Process.Capabilities.Effective) != len(allCaps) {
 		t.Errorf("docker mode: %+v, root %+v", s.Process, s.Root)
+	}
+}
+
+// TestDockerRelay: proxied docker mode puts gvx-relay, bind-mounted
+// read-only, in front of the init, relaying the forwarded port to the one
+// dockerd is told to listen on.
+func TestDockerRelay(t *testing.T) {
+	s := specs.Spec{Process: &specs.Process{Args: []string{"/usr/local/bin/gvx-dind", "x"}}}
+	EnableDocker(&s, "")
+	DockerRelay(&s, "/opt/gvx/bin/gvx-relay")
+	want := []string{DockerRelayGuest, "127.0.0.1:2375", "127.0.0.1:2374", "--", "/usr/local/bin/gvx-dind", "x"}
+	if !slices.Equal(s.Process.Args, want) {
+		t.Errorf("args %q, want %q", s.Process.Args, want)
+	}
+	if !slices.Contains(s.Process.Env, DockerTCPEnv+"=127.0.0.1:2374") {
+		t.Errorf("env %q lacks %s for dockerd's port", s.Process.Env, DockerTCPEnv)
+	}
+	m := s.Mounts[len(s.Mounts)-1]
+	if m.Destination != DockerRelayGuest || m.Source != "/opt/gvx/bin/gvx-relay" || !slices.Contains(m.Options, "ro") {
+		t.Errorf("relay mount %+v", m)
 	}
 }

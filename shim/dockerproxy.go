@@ -19,16 +19,20 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/dockerapi"
+	"github.com/gvxrun/gvx/internal/relay"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/sandbox/control"
 )
 
 // Proxied docker mode: the host's socket of the inner dockerd
-// (api.Layout.DockerSocket) is the shim's listener, and each connection
-// to it is handed to the sandbox's Sentry, which connects it to dockerd on
-// the guest's 127.0.0.1:oci.DockerGuestPort (gVisor's port forwarding on
-// its netstack). The guest holds no host socket, so gVisor can save the
-// sandbox; a restored sandbox's shim publishes its own listener.
+// (api.Layout.DockerSocket) is the shim's listener. For each connection
+// the shim hands one end of a socket pair to the sandbox's Sentry, which
+// connects it to gvx-relay on the guest's 127.0.0.1:oci.DockerGuestPort
+// (gVisor's port forwarding on its netstack); gvx-relay connects to
+// dockerd, and the shim and the relay speak internal/relay's
+// flow-controlled frames over the pair (gVisor's forwarder drops what
+// its writes do not take). The guest holds no host socket, so gVisor can
+// save the sandbox; a restored sandbox's shim publishes its own listener.
 
 // socketFile is a unix socket the shim bound on the host, known by its
 // inode so that a release removes it only while the path is still its
@@ -127,43 +131,82 @@ func (p *dockerProxy) serve(ctx context.Context) {
 			}
 			return
 		}
-		f, err := c.File()
-		c.Close()
-		if err == nil {
-			err = p.forward(f)
-			f.Close()
-		}
+		stream, err := p.forward()
 		if err != nil {
-			// Before dockerd listens (or after the sandbox ended) the
+			// Before gvx-relay listens (or after the sandbox ended) the
 			// client sees its connection closed.
+			c.Close()
 			log.G(ctx).WithError(err).Debugf("gvx shim: docker connection to %s", p.id)
+			continue
 		}
+		go func() {
+			if err := relay.Host(c, stream, relayHelloTimeout); err != nil {
+				log.G(ctx).WithError(err).Debugf("gvx shim: docker connection to %s", p.id)
+			}
+		}()
 	}
 }
 
-// forward hands conn to the Sentry on a control connection of its own:
-// gVisor's control server outlives the sandbox's kernel by up to its
-// --control-rpc-stop-timeout (15 s) while a connection is open, so the
-// proxy keeps none open between connections.
-func (p *dockerProxy) forward(conn *os.File) error {
+// relayHelloTimeout bounds the wait for gvx-relay's Hello (it sends it
+// once dockerd took the connection).
+const relayHelloTimeout = 30 * time.Second
+
+// streamBuffer is the send buffer of the Sentry's end of a forwarded
+// stream: the relay never has more than relay.Window of data frames
+// (each charged relay.FrameCost) unacknowledged, so the Sentry's writes
+// of its 16 KiB reads never find it full and never come up short
+// (gVisor's forwarder drops what a write does not take).
+const streamBuffer = 8 << 20
+
+// forward makes the stream of one connection: a socket pair whose one end
+// the Sentry connects to gvx-relay in the guest (gVisor's port forwarding,
+// a control call on a connection of its own: gVisor's control server
+// outlives the sandbox's kernel by up to its --control-rpc-stop-timeout
+// (15 s) while a connection is open, so the proxy keeps none open between
+// connections); the other end is returned.
+func (p *dockerProxy) forward() (*net.UnixConn, error) {
 	p.mu.Lock()
 	sock := p.sock
 	p.mu.Unlock()
 	if sock == "" {
 		var err error
 		if sock, err = controlSocket(p.state); err != nil {
-			return err
+			return nil, err
 		}
 		p.mu.Lock()
 		p.sock = sock
 		p.mu.Unlock()
 	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	if err := unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, streamBuffer); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("docker stream: SO_SNDBUFFORCE: %w", err)
+	}
+	sentryEnd := os.NewFile(uintptr(fds[1]), "docker-stream")
+	defer sentryEnd.Close()
+	ours := os.NewFile(uintptr(fds[0]), "docker-stream")
+	fc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		sentryEnd.Close()
+		return nil, fmt.Errorf("docker stream: %w", err)
+	}
+	stream := fc.(*net.UnixConn)
 	ctl, err := control.Dial(sock)
 	if err != nil {
-		return err
+		stream.Close()
+		return nil, err
 	}
 	defer ctl.Close()
-	return ctl.PortForward(p.id, oci.DockerGuestPort, conn)
+	if err := ctl.PortForward(p.id, oci.DockerGuestPort, sentryEnd); err != nil {
+		stream.Close()
+		return nil, err
+	}
+	return stream, nil
 }
 
 // close stops accepting (the socket file is the record's to remove).

@@ -234,13 +234,19 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 	dir := t.layout.Docker(r.Namespace, r.ID)
 	if t.dockerProxied() {
 		// The host reaches the inner dockerd through the shim's socket,
-		// which hands each connection to the Sentry (dockerproxy.go).
+		// which hands each connection to the Sentry (dockerproxy.go),
+		// whose gvx-relay in the guest relays it to dockerd.
+		relay, err := config.RelayPath(r.Sentry)
+		if err != nil {
+			return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("docker mode: %w", err))
+		}
 		ln, err := publishDocker(r, dir)
 		if err != nil {
 			return err
 		}
 		t.docker = &dockerProxy{ln: ln, id: r.ID}
 		oci.EnableDocker(t.spec, "")
+		oci.DockerRelay(t.spec, relay)
 		t.flags = append(t.flags, oci.DockerProxySentryFlags...)
 		return nil
 	}

@@ -56,7 +56,7 @@ CONTAINERD_UNIT=${CONTAINERD_UNIT:-containerd}
 FORCE=${FORCE:-0}
 UNINSTALL_ON_STOP=${UNINSTALL_ON_STOP:-false}
 
-BINARIES="containerd-shim-gvx-v2 gvx-sentry gvx-runtime gvx-hook gvx-pause gvx"
+BINARIES="containerd-shim-gvx-v2 gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx"
 
 STATE=$HOST_ROOT$GVX_INSTALLER_STATE
 MANIFEST=$STATE/manifest
