@@ -253,8 +253,15 @@ func (e *Env) Run(ctx context.Context, o RunOptions) (*Report, time.Duration, er
 	defer log.Close()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout+2*time.Minute)
 	defer cancel()
+	// critest makes its pods' log directories in TMPDIR and leaves them.
+	tmp, err := os.MkdirTemp("", "gvx-critest-"+o.Handler+"-")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(ctx, e.Critest, args...)
 	cmd.Dir = o.Dir
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.WaitDelay = 10 * time.Second
 	e.logf("running critest against handler %s (output: %s)", o.Handler, logPath)
