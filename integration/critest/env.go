@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -258,7 +260,7 @@ func (e *Env) Run(ctx context.Context, o RunOptions) (*Report, time.Duration, er
 	if err != nil {
 		return nil, 0, err
 	}
-	defer os.RemoveAll(tmp)
+	defer removeTmp(tmp)
 	cmd := exec.CommandContext(ctx, e.Critest, args...)
 	cmd.Dir = o.Dir
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
@@ -275,6 +277,23 @@ func (e *Env) Run(ctx context.Context, o RunOptions) (*Report, time.Duration, er
 	p, f, s := r.Counts()
 	e.logf("handler %s: %d passed, %d failed, %d skipped in %.0f s", o.Handler, p, f, s, wall.Seconds())
 	return r, wall, nil
+}
+
+// removeTmp removes a critest run's TMPDIR, unmounting first what its
+// failed mount propagation specs leave mounted there (their bind mounts of
+// a directory onto itself).
+func removeTmp(dir string) {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	var mounts []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		_ = unix.Unmount(mounts[i], unix.MNT_DETACH)
+	}
+	_ = os.RemoveAll(dir)
 }
 
 // natChains lists the CNI portmap plugin's chains in the nat table.
