@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	coci "github.com/containerd/containerd/v2/pkg/oci"
 
-	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -90,28 +88,11 @@ func shimPid(t *testing.T, id string) int {
 // shimPidAt finds the shim of task id started by the containerd at socket.
 func shimPidAt(t *testing.T, socket, id string) int {
 	t.Helper()
-	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, d := range dirs {
-		data, err := os.ReadFile(d)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-		if len(args) == 0 || filepath.Base(args[0]) != api.ShimBinary {
-			continue
-		}
-		var idOK, ours bool
-		for i := 0; i+1 < len(args); i++ {
-			idOK = idOK || args[i] == "-id" && args[i+1] == id
-			ours = ours || args[i] == "-address" && args[i+1] == socket
-		}
-		if idOK && ours {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-			return pid
-		}
+	pid, err := harness.ShimPid(socket, id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no shim process for %s", id)
-	return 0
+	return pid
 }
 
 // TestSandboxUnprivileged inspects every host process of a sandbox right
