@@ -87,7 +87,7 @@ func (s *service) killExecInGuest(ctx context.Context, r *task.KillRequest) bool
 		}
 		return false
 	}
-	if err := runtimeKillPid(ctx, t.binary, filepath.Join(t.rec.RuncRoot, t.rec.Namespace), t.rec.Bundle, r.ID, pid, r.Signal); err != nil {
+	if err := runtimeKill(ctx, t.binary, filepath.Join(t.rec.RuncRoot, t.rec.Namespace), t.rec.Bundle, r.ID, int(r.Signal), "--pid", strconv.Itoa(pid)); err != nil {
 		// Gone meanwhile, or its sandbox is: the host process then ends
 		// the exec for containerd.
 		log.G(ctx).WithError(err).Warnf("gvx shim: exec %s of %s: signalling its host process instead", r.ExecID, r.ID)
@@ -96,12 +96,12 @@ func (s *service) killExecInGuest(ctx context.Context, r *task.KillRequest) bool
 	return true
 }
 
-// runtimeKillPid runs `<binary> --root root kill --pid pid id sig`, the
-// task's runtime (its gvx-sentry link) as containerd's runc shim runs it,
-// logging to the bundle's log.json.
-func runtimeKillPid(ctx context.Context, binary, root, bundle, id string, pid int, sig uint32) error {
-	cmd := exec.CommandContext(ctx, binary, "--root", root, "--log", filepath.Join(bundle, "log.json"), "--log-format", "json",
-		"kill", "--pid", strconv.Itoa(pid), id, strconv.Itoa(int(sig)))
+// runtimeKill runs `<binary> --root root kill OPTS… id sig`, the task's
+// runtime (its gvx-sentry link) as containerd's runc shim runs it, logging
+// to the bundle's log.json. OPTS pick the processes: `--pid N`, `--all`.
+func runtimeKill(ctx context.Context, binary, root, bundle, id string, sig int, opts ...string) error {
+	args := append([]string{"--root", root, "--log", filepath.Join(bundle, "log.json"), "--log-format", "json", "kill"}, opts...)
+	cmd := exec.CommandContext(ctx, binary, append(args, id, strconv.Itoa(sig))...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	code, err := runReaped(cmd)
@@ -109,7 +109,7 @@ func runtimeKillPid(ctx context.Context, binary, root, bundle, id string, pid in
 		err = fmt.Errorf("exit status %d", code)
 	}
 	if err != nil {
-		return fmt.Errorf("kill --pid %d: %w: %s", pid, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("kill %s: %w: %s", strings.Join(opts, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }

@@ -1,13 +1,8 @@
 package shim
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
 	runcC "github.com/containerd/go-runc"
@@ -85,28 +80,11 @@ func (t *gvxTask) killAllInSandbox(ctx context.Context, pid int) {
 		return
 	}
 	r := t.rec
-	err := runtimeKillAll(ctx, t.binary, filepath.Join(r.RuncRoot, r.Namespace), r.Bundle, r.ID, syscall.SIGKILL)
+	err := runtimeKill(ctx, t.binary, filepath.Join(r.RuncRoot, r.Namespace), r.Bundle, r.ID, int(syscall.SIGKILL), "--all")
 	if err != nil {
 		// Ended already (the container's own exit), or its sandbox is gone.
 		log.G(ctx).WithError(err).Debugf("gvx shim: %s: monitor %d exited; ending its container", r.ID, pid)
 		return
 	}
 	log.G(ctx).Debugf("gvx shim: %s: monitor %d exited; its container's processes killed", r.ID, pid)
-}
-
-// runtimeKillAll runs `<binary> --root root kill --all id sig`, as
-// containerd's runc shim runs the runtime.
-func runtimeKillAll(ctx context.Context, binary, root, bundle, id string, sig syscall.Signal) error {
-	cmd := exec.CommandContext(ctx, binary, "--root", root, "--log", filepath.Join(bundle, "log.json"), "--log-format", "json",
-		"kill", "--all", id, strconv.Itoa(int(sig)))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	code, err := runReaped(cmd)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit status %d", code)
-	}
-	if err != nil {
-		return fmt.Errorf("kill --all: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
 }
