@@ -80,40 +80,6 @@ func (d *dials) list() []string {
 	return append([]string(nil), d.addr...)
 }
 
-// dnsServer answers A queries from zone on a loopback UDP socket.
-func dnsServer(t *testing.T, zone map[string]netip.Addr) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			k, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var m dnsmessage.Message
-			if m.Unpack(buf[:k]) != nil || len(m.Questions) != 1 {
-				continue
-			}
-			q := m.Questions[0]
-			m.Header.Response = true
-			if a, ok := zone[q.Name.String()]; ok {
-				m.Answers = []dnsmessage.Resource{{
-					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 5},
-					Body:   &dnsmessage.AResource{A: a.As4()},
-				}}
-			}
-			out, _ := m.Pack()
-			pc.WriteTo(out, from)
-		}
-	}()
-	return pc.LocalAddr().String()
-}
-
 func setup(t *testing.T, cfg api.NAT) (*stack.Stack, *NAT, *dials) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -164,10 +130,10 @@ func lookup(t *testing.T, g *stack.Stack, name string) netip.Addr {
 // NAT's DNS answered for that name only; a refused flow is an RST before
 // any host socket is asked for.
 func TestNameAllow(t *testing.T) {
-	server := dnsServer(t, map[string]netip.Addr{
-		"allowed.test.": netip.MustParseAddr("203.0.113.10"),
-		"denied.test.":  netip.MustParseAddr("203.0.113.11"),
-	})
+	server := startTCPDNS(t, map[string][]netip.Addr{
+		"allowed.test.": {netip.MustParseAddr("203.0.113.10")},
+		"denied.test.":  {netip.MustParseAddr("203.0.113.11")},
+	}, nil).addr
 	g, n, d := setup(t, api.NAT{DNS: []string{server}, Egress: &api.Egress{Default: "deny", Allow: []string{"allowed.test:80"}}})
 	ok, bad := lookup(t, g, "allowed.test."), lookup(t, g, "denied.test.")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
