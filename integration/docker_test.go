@@ -215,15 +215,7 @@ func TestDockerCtrNerdctl(t *testing.T) {
 func TestDockerPool(t *testing.T) {
 	_, ctx := dindEnv(t)
 	checkNoLeaks(t)
-	p, err := harness.StartPoolWithConfig(ctx, e.gvxBin, t.TempDir(), 1, "[docker]\nenabled = true\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	p := startPoolWith(t, 1, "[docker]\nenabled = true\n")
 	vol := filepath.Join(filepath.Dir(golden), "pooled.ext4")
 	gvx(t, "volume", "clone", golden, vol)
 	defer os.Remove(vol)

@@ -589,14 +589,7 @@ func TestPoolNAT(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := harness.ServePool(context.Background(), e.gvxBin, cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	p = stopAtCleanup(t, p, err)
 	runAdopted(t, p, "poolnat1", nil, "sleep", "120")
 	r := ctrExec(t, "poolnat1", "ip", "sh", "-c", "ip -4 addr show eth0; cat /etc/resolv.conf")
 	if !strings.Contains(r.stdout, "10.0.2.15/24") || !strings.Contains(r.stdout, "nameserver 10.0.2.3") {

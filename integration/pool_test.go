@@ -32,6 +32,13 @@ func startPool(t *testing.T, size int) *harness.Pool {
 func startPoolWith(t *testing.T, size int, extra string) *harness.Pool {
 	t.Helper()
 	p, err := harness.StartPoolWithConfig(context.Background(), e.gvxBin, t.TempDir(), size, extra)
+	return stopAtCleanup(t, p, err)
+}
+
+// stopAtCleanup fails the test on err, else stops pool p when the test
+// ends (an error of its stop fails the test).
+func stopAtCleanup(t *testing.T, p *harness.Pool, err error) *harness.Pool {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,15 +368,7 @@ func TestPoolVolume(t *testing.T) {
 func TestPoolMetrics(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
-	p, err := harness.StartPoolWithConfig(context.Background(), e.gvxBin, t.TempDir(), 1, "[resources]\nmemory_bytes = 268435456\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	p := startPoolWith(t, 1, "[resources]\nmemory_bytes = 268435456\n")
 	runAdopted(t, p, "poolmet", nil, "sleep", "600")
 	out := mustCtr(t, "task", "metrics", "poolmet")
 	if !strings.Contains(out, "268435456") {
@@ -382,15 +381,7 @@ func TestPoolMetrics(t *testing.T) {
 func TestPoolOOM(t *testing.T) {
 	c, ctx, img := clientEnv(t)
 	checkNoLeaks(t)
-	p, err := harness.StartPoolWithConfig(ctx, e.gvxBin, t.TempDir(), 1, "[resources]\nmemory_bytes = 134217728\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	p := startPoolWith(t, 1, "[resources]\nmemory_bytes = 134217728\n")
 	evctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch, errs := c.Subscribe(evctx, `topic=="/tasks/oom"`)
