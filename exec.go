@@ -273,7 +273,7 @@ func (p *Process) run(ctx context.Context) {
 		}
 	case st.Error() != nil:
 		p.err = newError("exec in", p.s.id, nil, st.Error())
-	case st.ExitCode() != 0 && p.s.diedOOM(dctx):
+	case st.ExitCode() > 128 && p.s.diedOOM(dctx): // killed: an OOM kill's 137, or the shim's 255
 		p.err = errorf("exec in", p.s.id, ErrOOM, "%s: the sandbox was killed: out of memory (it reached its memory limit)", p.id)
 	}
 }

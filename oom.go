@@ -50,7 +50,7 @@ func (s *Sandbox) watchOOM(ctx context.Context) func(uint32) {
 }
 
 // diedOOM reports whether the sandbox ended at its memory limit: asked
-// when one of its execs exits non-zero, whose exit can arrive before the
+// when one of its execs ends by a signal, whose exit can arrive before the
 // init's. A sandbox still running was not killed (an OOM kill takes the
 // whole sandbox); else its init's exit gets a second.
 func (s *Sandbox) diedOOM(ctx context.Context) bool {
