@@ -3,14 +3,17 @@
 //
 // It drives every runtime the same way through the containerd client:
 // gvx adopting from a warm pool that follows demand and resets released
-// sandboxes back into it (the default), the same pool destroying each
+// sandboxes back into it (the default), an image pool of the bench's
+// image (the task a process in the sandbox's root container), the same
+// warm pool destroying each
 // released sandbox and booting a new one (pool.reset = false), gvx with
 // the pool refilling one sandbox at a time at a fixed size (the pool as it
 // was), gvx without a pool, and runsc of the same gVisor version through
 // containerd's runc shim. For each it prints the sustained rate, p50/p99
 // create→exec, p50/p95 of the whole cycle (create→exec→delete), failed
-// cycles, the adopt ratio, host CPU per cycle, and what `gvx gc --dry-run`
-// finds left behind afterwards.
+// cycles, the adopt ratio, host CPU per cycle and where it goes (by kind
+// of process, cpu.go), and what `gvx gc --dry-run` finds left behind
+// afterwards.
 // `make bench` runs it briefly (CHURNBENCHFLAGS).
 //
 //	go run ./bench/churn [-duration 20s] [-workers 8] [-pool 8]
@@ -56,6 +59,8 @@ type result struct {
 	cpu                     time.Duration // host CPU time over the run
 	firstErr                error
 	leftovers               int
+	byCommand               map[string]time.Duration // CPU in the window by process name (cpu.go)
+	breakdownErr            error
 }
 
 func main() {
@@ -113,8 +118,14 @@ func run(dur time.Duration, workers, poolSize int) error {
 		return err
 	}
 	defer stopSerial()
+	images, stopImages, err := pool(fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns))
+	if err != nil {
+		return err
+	}
+	defer stopImages()
 	vs := []variant{
 		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: demand.Config}, pool: demand},
+		{name: "gvx (image pool, reset)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: images.Config}, pool: images},
 		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: recreate.Config}, pool: recreate},
 		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: serial.Config}, pool: serial},
 		{name: "gvx (no pool)", runtime: api.RuntimeType},
@@ -143,10 +154,22 @@ func run(dur time.Duration, workers, poolSize int) error {
 			fmt.Printf("  first failure: %v\n", r.firstErr)
 		}
 	}
-	g, rc, s, rs := res[vs[0].name], res[vs[1].name], res[vs[2].name], res[vs[4].name]
+	fmt.Printf("\nwhere the CPU goes (all host processes in the window, by kind; CPU/cycle above counts the same window):\n")
+	for _, v := range vs {
+		r := res[v.name]
+		if r.breakdownErr != nil {
+			fmt.Printf("  %-30s %v\n", v.name, r.breakdownErr)
+			continue
+		}
+		fmt.Printf("  %-30s %s\n", v.name, breakdown(r.byCommand, r.cycles))
+	}
+	g, rc, s, rs := res[vs[0].name], res[vs[2].name], res[vs[3].name], res[vs[5].name]
 	rate := func(r *result) float64 { return float64(r.cycles) / r.elapsed.Seconds() }
 	fmt.Printf("\nratios: sustained rate gvx (demand pool)/runsc %.2f×, demand/1-boot pool %.2f×; p99 create→exec gvx/runsc %.2f×\n",
 		rate(g)/rate(rs), rate(g)/rate(s), float64(harness.Percentile(g.toExec, 99))/float64(harness.Percentile(rs.toExec, 99)))
+	ip := res[vs[1].name]
+	fmt.Printf("image pool: sustained rate/runsc %.2f×, p99 create→exec/runsc %.2f×\n", rate(ip)/rate(rs),
+		float64(harness.Percentile(ip.toExec, 99))/float64(harness.Percentile(rs.toExec, 99)))
 	fmt.Printf("reset vs recreate: sustained rate %.2f×, p50 cycle %.2f×, p95 cycle %.2f×, CPU/cycle %.2f×\n", rate(g)/rate(rc),
 		ratio(harness.Percentile(g.whole, 50), harness.Percentile(rc.whole, 50)), ratio(harness.Percentile(g.whole, 95), harness.Percentile(rc.whole, 95)),
 		ratio(g.cpu/time.Duration(max(g.cycles, 1)), rc.cpu/time.Duration(max(rc.cycles, 1))))
@@ -158,6 +181,7 @@ func churn(ctx context.Context, c *client.Client, img client.Image, v variant, d
 	r := &result{}
 	var mu sync.Mutex
 	var seq atomic.Int64
+	win, werr := startCPUWindow()
 	cpu0 := hostCPU()
 	t0 := time.Now()
 	deadline := t0.Add(dur)
@@ -190,6 +214,9 @@ func churn(ctx context.Context, c *client.Client, img client.Image, v variant, d
 	wg.Wait()
 	r.elapsed = time.Since(t0)
 	r.cpu = hostCPU() - cpu0
+	if r.breakdownErr = werr; werr == nil {
+		r.byCommand, r.breakdownErr = win.stop()
+	}
 	return r
 }
 
