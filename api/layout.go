@@ -67,6 +67,11 @@ const DockerSocketName = "docker.sock"
 // pool.socket says otherwise.
 func (l Layout) DefaultPoolSocket() string { return filepath.Join(l.Dir, "pool.sock") }
 
+// ExecSlots holds the node's exec slots: one file per exec that may be
+// alive at once on the node, locked by the shim of a live exec
+// (resources.node_max_execs).
+func (l Layout) ExecSlots() string { return filepath.Join(l.Dir, "execs") }
+
 // Pools holds the directories of all pools of this state directory.
 func (l Layout) Pools() string { return filepath.Join(l.Dir, "pool") }
 

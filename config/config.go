@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/volume"
@@ -246,10 +247,29 @@ type Resources struct {
 	// MaxExecs bounds the execs of one task alive at once (each holds host
 	// processes and the shim's stdio); 0 means DefaultMaxExecs.
 	MaxExecs int `toml:"max_execs"`
+	// NodeMaxExecs bounds the execs alive at once on the whole node:
+	// those of every task of every shim sharing this state directory
+	// (each live exec holds ≈ 26 MiB of host memory); 0 means
+	// DefaultNodeMaxExecs.
+	NodeMaxExecs int `toml:"node_max_execs"`
 }
 
 // DefaultMaxExecs is resources.max_execs when the config sets none.
 const DefaultMaxExecs = 32
+
+// NodeExecs is resources.node_max_execs, or its default when the config
+// sets none: as many execs as half the host's memory holds at 64 MiB
+// each, and at least 64.
+func (r Resources) NodeExecs() int {
+	if r.NodeMaxExecs > 0 {
+		return r.NodeMaxExecs
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 64
+	}
+	return max(64, int(uint64(si.Totalram)*uint64(si.Unit)/2/(64<<20)))
+}
 
 // Default returns the built-in configuration.
 func Default() Config {
@@ -402,8 +422,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("admission.disk_paths: %q must be an absolute path", p)
 		}
 	}
-	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 || c.Resources.MaxExecs < 0 {
-		return errors.New("resources: memory_bytes, cpu_millis and max_execs must not be negative")
+	if c.Resources.MemoryBytes < 0 || c.Resources.CPUMillis < 0 || c.Resources.MaxExecs < 0 || c.Resources.NodeMaxExecs < 0 {
+		return errors.New("resources: memory_bytes, cpu_millis, max_execs and node_max_execs must not be negative")
 	}
 	if r := c.Resources; r.Pids < 0 || r.RootfsBytes < 0 || r.MemoryHighPercent < 0 || r.MemoryHighPercent > 100 {
 		return fmt.Errorf("resources: pids %d and rootfs_bytes %d must not be negative, memory_high_percent %d must be 0 to 100", r.Pids, r.RootfsBytes, r.MemoryHighPercent)

@@ -8,13 +8,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	coci "github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // procKiB is field (VmRSS, ...) of /proc/pid/status in KiB.
@@ -209,4 +212,106 @@ func TestSecurityExecFlood(t *testing.T) {
 		t.Errorf("the shim's RSS grew by %d KiB while copying 1 GiB", peak.Load()-int64(rssBefore))
 	}
 	cn.check(t)
+}
+
+// TestSecurityNodeExecFlood: execs spread over two tasks, each in its own
+// sandbox and shim, are bounded by the node's cap ([resources]
+// node_max_execs = 4, each task allowing 10): the fifth is refused with
+// ResourceExhausted naming the setting whichever task it is for; deleting
+// an exec frees its place for the other task, and so does the death of a
+// shim (kill -9) for all of its task's execs.
+func TestSecurityNodeExecFlood(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	cfg := filepath.Join(t.TempDir(), "node.toml")
+	if err := os.WriteFile(cfg, []byte("[resources]\nmax_execs = 10\nnode_max_execs = 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type sb struct {
+		task client.Task
+		exit <-chan client.ExitStatus
+		proc specs.Process
+	}
+	var sbs []*sb
+	for _, id := range []string{"sec-node-a", "sec-node-b"} {
+		cont := newContainerWith(t, c, ctx, img, id, &runtimeoptions.Options{ConfigPath: cfg}, coci.WithProcessArgs("sleep", "3600"))
+		task, exit := startTask(t, ctx, cont, cio.NullIO)
+		s := &sb{task: task, exit: exit}
+		defer func() {
+			_ = s.task.Kill(ctx, 9)
+			<-s.exit
+			_, _ = s.task.Delete(ctx, client.WithProcessKill)
+		}()
+		spec, err := cont.Spec(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.proc = *spec.Process
+		s.proc.Args = []string{"sleep", "600"}
+		sbs = append(sbs, s)
+	}
+	a, b := sbs[0], sbs[1]
+	execIn := func(s *sb, id string) error {
+		p, err := s.task.Exec(ctx, id, &s.proc, cio.NullIO)
+		if err != nil {
+			return err
+		}
+		if err := p.Start(ctx); err != nil {
+			_, _ = p.Delete(ctx)
+			return err
+		}
+		return nil
+	}
+	refused := func(err error) bool {
+		return errdefs.IsResourceExhausted(err) && strings.Contains(err.Error(), "node_max_execs")
+	}
+	for i, s := range []*sb{a, a, a, b} {
+		if err := execIn(s, fmt.Sprintf("n%d", i)); err != nil {
+			t.Fatalf("exec %d of 4: %v", i, err)
+		}
+	}
+	for _, s := range []*sb{b, a} {
+		if err := execIn(s, "over"); !refused(err) {
+			t.Fatalf("a fifth exec on the node: %v, want ResourceExhausted naming node_max_execs", err)
+		}
+	}
+	// An exec deleted: its place goes to the other task.
+	p, err := a.task.LoadProcess(ctx, "n0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Kill(ctx, 9)
+	<-ch
+	if _, err := p.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := execIn(b, "b1"); err != nil {
+		t.Fatalf("exec after another task's exec was deleted: %v", err)
+	}
+	if err := execIn(b, "b2"); !refused(err) {
+		t.Fatalf("exec past the cap again: %v", err)
+	}
+	// Task a's shim killed: its two execs' places are free.
+	shim := shimPid(t, "sec-node-a")
+	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exit // containerd's Wait fails with the shim; the channel then stays closed
+	deadline := time.Now().Add(10 * time.Second)
+	for err = execIn(b, "b2"); refused(err) && time.Now().Before(deadline); err = execIn(b, "b2") {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("exec after the other task's shim died: %v", err)
+	}
+	if err := execIn(b, "b3"); err != nil {
+		t.Fatalf("second exec after the shim died: %v", err)
+	}
+	if err := execIn(b, "b4"); !refused(err) {
+		t.Fatalf("exec past the cap after the shim died: %v", err)
+	}
 }

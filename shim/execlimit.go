@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
@@ -10,19 +11,25 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/slots"
 )
 
 // Exec starts an exec unless the task already has its most execs alive
-// ([resources] max_execs): each exec holds host processes (gvx-sentry
-// exec, then the exec's waiter) and the shim's stdio copies until it is
-// deleted, so a client firing execs without bound would exhaust the
-// host's processes, memory and descriptors.
+// ([resources] max_execs) or the node has ([resources] node_max_execs):
+// each exec holds host processes (gvx-sentry exec, then the exec's
+// waiter) and the shim's stdio copies until it is deleted, so a client
+// firing execs without bound — at one task or spread over many — would
+// exhaust the host's processes, memory and descriptors.
 func (s *service) Exec(ctx context.Context, r *task.ExecProcessRequest) (*emptypb.Empty, error) {
 	limit := config.DefaultMaxExecs
-	if t := s.task(r.ID); t != nil && t.cfg.Resources.MaxExecs > 0 {
-		limit = t.cfg.Resources.MaxExecs
+	var node slots.Set
+	if t := s.task(r.ID); t != nil {
+		if t.cfg.Resources.MaxExecs > 0 {
+			limit = t.cfg.Resources.MaxExecs
+		}
+		node = slots.Set{Dir: t.cfg.Layout().ExecSlots(), Size: t.cfg.Resources.NodeExecs()}
 	}
-	if err := s.reserveExec(r.ID, r.ExecID, limit); err != nil {
+	if err := s.reserveExec(r.ID, r.ExecID, limit, node); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
 	resp, err := s.TTRPCTaskService.Exec(ctx, r)
@@ -32,33 +39,49 @@ func (s *service) Exec(ctx context.Context, r *task.ExecProcessRequest) (*emptyp
 	return resp, err
 }
 
-// reserveExec counts exec id of task against limit.
-func (s *service) reserveExec(task, id string, limit int) error {
+// reserveExec counts exec id of task against limit and, when node has
+// slots, takes one of the node's.
+func (s *service) reserveExec(task, id string, limit int, node slots.Set) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	live := s.execs[task]
 	if live == nil {
-		live = map[string]bool{}
+		live = map[string]*slots.Slot{}
 		s.execs[task] = live
 	}
-	if live[id] {
+	if _, ok := live[id]; ok {
 		return nil // the runc service answers an exec id in use
 	}
 	if len(live) >= limit {
 		return fmt.Errorf("exec %s in task %s: the task has %d execs alive, the most [resources] max_execs allows; "+
 			"wait for them and delete them (or raise max_execs): %w", id, task, len(live), errdefs.ErrResourceExhausted)
 	}
-	live[id] = true
+	var slot *slots.Slot
+	if node.Size > 0 {
+		var err error
+		if slot, err = node.Acquire(); errors.Is(err, slots.ErrFull) {
+			return fmt.Errorf("exec %s in task %s: the node has %d execs alive, the most [resources] node_max_execs allows; "+
+				"wait for execs to end and be deleted (or raise node_max_execs): %w", id, task, node.Size, errdefs.ErrResourceExhausted)
+		} else if err != nil {
+			return fmt.Errorf("exec %s in task %s: node exec slots: %w", id, task, err)
+		}
+	}
+	live[id] = slot
 	return nil
 }
 
-// releaseExec forgets exec id of task (id "" forgets all of the task's).
+// releaseExec forgets exec id of task (id "" forgets all of the task's)
+// and frees its node slots.
 func (s *service) releaseExec(task, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id == "" {
+		for _, sl := range s.execs[task] {
+			sl.Release()
+		}
 		delete(s.execs, task)
 		return
 	}
+	s.execs[task][id].Release()
 	delete(s.execs[task], id)
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/gvxrun/gvx/api/procfs"
+	"github.com/gvxrun/gvx/internal/slots"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -30,8 +31,8 @@ type service struct {
 	task.TTRPCTaskService
 
 	mu    sync.Mutex
-	tasks map[string]*gvxTask        // by container id
-	execs map[string]map[string]bool // live exec ids by container id (execlimit.go)
+	tasks map[string]*gvxTask               // by container id
+	execs map[string]map[string]*slots.Slot // live exec ids by container id, with their node slots (execlimit.go)
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
@@ -42,7 +43,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	// The task service reaps every child of the shim: volume checks
 	// (e2fsck) wait through its reaper.
 	volume.Runner = runReaped
-	s := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]bool{}}
+	s := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*slots.Slot{}}
 	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
 	if err != nil {
 		return nil, err
