@@ -281,14 +281,22 @@ func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample
 			return s, fmt.Errorf("episode %s did not adopt a pool sandbox; pool log:\n%s", id, f.pool.Log())
 		}
 	}
+	var steps []string
+	ep.Docker.Trace = func(method, path string, took time.Duration, err error) {
+		steps = append(steps, fmt.Sprintf("%s %s %s (%v)", method, path, ms(took), err))
+	}
+	t1 := time.Now()
 	code, err := ep.Docker.Run(ctx, busybox, "true")
 	s.firstRun = time.Since(t0)
+	if took := time.Since(t1); took > 5*time.Second {
+		fmt.Fprintf(os.Stderr, "dockerbench: %s: a slow first run, %s after dockerd answered: %s\n", id, ms(took), strings.Join(steps, "; "))
+	}
 	if err == nil && code != 0 {
 		err = fmt.Errorf("first docker run exited %d", code)
 	}
 	if err == nil {
 		var out, errb bytes.Buffer
-		t1 := time.Now()
+		t1 = time.Now()
 		code, err = ep.Exec(ctx, &out, &errb, "docker", "run", "--rm", "--pull", "never", busybox, "true")
 		s.cliRun = time.Since(t1)
 		if err == nil && code != 0 {

@@ -22,7 +22,10 @@ import (
 // the few Docker Engine API calls gvx needs.
 type Client struct {
 	Socket string
-	http   *http.Client
+	// Trace, if set, is told of each Engine API call Run makes when it
+	// ends (how long it took, its error): a benchmark names a slow step.
+	Trace func(method, path string, took time.Duration, err error)
+	http  *http.Client
 }
 
 // New returns a client for the dockerd listening on socket. Each call has
@@ -190,7 +193,11 @@ func (d *Client) Run(ctx context.Context, image string, cmd ...string) (int, err
 
 // call sends one Engine API request with an optional JSON body and decodes
 // a JSON answer into out (if not nil).
-func (d *Client) call(ctx context.Context, method, path string, body []byte, out any) error {
+func (d *Client) call(ctx context.Context, method, path string, body []byte, out any) (err error) {
+	if d.Trace != nil {
+		t0 := time.Now()
+		defer func() { d.Trace(method, path, time.Since(t0), err) }()
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
