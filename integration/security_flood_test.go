@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,19 +150,7 @@ func TestSecurityExecFlood(t *testing.T) {
 	}
 	// Deleting execs frees their places.
 	for _, id := range started[:4] {
-		p, err := task.LoadProcess(ctx, id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, err := p.Wait(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = p.Kill(ctx, 9)
-		<-ch
-		if _, err := p.Delete(ctx); err != nil {
-			t.Fatal(err)
-		}
+		killExec(t, ctx, task, id)
 	}
 	p := *spec.Process
 	p.Args = []string{"true"}
@@ -276,19 +265,7 @@ func TestSecurityNodeExecFlood(t *testing.T) {
 		}
 	}
 	// An exec deleted: its place goes to the other task.
-	p, err := a.task.LoadProcess(ctx, "n0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := p.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = p.Kill(ctx, 9)
-	<-ch
-	if _, err := p.Delete(ctx); err != nil {
-		t.Fatal(err)
-	}
+	killExec(t, ctx, a.task, "n0")
 	if err := execIn(b, "b1"); err != nil {
 		t.Fatalf("exec after another task's exec was deleted: %v", err)
 	}
@@ -302,7 +279,8 @@ func TestSecurityNodeExecFlood(t *testing.T) {
 	}
 	<-a.exit // containerd's Wait fails with the shim; the channel then stays closed
 	deadline := time.Now().Add(10 * time.Second)
-	for err = execIn(b, "b2"); refused(err) && time.Now().Before(deadline); err = execIn(b, "b2") {
+	err := execIn(b, "b2")
+	for ; refused(err) && time.Now().Before(deadline); err = execIn(b, "b2") {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
@@ -313,5 +291,23 @@ func TestSecurityNodeExecFlood(t *testing.T) {
 	}
 	if err := execIn(b, "b4"); !refused(err) {
 		t.Fatalf("exec past the cap after the shim died: %v", err)
+	}
+}
+
+// killExec kills exec id of task with SIGKILL, waits for it and deletes it.
+func killExec(t *testing.T, ctx context.Context, task client.Task, id string) {
+	t.Helper()
+	p, err := task.LoadProcess(ctx, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Kill(ctx, 9)
+	<-ch
+	if _, err := p.Delete(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
