@@ -506,3 +506,80 @@ func poolServers(dir string) int {
 	}
 	return n
 }
+
+// TestServeHot: a pooled template keeps a hot sandbox (acquired from its
+// pool and warmed ahead of the create); a create is handed it and its
+// commands run as the template's user in its home, a create with envVars
+// is not (it acquires from the pool, its init getting them), the official e2b SDK's steps pass on hot
+// sandboxes, and a stop closes the hot sandbox (the leak check).
+func TestServeHot(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	key, other := newKey(), newKey()
+	tmpl := fmt.Sprintf("[[template]]\nname = \"pooled\"\nimage = %q\npool_size = 1\n", filepath.Join(e.images, "e2b-base.tar"))
+	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" a\n"+other+" b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startGvxServe(t, dir)
+	defer func() {
+		s.stop(syscall.SIGTERM)
+		deadline := time.Now().Add(time.Minute)
+		for poolServers(dir) > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	type pool struct{ Size, Ready, Hot, HotReady int }
+	status := func() pool {
+		var got struct {
+			Pool *pool `json:"pool"`
+		}
+		if c := s.call("GET", "/gvx/v1/templates/pooled", s.key, "", &got); c != 200 || got.Pool == nil {
+			t.Fatalf("template status: %d %+v", c, got)
+		}
+		return *got.Pool
+	}
+	full := func() {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for st := status(); st.Ready < st.Size || st.HotReady < st.Hot || st.Hot != 1; st = status() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool never filled: %+v\n%s", st, s.stderr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	full()
+	sb := s.create(s.key, `{"templateID":"pooled"}`)
+	if st := status(); st.HotReady != 0 {
+		t.Errorf("after a create the hot sandbox is still ready (%+v): the create did not take it", st)
+	}
+	if code, out, err := s.run(sb, "whoami; pwd; echo $HOME"); err != nil || code != 0 || out != "user\n/home/user\n/home/user\n" {
+		t.Fatalf("a command in the hot sandbox: %d %q %v", code, out, err)
+	}
+	if code, _, err := s.run(sb, "exit 3"); err != nil || code != 3 {
+		t.Fatalf("exit 3 in the hot sandbox: %d %v", code, err)
+	}
+	full()
+	withEnv := s.create(s.key, `{"templateID":"pooled","envVars":{"FOO":"bar"}}`)
+	if st := status(); st.HotReady != 1 {
+		t.Errorf("a create with envVars took the hot sandbox (%+v)", st)
+	}
+	if code, out, err := s.run(withEnv, "echo $FOO"); err != nil || code != 0 || out != "bar\n" {
+		t.Fatalf("envVars in a create from the pool: %d %q %v", code, out, err)
+	}
+	for _, id := range []string{sb.SandboxID, withEnv.SandboxID} {
+		if c := s.call("DELETE", "/sandboxes/"+id, s.key, "", nil); c != 204 {
+			t.Fatalf("kill %s: %d", id, c)
+		}
+	}
+	full()
+	out, err := s.node(t, "e2b/sdk.mjs", "E2B_TEMPLATE=pooled")
+	t.Logf("e2b SDK on the pooled template:\n%s", out)
+	if err != nil || !strings.Contains(out, "13 passed, 0 failed") {
+		t.Fatalf("the e2b SDK's steps on hot sandboxes: %v\n%s\ngvx serve's log:\n%s", err, out, s.stderr)
+	}
+}

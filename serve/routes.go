@@ -204,7 +204,7 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	s.mu.Lock()
 	e.sb, e.envd = sb, envd.New(s.measure(sb), defaults(e.tmpl, rec))
 	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
-	e.rec.Backing = "" // a reset fork's backend id is the service's now
+	e.rec.Backing = backingOf(sb, rec.ID) // a reset fork's backend id is the service's now (or a hot sandbox's)
 	s.mu.Unlock()
 	s.save()
 	return nil

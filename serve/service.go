@@ -72,8 +72,17 @@ type record struct {
 	State     State             `json:"state"`
 	OnTimeout string            `json:"onTimeout"` // kill or pause
 	// Backing is the backend's id of the sandbox when it is not ID (a
-	// fork's).
+	// fork's, or a hot sandbox's handed over at its create).
 	Backing string `json:"backing,omitempty"`
+}
+
+// backingOf is the Backing of sandbox sb made for id: the backend's id
+// of it when that is not id (a hot sandbox's, handed over at a create).
+func backingOf(sb backend.Sandbox, id string) string {
+	if b, ok := sb.(backend.Identified); ok && b.BackendID() != id {
+		return b.BackendID()
+	}
+	return ""
 }
 
 // backing is the backend's id of the sandbox.
@@ -413,6 +422,7 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 	e.sb = sb
 	e.envd = envd.New(s.measure(sb), defaults(t, e.rec))
 	s.mu.Lock()
+	e.rec.Backing = backingOf(sb, e.rec.ID)
 	e.gone = false
 	// The end time counts from when the sandbox runs.
 	e.rec.EndAt = time.Now().Add(spec.Timeout).UTC()

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/containerd/errdefs"
 
+	"github.com/gvxrun/gvx/serve/backend"
 	"github.com/gvxrun/gvx/serve/internal/fakebackend"
 )
 
@@ -430,5 +432,74 @@ func TestCreateRefused(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// TestHotHandOver: a create handed a sandbox the backend made under its
+// own id (a hot sandbox) serves it under the service's id, records the
+// backend's id, re-adopts it by that id after a restart (not removing it
+// as unknown) and removes it at the kill.
+func TestHotHandOver(t *testing.T) {
+	f := newFixture(t)
+	f.b.Hot = []string{"hready1"}
+	sb := f.create(f.key, `{"templateID":"base"}`)
+	if sb.SandboxID == "hready1" || !f.b.Has("hready1") || f.b.Has(sb.SandboxID) {
+		t.Fatalf("create %s: want the service's id over the backend's hready1 (backend has it: %v)", sb.SandboxID, f.b.Has("hready1"))
+	}
+	health := func() int {
+		req, _ := http.NewRequest("GET", f.hs.URL+"/health", nil)
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := health(); c != 204 {
+		t.Fatalf("envd of the handed-over sandbox: %d", c)
+	}
+	f.stop()
+	var recs []record
+	if b, err := os.ReadFile(filepath.Join(f.dir, "state", "sandboxes.json")); err != nil || json.Unmarshal(b, &recs) != nil || len(recs) != 1 || recs[0].Backing != "hready1" {
+		t.Fatalf("the table: %v %+v, want one row backed by hready1", err, recs)
+	}
+	f.start()
+	if !f.b.Has("hready1") {
+		t.Fatal("the restart removed the handed-over sandbox as unknown")
+	}
+	if c := health(); c != 204 {
+		t.Fatalf("envd after the restart: %d", c)
+	}
+	if c, _ := f.do("DELETE", "/sandboxes/"+sb.SandboxID, f.key, "", nil); c != 204 {
+		t.Fatalf("kill: %d", c)
+	}
+	if f.b.Has("hready1") {
+		t.Fatal("the kill left the backend's sandbox")
+	}
+}
+
+// TestTemplateHot: a pooled template keeps one hot sandbox unless it says
+// otherwise; hot is refused without a pool, negative or over the pool.
+func TestTemplateHot(t *testing.T) {
+	n := func(v int) *int { return &v }
+	for _, c := range []struct {
+		pool int
+		hot  *int
+		want int
+		bad  bool
+	}{{0, nil, 0, false}, {2, nil, 1, false}, {2, n(0), 0, false}, {2, n(2), 2, false}, {2, n(3), 0, true}, {0, n(1), 0, true}, {2, n(-1), 0, true}} {
+		tm := backend.Template{Name: "t", Image: "img", PoolSize: c.pool, Hot: c.hot}
+		err := CheckTemplate(tm)
+		if (err != nil) != c.bad {
+			t.Errorf("pool %d hot %v: CheckTemplate %v, want refused %v", c.pool, c.hot, err, c.bad)
+		}
+		if !c.bad && tm.HotSize() != c.want {
+			t.Errorf("pool %d hot %v: HotSize %d, want %d", c.pool, c.hot, tm.HotSize(), c.want)
+		}
+	}
+	var f templatesFile
+	if _, err := toml.Decode("[[template]]\nname = \"a\"\nimage = \"i\"\npool_size = 2\nhot = 0\n", &f); err != nil || f.Template[0].HotSize() != 0 {
+		t.Fatalf("hot = 0 in TOML: %v %+v", err, f.Template)
 	}
 }

@@ -51,6 +51,9 @@ func CheckTemplate(t backend.Template) error {
 	if t.PoolSize > 256 {
 		return fmt.Errorf("template %s: pool size %d is over 256", t.Name, t.PoolSize)
 	}
+	if t.Hot != nil && (*t.Hot < 0 || *t.Hot > t.PoolSize) {
+		return fmt.Errorf("template %s: hot %d: give 0 to the pool size (%d); hot sandboxes are taken from the pool", t.Name, *t.Hot, t.PoolSize)
+	}
 	if t.Golden != "" && !t.Docker {
 		return fmt.Errorf("template %s: a golden volume is docker mode's /var/lib/docker: set docker = true", t.Name)
 	}

@@ -1,7 +1,7 @@
 // The e2b JS SDK's side of bench/serve: N cycles of Sandbox.create +
 // commands.run('true') + kill against gvx serve (E2B_* environment), each
 // after waiting for the template's pool to be full again (when it has
-// one); then CONCURRENT commands.run at once over a few sandboxes. Prints
+// one, its hot sandboxes included); then CONCURRENT commands.run at once over a few sandboxes. Prints
 // one JSON line: {"createRun": [ms], "cycle": [ms], "concurrent": {...}}.
 const { Sandbox } = await import(process.env.E2B_MODULE || 'e2b')
 
@@ -15,7 +15,7 @@ async function poolFull() {
   for (;;) {
     const r = await fetch(`${api}/gvx/v1/templates/${template}`, { headers: { 'X-API-KEY': key } })
     const t = await r.json()
-    if (!t.pool || t.pool.ready >= t.pool.size) return
+    if (!t.pool || (t.pool.ready >= t.pool.size && (t.pool.hotReady || 0) >= (t.pool.hot || 0))) return
     await new Promise((res) => setTimeout(res, 10))
   }
 }

@@ -6,11 +6,14 @@
 // kill), and through the Go SDK directly (New, Exec of the same
 // `/bin/bash -l -c true` as user, Close) — each from a template without a
 // pool and from one with a ready pool (the bench waits until the pool is
-// full before each cycle). The service's overhead is the difference. Then
+// full before each cycle). Through the service the pooled template is
+// measured twice: as configured by default (one hot sandbox: acquired
+// and warmed ahead of the create) and with hot = 0 (each create acquires
+// from the pool). The service's overhead is the difference. Then
 // -concurrent commands.run at once through the service. `make bench` runs
-// it.
+// it; -plain=false leaves out the template without a pool.
 //
-//	go run ./bench/serve [-runs 30] [-rounds 3] [-pool 2] [-concurrent 100]
+//	go run ./bench/serve [-runs 30] [-rounds 3] [-pool 2] [-concurrent 100] [-plain=true]
 package main
 
 import (
@@ -37,8 +40,9 @@ func main() {
 	pool := flag.Int("pool", 2, "ready sandboxes of the pooled template")
 	conc := flag.Int("concurrent", 100, "commands.run at once through the service")
 	rounds := flag.Int("rounds", 3, "turns the paths take (runs are split among them)")
+	plain := flag.Bool("plain", true, "measure the template without a pool too")
 	flag.Parse()
-	if err := run(*runs, *rounds, *pool, *conc); err != nil {
+	if err := run(*runs, *rounds, *pool, *conc, *plain); err != nil {
 		fmt.Fprintf(os.Stderr, "bench/serve: %v\n", err)
 		os.Exit(1)
 	}
@@ -59,7 +63,7 @@ type sdkResult struct {
 	} `json:"concurrent"`
 }
 
-func run(runs, rounds, poolSize, conc int) (retErr error) {
+func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	ctx := context.Background()
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
@@ -93,65 +97,81 @@ func run(runs, rounds, poolSize, conc int) (retErr error) {
 	defer srv.stop()
 	// The paths take turns, rounds times, so that a drift of the
 	// machine's load does not favour one.
-	var goPlain, goPool, rawPlain, rawPool, jsPlain, jsPool sdkResult
+	var goPlain, goPool, rawPlain, rawPool, rawCold, jsPlain, jsPool, jsCold sdkResult
 	per := (runs + rounds - 1) / rounds
+	plainRuns := per
+	if !plain {
+		plainRuns = 0
+	}
 	for r := 0; r < rounds; r++ {
-		fmt.Printf("bench/serve: round %d of %d: the Go SDK, HTTP to gvx serve, the e2b JS SDK to gvx serve (%d cycles each, without and with a pool)\n", r+1, rounds, per)
-		gp, gq, err := goSDK(ctx, ctrd.Socket(), filepath.Join(dir, "sdk"), bins.GVX, image, per, poolSize)
+		fmt.Printf("bench/serve: round %d of %d: the Go SDK, HTTP to gvx serve, the e2b JS SDK to gvx serve (%d cycles each, without a pool, with one (hot = 0), with one (one hot))\n", r+1, rounds, per)
+		gp, gq, err := goSDK(ctx, ctrd.Socket(), filepath.Join(dir, "sdk"), bins.GVX, image, plainRuns, per, poolSize)
 		if err != nil {
 			return fmt.Errorf("go SDK: %w", err)
 		}
-		rp, err := srv.raw(ctx, "base", per)
-		if err != nil {
-			return srv.failed(err)
-		}
-		rq, err := srv.raw(ctx, "pooled", per)
-		if err != nil {
-			return srv.failed(err)
-		}
-		jp, err := srv.node(mods, "base", per, 0)
-		if err != nil {
-			return srv.failed(err)
-		}
-		c := 0
-		if r == rounds-1 {
-			c = conc
-		}
-		jq, err := srv.node(mods, "pooled", per, c)
-		if err != nil {
-			return srv.failed(err)
-		}
 		goPlain.add(gp)
 		goPool.add(gq)
-		rawPlain.add(rp)
-		rawPool.add(rq)
-		jsPlain.add(jp)
-		jsPool.add(jq)
-		jsPool.Concurrent = jq.Concurrent
+		for _, p := range []struct {
+			tmpl string
+			runs int
+			raw  *sdkResult
+			js   *sdkResult
+		}{{"base", plainRuns, &rawPlain, &jsPlain}, {"cold", per, &rawCold, &jsCold}, {"pooled", per, &rawPool, &jsPool}} {
+			if p.runs == 0 {
+				continue
+			}
+			rr, err := srv.raw(ctx, p.tmpl, p.runs)
+			if err != nil {
+				return srv.failed(err)
+			}
+			c := 0
+			if r == rounds-1 && p.tmpl == "pooled" {
+				c = conc
+			}
+			jr, err := srv.node(mods, p.tmpl, p.runs, c)
+			if err != nil {
+				return srv.failed(err)
+			}
+			p.raw.add(rr)
+			p.js.add(jr)
+			if jr.Concurrent != nil {
+				p.js.Concurrent = jr.Concurrent
+			}
+		}
 	}
 
-	fmt.Printf("\ncreate + first command (p50 / p95 ms, %d cycles each; the cycle adds kill)\n\n", len(goPlain.CreateRun))
+	fmt.Printf("\ncreate + first command (p50 / p95 ms, %d cycles each; the cycle adds kill)\n\n", len(goPool.CreateRun))
 	fmt.Println("| path | template | create + first command p50 | p95 | full cycle p50 | p95 |")
 	fmt.Println("|---|---|---|---|---|---|")
 	row := func(path, tmpl string, cr, cy []float64) {
 		fmt.Printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", path, tmpl, pct(cr, 50), pct(cr, 95), pct(cy, 50), pct(cy, 95))
 	}
 	pooled := fmt.Sprintf("pool of %d", poolSize)
-	row("Go SDK", "no pool", goPlain.CreateRun, goPlain.Cycle)
-	row("HTTP (Go) → gvx serve", "no pool", rawPlain.CreateRun, rawPlain.Cycle)
-	row("e2b JS SDK → gvx serve", "no pool", jsPlain.CreateRun, jsPlain.Cycle)
-	row("Go SDK", pooled, goPool.CreateRun, goPool.Cycle)
-	row("HTTP (Go) → gvx serve", pooled, rawPool.CreateRun, rawPool.Cycle)
-	row("e2b JS SDK → gvx serve", pooled, jsPool.CreateRun, jsPool.Cycle)
+	cold := pooled + ", hot = 0"
+	hot := pooled + " (default: 1 hot)"
+	if plain {
+		row("Go SDK", "no pool", goPlain.CreateRun, goPlain.Cycle)
+		row("HTTP (Go) → gvx serve", "no pool", rawPlain.CreateRun, rawPlain.Cycle)
+		row("e2b JS SDK → gvx serve", "no pool", jsPlain.CreateRun, jsPlain.Cycle)
+	}
+	row("Go SDK", pooled+" (Acquire)", goPool.CreateRun, goPool.Cycle)
+	row("HTTP (Go) → gvx serve", cold, rawCold.CreateRun, rawCold.Cycle)
+	row("e2b JS SDK → gvx serve", cold, jsCold.CreateRun, jsCold.Cycle)
+	row("HTTP (Go) → gvx serve", hot, rawPool.CreateRun, rawPool.Cycle)
+	row("e2b JS SDK → gvx serve", hot, jsPool.CreateRun, jsPool.Cycle)
 	diff := func(what string, a, b sdkResult) {
 		fmt.Printf("%s, p50 difference: create + first command %.1f ms, full cycle %.1f ms\n", what,
 			pct(a.CreateRun, 50)-pct(b.CreateRun, 50), pct(a.Cycle, 50)-pct(b.Cycle, 50))
 	}
 	fmt.Println()
-	diff("service overhead (HTTP → gvx serve − Go SDK), no pool", rawPlain, goPlain)
-	diff("service overhead (HTTP → gvx serve − Go SDK), pooled", rawPool, goPool)
-	diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), no pool", jsPlain, goPlain)
-	diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), pooled", jsPool, goPool)
+	if plain {
+		diff("service overhead (HTTP → gvx serve − Go SDK), no pool", rawPlain, goPlain)
+		diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), no pool", jsPlain, goPlain)
+	}
+	diff("service overhead (HTTP → gvx serve − Go SDK), pooled, hot = 0", rawCold, goPool)
+	diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), pooled, hot = 0", jsCold, goPool)
+	diff("hot sandbox (e2b JS SDK, default − hot = 0)", jsPool, jsCold)
+	diff("hot sandbox (HTTP, default − hot = 0)", rawPool, rawCold)
 	if c := jsPool.Concurrent; c != nil {
 		fmt.Printf("%d concurrent commands.run over %d sandboxes: %.0f ms, %d errors", c.Commands, c.Sandboxes, c.MS, c.Errors)
 		if c.FirstError != nil {
@@ -167,7 +187,7 @@ func run(runs, rounds, poolSize, conc int) (retErr error) {
 
 // goSDK measures the Go SDK: New + Exec + Close, then a pool's Acquire +
 // Exec + Release.
-func goSDK(ctx context.Context, socket, state, bin, image string, runs, poolSize int) (plain, pooled sdkResult, err error) {
+func goSDK(ctx context.Context, socket, state, bin, image string, plainRuns, runs, poolSize int) (plain, pooled sdkResult, err error) {
 	c, err := gvx.Connect(ctx, gvx.Options{Containerd: socket, Namespace: "gvxbenchgo", StateDir: state, BinDir: bin})
 	if err != nil {
 		return plain, pooled, err
@@ -196,10 +216,12 @@ func goSDK(ctx context.Context, socket, state, bin, image string, runs, poolSize
 	}
 	newSB := func() (*gvx.Sandbox, error) { return c.New(ctx, cfg) }
 	var warm sdkResult
-	if err := cycle(newSB, &warm); err != nil {
-		return plain, pooled, err
+	if plainRuns > 0 {
+		if err := cycle(newSB, &warm); err != nil {
+			return plain, pooled, err
+		}
 	}
-	for i := 0; i < runs; i++ {
+	for i := 0; i < plainRuns; i++ {
 		if err := cycle(newSB, &plain); err != nil {
 			return plain, pooled, err
 		}
@@ -250,7 +272,7 @@ func startServe(dir string, bins harness.Bins, socket, image string, poolSize in
 	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" bench\n"), 0o600); err != nil {
 		return nil, err
 	}
-	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\n\n[[template]]\nname = \"pooled\"\nimage = %q\npool_size = %d\n", image, image, poolSize)
+	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %[1]q\n\n[[template]]\nname = \"pooled\"\nimage = %[1]q\npool_size = %[2]d\n\n[[template]]\nname = \"cold\"\nimage = %[1]q\npool_size = %[2]d\nhot = 0\n", image, poolSize)
 	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
 		return nil, err
 	}

@@ -84,7 +84,8 @@ func (s *service) raw(ctx context.Context, template string, runs int) (sdkResult
 	return r, nil
 }
 
-// poolFull waits until template's pool is full (at once without one).
+// poolFull waits until template's pool is full, its hot sandboxes
+// included (at once without one).
 func (s *service) poolFull(ctx context.Context, cl *http.Client, template string) error {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
@@ -94,13 +95,15 @@ func (s *service) poolFull(ctx context.Context, cl *http.Client, template string
 		if err != nil {
 			return err
 		}
-		var t struct{ Pool *struct{ Size, Ready int } }
+		var t struct {
+			Pool *struct{ Size, Ready, Hot, HotReady int }
+		}
 		err = json.NewDecoder(resp.Body).Decode(&t)
 		resp.Body.Close()
 		if err != nil {
 			return err
 		}
-		if t.Pool == nil || t.Pool.Ready >= t.Pool.Size {
+		if t.Pool == nil || t.Pool.Ready >= t.Pool.Size && t.Pool.HotReady >= t.Pool.Hot {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -38,6 +38,23 @@ type Template struct {
 	Golden string `json:"golden,omitempty" toml:"golden"`
 	// PoolSize sandboxes are kept booted for this template (0: none).
 	PoolSize int `json:"poolSize,omitempty" toml:"pool_size"`
+	// Hot of the pool's sandboxes are kept acquired ahead of creates,
+	// with a first command run in each, so that a create is a hand-over
+	// and its first command finds the exec path warm. Nil: 1 when the
+	// template has a pool; 0: none.
+	Hot *int `json:"hot,omitempty" toml:"hot"`
+}
+
+// HotSize is how many sandboxes of t are kept acquired ahead of creates
+// (Template.Hot).
+func (t Template) HotSize() int {
+	switch {
+	case t.PoolSize == 0:
+		return 0
+	case t.Hot == nil:
+		return 1
+	}
+	return *t.Hot
 }
 
 // Backend makes and finds sandboxes.
@@ -123,10 +140,13 @@ type Preparer interface {
 	Forget(ctx context.Context, name string)
 }
 
-// PoolStatus is a template's pool's fill level.
+// PoolStatus is a template's pool's fill level: Ready of Size booted,
+// and HotReady of Hot acquired and warmed ahead of creates.
 type PoolStatus struct {
-	Size  int `json:"size"`
-	Ready int `json:"ready"`
+	Size     int `json:"size"`
+	Ready    int `json:"ready"`
+	Hot      int `json:"hot"`
+	HotReady int `json:"hotReady"`
 }
 
 // PoolReporter is a Backend that can say how full a template's pool is.

@@ -50,6 +50,7 @@ type Backend struct {
 
 	mu    sync.Mutex
 	pools map[string]*gvx.Pool // template name → its pool
+	hot   map[string]*hotSet   // template name → its hot sandboxes
 }
 
 // New connects to containerd (the embedded one by default).
@@ -60,7 +61,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{c: c, pools: map[string]*gvx.Pool{}}, nil
+	return &Backend{c: c, pools: map[string]*gvx.Pool{}, hot: map[string]*hotSet{}}, nil
 }
 
 // Client is the SDK client the backend uses.
@@ -84,12 +85,19 @@ func config(id string, t backend.Template, env []string) gvx.Config {
 	return cfg
 }
 
-// Create starts sandbox id from t: from t's pool if it has one (a booted
-// sandbox, or one booted now when none is ready), else booted now.
+// Create starts sandbox id from t: a hot sandbox of t's when one is
+// ready and env is empty (its id is the backend's own: BackendID), else
+// from t's pool if it has one (a booted sandbox, or one booted now when
+// none is ready), else booted now.
 func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env []string) (backend.Sandbox, error) {
 	b.mu.Lock()
-	p := b.pools[t.Name]
+	p, h := b.pools[t.Name], b.hot[t.Name]
 	b.mu.Unlock()
+	if h != nil && len(env) == 0 {
+		if sb := h.take(); sb != nil {
+			return &sandbox{sb: sb}, nil
+		}
+	}
 	var sb *gvx.Sandbox
 	var err error
 	if p != nil {
@@ -128,10 +136,18 @@ func (b *Backend) List(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.mu.Lock()
+	hot := map[string]bool{}
+	for _, h := range b.hot {
+		for id := range h.ids() {
+			hot[id] = true
+		}
+	}
+	b.mu.Unlock()
 	var ids []string
 	for _, in := range infos {
-		if _, ok := in.Labels[LabelTemplate]; ok {
-			ids = append(ids, in.ID)
+		if _, ok := in.Labels[LabelTemplate]; ok && !hot[in.ID] {
+			ids = append(ids, in.ID) // hot sandboxes are the backend's, not the service's
 		}
 	}
 	// And the containers restored for rollbacks and forks that are no
@@ -177,6 +193,9 @@ func (b *Backend) Prepare(ctx context.Context, t backend.Template) error {
 	}
 	b.mu.Lock()
 	b.pools[t.Name] = p
+	if n := t.HotSize(); n > 0 {
+		b.hot[t.Name] = newHotSet(t, p, n)
+	}
 	b.mu.Unlock()
 	return nil
 }
@@ -196,13 +215,17 @@ func poolName(name string) string {
 // PoolStatus is template name's pool's fill level.
 func (b *Backend) PoolStatus(ctx context.Context, name string) (backend.PoolStatus, bool, error) {
 	b.mu.Lock()
-	p := b.pools[name]
+	p, h := b.pools[name], b.hot[name]
 	b.mu.Unlock()
 	if p == nil {
 		return backend.PoolStatus{}, false, nil
 	}
 	st, err := p.Status(ctx)
-	return backend.PoolStatus{Size: st.Size, Ready: st.Ready}, true, err
+	out := backend.PoolStatus{Size: st.Size, Ready: st.Ready}
+	if h != nil {
+		out.Hot, out.HotReady = h.status()
+	}
+	return out, true, err
 }
 
 // Forget closes template name's pool, if it has one: its ready
@@ -210,9 +233,13 @@ func (b *Backend) PoolStatus(ctx context.Context, name string) (backend.PoolStat
 // service forgets a template only when none of its sandboxes is left).
 func (b *Backend) Forget(ctx context.Context, name string) {
 	b.mu.Lock()
-	p := b.pools[name]
+	p, h := b.pools[name], b.hot[name]
 	delete(b.pools, name)
+	delete(b.hot, name)
 	b.mu.Unlock()
+	if h != nil {
+		h.close(ctx)
+	}
 	if p != nil {
 		if err := p.Close(ctx); err != nil {
 			log.G(ctx).WithError(err).Warnf("gvx serve: close the pool of template %s", name)
@@ -225,6 +252,13 @@ func (b *Backend) Forget(ctx context.Context, name string) {
 // it, destroying their ready sandboxes): gvx.Pool.Close would also close
 // the sandboxes acquired from them.
 func (b *Backend) Close() error {
+	b.mu.Lock()
+	hot := b.hot
+	b.hot = map[string]*hotSet{}
+	b.mu.Unlock()
+	for _, h := range hot {
+		h.close(context.Background()) // not the service's sandboxes yet
+	}
 	return b.c.Close(context.Background())
 }
 

@@ -32,8 +32,12 @@ type Backend struct {
 	// FailCheckpoint makes checkpoints fail, FailExec execs.
 	FailCheckpoint error
 	FailExec       error
-	cks            map[string]checkpoint
-	seq            int
+	// Hot are ids a create hands over (the first, then the next) instead
+	// of making a sandbox under the id it is given, as gvxbackend's hot
+	// sandboxes: the sandbox's BackendID is the hot id.
+	Hot []string
+	cks map[string]checkpoint
+	seq int
 }
 
 // New makes an empty fake backend.
@@ -64,6 +68,9 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env
 	b.Creates++
 	if b.FailCreate != nil {
 		return nil, b.FailCreate
+	}
+	if len(b.Hot) > 0 {
+		id, b.Hot = b.Hot[0], b.Hot[1:]
 	}
 	if _, ok := b.boxes[id]; ok {
 		return nil, fmt.Errorf("sandbox %s exists", id)
