@@ -508,10 +508,11 @@ func poolServers(dir string) int {
 }
 
 // TestServeHot: a pooled template keeps a hot sandbox (acquired from its
-// pool and warmed ahead of the create); a create is handed it and its
-// commands run as the template's user in its home, a create with envVars
-// is not (it acquires from the pool, its init getting them), the official e2b SDK's steps pass on hot
-// sandboxes, and a stop closes the hot sandbox (the leak check).
+// pool ahead of the create); a create is handed it and its commands run
+// as the template's user in its home, a create with envVars is not (it
+// acquires from the pool, its init getting them), the official e2b
+// SDK's steps pass on hot sandboxes, and a stop closes the hot sandbox
+// (the leak check).
 func TestServeHot(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)

@@ -7,9 +7,9 @@
 // `/bin/bash -l -c true` as user, Close) — each from a template without a
 // pool and from one with a ready pool (the bench waits until the pool is
 // full before each cycle). Through the service the pooled template is
-// measured twice: as configured by default (one hot sandbox: acquired
-// and warmed ahead of the create) and with hot = 0 (each create acquires
-// from the pool). The service's overhead is the difference. Then
+// measured twice: as configured by default (one hot sandbox, acquired
+// from the pool ahead of the create) and with hot = 0 (each create
+// acquires from the pool). The service's overhead is the difference. Then
 // -concurrent commands.run at once through the service. `make bench` runs
 // it; -plain=false leaves out the template without a pool.
 //

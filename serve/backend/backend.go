@@ -38,9 +38,8 @@ type Template struct {
 	Golden string `json:"golden,omitempty" toml:"golden"`
 	// PoolSize sandboxes are kept booted for this template (0: none).
 	PoolSize int `json:"poolSize,omitempty" toml:"pool_size"`
-	// Hot of the pool's sandboxes are kept acquired ahead of creates,
-	// with a first command run in each, so that a create is a hand-over
-	// and its first command finds the exec path warm. Nil: 1 when the
+	// Hot of the pool's sandboxes are kept acquired ahead of creates, so
+	// that a create is a hand-over, not a pool's acquire. Nil: 1 when the
 	// template has a pool; 0: none.
 	Hot *int `json:"hot,omitempty" toml:"hot"`
 }
@@ -141,7 +140,7 @@ type Preparer interface {
 }
 
 // PoolStatus is a template's pool's fill level: Ready of Size booted,
-// and HotReady of Hot acquired and warmed ahead of creates.
+// and HotReady of Hot acquired ahead of creates.
 type PoolStatus struct {
 	Size     int `json:"size"`
 	Ready    int `json:"ready"`

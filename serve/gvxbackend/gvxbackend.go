@@ -97,6 +97,7 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env
 		if sb := h.take(); sb != nil {
 			return &sandbox{sb: sb}, nil
 		}
+		h.wake() // none ready: its last acquire may have failed
 	}
 	var sb *gvx.Sandbox
 	var err error

@@ -14,15 +14,16 @@ import (
 
 // HotRefillDelay is how long after a hand-over the hot set starts to
 // acquire its replacement: the acquire (containerd, the shim, the pool's
-// claim) would otherwise share the CPU with the handed-over sandbox's
-// first commands.
+// claim, and the pool's boot of a sandbox in its place) would otherwise
+// share the CPU with the handed-over sandbox's first commands.
 var HotRefillDelay = 250 * time.Millisecond
 
-// hotSet keeps sandboxes of a template's pool acquired ahead of creates,
-// each with one command (the login shell the E2B SDKs run every command
-// in) already run in it: a create from it is a hand-over, and its first
-// command finds the sandbox's exec path warm (the user resolved, bash
-// and /etc/profile read once in the guest).
+// hotSet keeps sandboxes of a template's pool acquired ahead of creates:
+// a create from it is a hand-over (≈ 1 ms) instead of a pool's Acquire
+// (a containerd container and task, the shim, the pool's claim, the
+// template's init started), and the pool's boot of the replacement runs
+// off the create's path, so it does not share the CPU with the new
+// sandbox's first command either.
 type hotSet struct {
 	t    backend.Template
 	pool *gvx.Pool
@@ -124,34 +125,9 @@ func (h *hotSet) fill() {
 	}
 }
 
-// acquire takes a sandbox from the pool and runs the warm-up command.
+// acquire takes a sandbox from the pool.
 func (h *hotSet) acquire(id string) (*gvx.Sandbox, error) {
-	ctx := context.Background()
-	sb, err := h.pool.Acquire(ctx, gvx.AcquireOptions{ID: id})
-	if err != nil {
-		return nil, err
-	}
-	user := h.t.User
-	if user == "" {
-		user = "user"
-	}
-	home := "/home/" + user
-	if user == "root" {
-		home = "/root"
-	}
-	dir := h.t.Workdir
-	if dir == "" {
-		dir = home
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := sb.Exec(wctx, []string{"/bin/bash", "-l", "-c", "true"}, gvx.ExecOptions{
-		User: user, Dir: dir, Env: []string{"HOME=" + home, "USER=" + user, "LOGNAME=" + user}})
-	if err != nil || res.ExitCode != 0 {
-		// Not every image has bash: the sandbox serves all the same.
-		log.L.WithError(err).Debugf("gvx serve: template %s: warm-up command in %s exited %d", h.t.Name, id, res.ExitCode)
-	}
-	return sb, nil
+	return h.pool.Acquire(context.Background(), gvx.AcquireOptions{ID: id})
 }
 
 // close stops filling and closes the ready sandboxes.
