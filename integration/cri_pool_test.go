@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -107,6 +108,11 @@ func TestCRIPodPool(t *testing.T) {
 	if strings.TrimSpace(got) != "hello-from-pod" {
 		t.Errorf("a server in the pod on %s:8080 answered %q, want hello-from-pod", ip, got)
 	}
+	// Its loopback still serves the pod's containers (the attach replaced
+	// gVisor's route table; 127.0.0.1 is a local address).
+	if out := x.must(t, "exec", app, "sh", "-c", "nc 127.0.0.1 8080 </dev/null"); out != "hello-from-pod" {
+		t.Errorf("the pod's server on 127.0.0.1: %q", out)
+	}
 	// The pod reaches a server of the test's on the pod network's gateway.
 	ln, err := net.Listen("tcp", "10.77.0.1:0")
 	if err != nil {
@@ -119,6 +125,45 @@ func TestCRIPodPool(t *testing.T) {
 		t.Errorf("the pod to the gateway's server: %q", out)
 	}
 
+	x.must(t, "stop", "--timeout", "1", app)
+	x.must(t, "rm", app)
+	x.must(t, "stopp", pod)
+	x.must(t, "rmp", pod)
+	if _, err := os.Stat(string(harness.SandboxDir(sb))); !os.IsNotExist(err) {
+		t.Errorf("pool sandbox %s after its pod was removed: %v, want it destroyed", sb, err)
+	}
+}
+
+// TestCRIPodPoolNAT: a pod of a runtime handler whose gvx config has
+// network = "nat" adopts a sandbox of that config's NAT pool and shares
+// its NAT (eth0 10.0.2.15, a host server reached through 10.0.2.2); no
+// interface of the pod's network namespace is attached.
+func TestCRIPodPoolNAT(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	srv := startNATHTTP(t, "hello-pod-pool-nat")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pool.toml")
+	body := fmt.Sprintf("network = \"nat\"\n[nat.egress]\nallow = [\"10.0.2.2:%d\"]\n[pool]\nsize = 1\nsocket = %q\n", srv.port, filepath.Join(dir, "pool.sock"))
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.ServePool(context.Background(), e.gvxBin, cfg, 1)
+	p = stopAtCleanup(t, p, err)
+	x := newCRIEnvWith(t, criPoolHandler("gvxnatpool", p.Config))
+	pod, podCfg := x.runPod(t, "ppn", "gvxnatpool")
+	sb := harness.Adopted("k8s.io", pod)
+	if sb == "" {
+		t.Fatalf("pod %s booted its own sandbox (%s); pool log:\n%s", pod, x.shimSaid(pod, "boots its own sandbox"), p.Log())
+	}
+	app := x.createContainer(t, pod, podCfg, "app", []string{"sleep", "600"}, nil)
+	x.must(t, "start", app)
+	if out := x.must(t, "exec", app, "ip", "-4", "-o", "addr", "show"); !strings.Contains(out, "10.0.2.15/24") || strings.Contains(out, "10.77.0.") {
+		t.Errorf("the NAT pod's addresses: %q, want eth0 10.0.2.15/24 and not the CNI address", out)
+	}
+	if out := x.must(t, "exec", app, "wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", srv.port)); out != "hello-pod-pool-nat" {
+		t.Errorf("the NAT pod through the pool sandbox's NAT: %q", out)
+	}
 	x.must(t, "stop", "--timeout", "1", app)
 	x.must(t, "rm", app)
 	x.must(t, "stopp", pod)
