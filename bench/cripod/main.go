@@ -50,6 +50,7 @@ type peer struct {
 	total   []time.Duration
 	step    map[string][]time.Duration
 	adopted int
+	failed  error // the cycle that failed; the runtime is left out from then on
 }
 
 func main() {
@@ -145,16 +146,22 @@ func run(runs, poolSize int) error {
 		// One untimed pod each: images, caches and the shims' first
 		// start.
 		if _, _, err := cycle(ctx, rs, p, "warm"); err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
+			p.failed = fmt.Errorf("first pod: %w", err)
+			fmt.Fprintf(os.Stderr, "bench cripod: %s: %v\n", p.name, p.failed)
 		}
 	}
 	fmt.Printf("gvx bench cripod: %d pods per runtime, RunPodSandbox → CreateContainer (busybox sleep) → StartContainer → ExecSync (true), containerd %s CRI, bridge CNI, %d CPUs, pool of %d\n\n",
 		runs, "v2.4.2", goruntime.NumCPU(), poolSize)
 	for i := 0; i < runs; i++ {
 		for _, p := range peers {
+			if p.failed != nil {
+				continue
+			}
 			total, st, err := cycle(ctx, rs, p, fmt.Sprint(i))
 			if err != nil {
-				return fmt.Errorf("%s: pod %d: %w", p.name, i, err)
+				p.failed = fmt.Errorf("pod %d: %w", i, err)
+				fmt.Fprintf(os.Stderr, "bench cripod: %s: %v\n", p.name, p.failed)
+				continue
 			}
 			p.total = append(p.total, total)
 			for k, v := range st {
@@ -164,6 +171,10 @@ func run(runs, poolSize int) error {
 	}
 	fmt.Printf("%-20s %9s %9s   %s\n", "runtime", "p50", "p95", "p50 of each step: "+strings.Join(steps, " / "))
 	for _, p := range peers {
+		if p.failed != nil {
+			fmt.Printf("%-20s failed: %v\n", p.name, p.failed)
+			continue
+		}
 		var each []string
 		for _, s := range steps {
 			each = append(each, fmt.Sprintf("%.1f", ms(harness.Percentile(p.step[s], 50))))
@@ -177,7 +188,13 @@ func run(runs, poolSize int) error {
 	}
 	fmt.Printf("pods that adopted a pool sandbox: %d/%d\n", pool.adopted, runs)
 	for _, b := range []*peer{runsc, runc, cold} {
+		if b.failed != nil || pool.failed != nil {
+			continue
+		}
 		fmt.Printf("gvx (warm pool) / %-18s p50 %.2fx  p95 %.2fx\n", b.name+":", ratio(pool, b, 50), ratio(pool, b, 95))
+	}
+	if cold.failed != nil || runsc.failed != nil {
+		return nil
 	}
 	fmt.Printf("gvx / %-30s p50 %.2fx  p95 %.2fx\n", "runsc (runc shim):", ratio(cold, runsc, 50), ratio(cold, runsc, 95))
 	return nil
@@ -197,6 +214,9 @@ func cycle(ctx context.Context, rs runtimeapi.RuntimeServiceClient, p *peer, nam
 		Linux:    &runtimeapi.LinuxPodSandboxConfig{},
 	}
 	st := map[string]time.Duration{}
+	// No call may hang the run (a peer that cannot serve pods fails).
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
 	t0 := time.Now()
 	runp, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: p.handler})
 	if err != nil {
@@ -204,8 +224,10 @@ func cycle(ctx context.Context, rs runtimeapi.RuntimeServiceClient, p *peer, nam
 	}
 	pod := runp.PodSandboxId
 	defer func() {
-		_, _ = rs.StopPodSandbox(context.WithoutCancel(ctx), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod})
-		_, _ = rs.RemovePodSandbox(context.WithoutCancel(ctx), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod})
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer ccancel()
+		_, _ = rs.StopPodSandbox(cctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod})
+		_, _ = rs.RemovePodSandbox(cctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod})
 	}()
 	t1 := time.Now()
 	st["runp"] = t1.Sub(t0)
