@@ -69,6 +69,12 @@ const (
 	// adopted: the sandbox is the container's alone, and gvx-sentry's
 	// delete of the container destroys it.
 	AnnotationPoolSandbox = "dev.gvx.pool-sandbox"
+	// AnnotationPodNetns is the network namespace of a CRI pod whose
+	// sandbox container adopted a warm-pool sandbox: gvx-sentry's create
+	// of that container gives the running sandbox the interfaces of this
+	// namespace (the pod's CNI network), as a sandbox booted in it would
+	// have had them.
+	AnnotationPodNetns = "dev.gvx.pod-netns"
 	// AnnotationDocker asks for docker mode ("true"/"false").
 	AnnotationDocker = "dev.gvx.docker"
 	// GroupLabel puts several containers in one shim (one sandbox).

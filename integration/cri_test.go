@@ -28,6 +28,13 @@ const criBridge = "gvxcri0"
 
 func newCRIEnv(t *testing.T) *criEnv {
 	t.Helper()
+	return newCRIEnvWith(t, "")
+}
+
+// newCRIEnvWith is newCRIEnv with more containerd config (runtime
+// handlers of the test's own).
+func newCRIEnvWith(t *testing.T, extraTOML string) *criEnv {
+	t.Helper()
 	requireEnv(t)
 	crictlBin := os.Getenv("CRICTL_BIN")
 	if crictlBin == "" {
@@ -39,7 +46,7 @@ func newCRIEnv(t *testing.T) *criEnv {
 	}
 	// host-local IPAM keeps its leases here; the test's own directory.
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"gvxcri","plugins":[
-  {"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,
+  {"type":"bridge","bridge":%q,"isGateway":true,"isDefaultGateway":true,"ipMasq":false,
    "ipam":{"type":"host-local","ranges":[[{"subnet":"10.77.0.0/24"}]],"dataDir":%q}},
   {"type":"loopback"}]}`, criBridge, filepath.Join(dir, "ipam"))
 	if err := os.WriteFile(filepath.Join(dir, "cni", "10-gvxcri.conflist"), []byte(conf), 0o644); err != nil {
@@ -55,7 +62,7 @@ func newCRIEnv(t *testing.T) *criEnv {
   runtime_type = %q
   pod_annotations = [%q, %q, %q]
   container_annotations = [%[3]q]
-`, filepath.Join(dir, "cni"), api.RuntimeType, api.AnnotationDocker, api.AnnotationNetwork, api.AnnotationNAT))
+`, filepath.Join(dir, "cni"), api.RuntimeType, api.AnnotationDocker, api.AnnotationNetwork, api.AnnotationNAT)+extraTOML)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,19 @@ func PodRole(s *specs.Spec) (role, pod string) {
 	return s.Annotations[api.CRIContainerType], s.Annotations[api.CRISandboxID]
 }
 
+// NetnsPath is the network namespace s joins ("" for a new one, or none).
+func NetnsPath(s *specs.Spec) string {
+	if s.Linux == nil {
+		return ""
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			return ns.Path
+		}
+	}
+	return ""
+}
+
 // Mapping is the user namespace a sandbox gets: guest ids 0..Size-1 are host
 // ids HostUID.. and HostGID...
 type Mapping struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool/client"
 	"github.com/gvxrun/gvx/sandbox"
 )
@@ -30,7 +31,9 @@ func newOwner(ns, id string) string {
 // container), and the pool recorded the sandbox's state at boot.
 func (t *gvxTask) resettable() bool {
 	r := t.rec
-	return t.cfg.Pool.Reset && r.Adopted && !r.PoolProcess && !r.Docker && t.vols == nil && len(t.mounted) == 0 &&
+	// A pod's sandbox is the pod's to the end: its network (the pod's
+	// interfaces) is not the pool's.
+	return t.cfg.Pool.Reset && r.Adopted && t.role == oci.RoleNone && !r.PoolProcess && !r.Docker && t.vols == nil && len(t.mounted) == 0 &&
 		r.Sandbox != nil && r.Sandbox.Pool != nil && r.Sandbox.Baseline != nil
 }
 

@@ -274,6 +274,12 @@ func (t *gvxTask) dockerProxied() bool {
 // (adopt.Blocker), and points the spec at it.
 func (t *gvxTask) adoptPool(ctx context.Context) error {
 	r := t.rec
+	if t.role == oci.RoleContainer && t.pause != nil && t.pause.rec.Adopted && t.pause.rec.Sandbox != nil {
+		// The pod's sandbox container adopted a pool sandbox: the pod's
+		// containers join that one, under its id.
+		t.spec.Annotations[api.CRISandboxID] = t.pause.rec.Sandbox.ID
+		return nil
+	}
 	why := adopt.Blocker(t.cfg, t.spec, t.role, t.rootVol != nil)
 	if why == "" && t.network != t.cfg.Network {
 		why = "it asks for network " + t.network + ", not the pool's " + t.cfg.Network
@@ -312,6 +318,12 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 	r.PoolProcess = why == ""
 	r.SandboxCgroup = sb.Cgroup
 	enterPoolSandbox(t.spec, sb, r.PoolProcess, t.resettable())
+	if t.role == oci.RolePause && t.network == api.NetworkSandbox {
+		// gvx-sentry gives the running sandbox the pod's interfaces.
+		if ns := oci.NetnsPath(t.spec); ns != "" {
+			t.spec.Annotations[api.AnnotationPodNetns] = ns
+		}
+	}
 	t.flags = strings.Fields(sb.Flags)
 	if t.vols != nil {
 		// The container's volumes are its alone (see prepareVolumes).

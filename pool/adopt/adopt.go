@@ -28,13 +28,17 @@ import (
 // Blocker says why a task cannot adopt a pool sandbox ("" if it can).
 // spec is the task's spec after oci.Prepare and before gvx adds its own
 // hook; role is its CRI pod role and ext4Rootfs whether its root
-// filesystem is an ext4lite image.
+// filesystem is an ext4lite image. A pod's sandbox (pause) container may
+// adopt one although it joins the pod's network namespace: gvx-sentry
+// gives the running sandbox that namespace's interfaces
+// (api.AnnotationPodNetns); the pod's application containers then run in
+// the sandbox it adopted.
 func Blocker(cfg config.Config, spec *specs.Spec, role string, ext4Rootfs bool) string {
 	switch {
 	case cfg.Pool.Size <= 0:
 		return "pool off"
-	case role != oci.RoleNone:
-		return "CRI pod member (the pod's network namespace is fixed at boot)"
+	case role == oci.RoleContainer:
+		return "a CRI pod's application container (it runs in its pod's sandbox)"
 	case ext4Rootfs:
 		return "ext4lite root filesystem (its writes go to the image, a setting of the sandbox)"
 	case hasHooks(spec):
@@ -43,7 +47,7 @@ func Blocker(cfg config.Config, spec *specs.Spec, role string, ext4Rootfs bool) 
 	netns := false
 	for _, ns := range spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
-			if ns.Path != "" {
+			if ns.Path != "" && role != oci.RolePause {
 				return "joins network namespace " + ns.Path
 			}
 			netns = true
@@ -52,11 +56,21 @@ func Blocker(cfg config.Config, spec *specs.Spec, role string, ext4Rootfs bool) 
 	if !netns {
 		return "host network"
 	}
-	if got, want := oci.SandboxResources(spec.Linux.Resources), bootspec.Resources(cfg); got != want {
+	got := oci.SandboxResources(spec.Linux.Resources)
+	if role == oci.RolePause && got.CPUShares == criSandboxShares {
+		// What CRI gives every pod's sandbox container, not the pod's
+		// request: the adopted sandbox keeps the pool's weight.
+		got.CPUShares = 0
+	}
+	if want := bootspec.Resources(cfg); got != want {
 		return fmt.Sprintf("resources %+v differ from the pool's %+v", got, want)
 	}
 	return ""
 }
+
+// criSandboxShares is the CPU weight containerd's CRI gives every pod's
+// sandbox (pause) container, whatever the pod requests.
+const criSandboxShares = 2
 
 func hasHooks(s *specs.Spec) bool {
 	h := s.Hooks

@@ -28,6 +28,19 @@ func TestPoolBlocker(t *testing.T) {
 	if why := Blocker(cfg, s, "", false); why != "" {
 		t.Errorf("default cpu shares blocked: %s", why)
 	}
+	// A pod's sandbox container adopts although it joins the pod's
+	// network namespace (gvx-sentry attaches it to the running sandbox).
+	pause := spec()
+	pause.Linux.Namespaces[0].Path = "/var/run/netns/cni-1"
+	two := uint64(2)
+	pause.Linux.Resources = &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &two}}
+	if why := Blocker(cfg, pause, "sandbox", false); why != "" {
+		t.Errorf("pod sandbox container blocked: %s", why)
+	}
+	pause.Linux.Namespaces[0].Path = ""
+	if why := Blocker(cfg, pause, "", false); !strings.Contains(why, "resources") {
+		t.Errorf("a plain task with cpu shares 2: blocker %q, want resources", why)
+	}
 	limit := int64(1 << 30)
 	for name, tc := range map[string]struct {
 		cfg     func(*config.Config)
@@ -37,7 +50,8 @@ func TestPoolBlocker(t *testing.T) {
 		want    string
 	}{
 		"pool off":    {cfg: func(c *config.Config) { c.Pool.Size = 0 }, want: "pool off"},
-		"pod":         {role: "container", want: "CRI pod"},
+		"pod":         {role: "container", want: "CRI pod's application container"},
+		"pod hostnet": {role: "sandbox", spec: func(s *specs.Spec) { s.Linux.Namespaces = nil }, want: "host network"},
 		"ext4 rootfs": {volumes: true, want: "ext4lite root filesystem"},
 		"hooks":       {spec: func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/x"}}} }, want: "hooks"},
 		"netns":       {spec: func(s *specs.Spec) { s.Linux.Namespaces[0].Path = "/var/run/netns/x" }, want: "joins network namespace"},

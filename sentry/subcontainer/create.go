@@ -2,11 +2,13 @@ package subcontainer
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -14,9 +16,12 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/netns"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // IsSubcontainer reports whether spec describes a container to run inside
@@ -55,6 +60,12 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if err != nil {
 		return util.Errorf("creating container: %v", err)
 	}
+	if ns := spec.Annotations[api.AnnotationPodNetns]; ns != "" {
+		if err := attachPodNetns(cont, ns); err != nil {
+			_ = cont.Destroy()
+			return util.Errorf("creating container %s: %v", id, err)
+		}
+	}
 	pid, err := SpawnMonitor(conf.RootDir, id, MonitorCommand, spec.Process != nil && spec.Process.Terminal)
 	if err == nil {
 		if p := argv.Flag(f, "pid-file"); p != "" {
@@ -69,6 +80,23 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 		return util.Errorf("creating container %s: %v", id, err)
 	}
 	return subcommands.ExitSuccess
+}
+
+// attachPodNetns gives the running sandbox of cont, a pod's sandbox
+// container in an adopted pool sandbox, the interfaces of the pod's network
+// namespace ns (netns.Attach).
+func attachPodNetns(cont *container.Container, ns string) error {
+	conn, err := sandboxctl.Connect(cont)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	names, err := netns.Attach(conn, ns)
+	if err != nil {
+		return fmt.Errorf("pod network: %w", err)
+	}
+	log.Infof("container %s: the sandbox has %v of the pod's network namespace %s", cont.ID, names, ns)
+	return nil
 }
 
 // SpawnMonitor starts gvx-sentry's internal command (a monitor) for
