@@ -11,10 +11,11 @@ import (
 )
 
 // TestOwnAnnotationsRefused: a spec that arrives with an annotation only
-// gvx sets (the pool sandbox a task's process starts in, or the one a
-// container's delete destroys) is refused naming it.
+// gvx sets (the pool sandbox a task's process starts in, the one a
+// container's delete destroys, the network namespace an adopted pod
+// sandbox gets the interfaces of) is refused naming it.
 func TestOwnAnnotationsRefused(t *testing.T) {
-	for _, a := range []string{api.AnnotationPoolExec, api.AnnotationPoolSandbox} {
+	for _, a := range []string{api.AnnotationPoolExec, api.AnnotationPoolSandbox, api.AnnotationPodNetns} {
 		s := baseSpec()
 		s.Annotations = map[string]string{a: "victim"}
 		_, err := Prepare(s, config.Default())
