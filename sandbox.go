@@ -2,7 +2,6 @@ package gvx
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/dockerapi"
+	"github.com/gvxrun/gvx/internal/randid"
 	"github.com/gvxrun/gvx/rollout"
 )
 
@@ -325,17 +325,6 @@ func (s *Sandbox) DockerSocket() string {
 	return s.c.cfg.Layout().DockerSocket(s.c.opts.Namespace, s.id)
 }
 
-// randomID is "gvx" and 12 random letters and digits.
-func randomID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return "gvx" + string(b)
-}
-
 // eofReader calls eof once when r reports EOF.
 func (c *Client) isClosed() bool {
 	c.closeMu.Lock()
@@ -353,3 +342,6 @@ func removeAll(paths []string) error {
 	}
 	return first
 }
+
+// randomID is "gvx" and 12 random letters and digits.
+func randomID() string { return randid.New("gvx", 12) }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -125,13 +124,7 @@ func TestCRIPodPool(t *testing.T) {
 		t.Errorf("the pod to the gateway's server: %q", out)
 	}
 
-	x.must(t, "stop", "--timeout", "1", app)
-	x.must(t, "rm", app)
-	x.must(t, "stopp", pod)
-	x.must(t, "rmp", pod)
-	if _, err := os.Stat(string(harness.SandboxDir(sb))); !os.IsNotExist(err) {
-		t.Errorf("pool sandbox %s after its pod was removed: %v, want it destroyed", sb, err)
-	}
+	removePodPool(t, x, pod, app, sb)
 }
 
 // TestCRIPodPoolNAT: a pod of a runtime handler whose gvx config has
@@ -142,14 +135,7 @@ func TestCRIPodPoolNAT(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	srv := startNATHTTP(t, "hello-pod-pool-nat")
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "pool.toml")
-	body := fmt.Sprintf("network = \"nat\"\n[nat.egress]\nallow = [\"10.0.2.2:%d\"]\n[pool]\nsize = 1\nsocket = %q\n", srv.port, filepath.Join(dir, "pool.sock"))
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := harness.ServePool(context.Background(), e.gvxBin, cfg, 1)
-	p = stopAtCleanup(t, p, err)
+	p := startNATPool(t, srv)
 	x := newCRIEnvWith(t, criPoolHandler("gvxnatpool", p.Config))
 	pod, podCfg := x.runPod(t, "ppn", "gvxnatpool")
 	sb := harness.Adopted("k8s.io", pod)
@@ -164,6 +150,13 @@ func TestCRIPodPoolNAT(t *testing.T) {
 	if out := x.must(t, "exec", app, "wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", srv.port)); out != "hello-pod-pool-nat" {
 		t.Errorf("the NAT pod through the pool sandbox's NAT: %q", out)
 	}
+	removePodPool(t, x, pod, app, sb)
+}
+
+// removePodPool stops and removes container app and pod, and checks that
+// the pool sandbox sb the pod adopted went with it.
+func removePodPool(t *testing.T, x *criEnv, pod, app, sb string) {
+	t.Helper()
 	x.must(t, "stop", "--timeout", "1", app)
 	x.must(t, "rm", app)
 	x.must(t, "stopp", pod)

@@ -574,6 +574,20 @@ func TestNATHostUnchanged(t *testing.T) {
 	}
 }
 
+// startNATPool serves a warm pool of one sandbox of a config with
+// network = "nat" whose egress allows srv, stopped at the test's end.
+func startNATPool(t *testing.T, srv *natHTTP) *harness.Pool {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pool.toml")
+	body := fmt.Sprintf("network = \"nat\"\n[nat.egress]\nallow = [\"10.0.2.2:%d\"]\n[pool]\nsize = 1\nsocket = %q\n", srv.port, filepath.Join(dir, "pool.sock"))
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.ServePool(context.Background(), e.gvxBin, cfg, 1)
+	return stopAtCleanup(t, p, err)
+}
+
 // TestPoolNAT: a warm pool of a handler with network = "nat" boots NAT
 // sandboxes; a task adopts one and goes out through its NAT with the
 // config's policy; a task with NAT settings of its own boots its own
@@ -582,14 +596,7 @@ func TestPoolNAT(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	srv := startNATHTTP(t, "hello-pool-nat")
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "pool.toml")
-	body := fmt.Sprintf("network = \"nat\"\n[nat.egress]\nallow = [\"10.0.2.2:%d\"]\n[pool]\nsize = 1\nsocket = %q\n", srv.port, filepath.Join(dir, "pool.sock"))
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := harness.ServePool(context.Background(), e.gvxBin, cfg, 1)
-	p = stopAtCleanup(t, p, err)
+	p := startNATPool(t, srv)
 	runAdopted(t, p, "poolnat1", nil, "sleep", "120")
 	r := ctrExec(t, "poolnat1", "ip", "sh", "-c", "ip -4 addr show eth0; cat /etc/resolv.conf")
 	if !strings.Contains(r.stdout, "10.0.2.15/24") || !strings.Contains(r.stdout, "nameserver 10.0.2.3") {

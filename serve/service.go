@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/randid"
 	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/serve/backend"
 	"github.com/gvxrun/gvx/serve/envd"
@@ -359,17 +360,6 @@ var (
 	errState = errors.New("sandbox is not in that state")
 )
 
-// newID is an E2B-shaped sandbox id: i and 20 of [a-z0-9].
-func newID() string {
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return "i" + string(b)
-}
-
 func newToken() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
@@ -526,3 +516,6 @@ func (s *Service) setEnd(e *entry, d time.Duration, extendOnly bool) {
 	s.mu.Unlock()
 	s.save()
 }
+
+// newID is an E2B-shaped sandbox id: i and 20 of [a-z0-9].
+func newID() string { return randid.New("i", 20) }

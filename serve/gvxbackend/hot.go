@@ -2,13 +2,13 @@ package gvxbackend
 
 import (
 	"context"
-	"crypto/rand"
 	"sync"
 	"time"
 
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/internal/randid"
 	"github.com/gvxrun/gvx/serve/backend"
 )
 
@@ -99,7 +99,7 @@ func (h *hotSet) fill() {
 				h.mu.Unlock()
 				break
 			}
-			id := hotID()
+			id := randid.New("h", 20)
 			h.pending[id] = true
 			h.mu.Unlock()
 			sb, err := h.acquire(id)
@@ -148,16 +148,4 @@ func (h *hotSet) close(ctx context.Context) {
 			log.G(ctx).WithError(err).Warnf("gvx serve: close hot sandbox %s", sb.ID())
 		}
 	}
-}
-
-// hotID is a fresh id of a hot sandbox: "h" and 20 of [a-z0-9], the
-// shape of the service's ids.
-func hotID() string {
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return "h" + string(b)
 }
