@@ -149,7 +149,24 @@ func (s *Sandbox) Rollback(ctx context.Context, id string) error {
 	default:
 	}
 	s.bmu.Unlock()
+	s.closeNewIO()
 	return s.watch(ctx)
+}
+
+// closeNewIO closes the stdio of the task New created once the rollout
+// engine owns that task (a rollback replaced it, or the engine destroys
+// it): the engine deletes it by its id, without this process's IO, and it
+// is the IO's close that removes its FIFO directory (empty when the
+// sandbox has no stdio writers).
+func (s *Sandbox) closeNewIO() {
+	s.bmu.Lock()
+	io := s.newIO
+	s.newIO = nil
+	s.bmu.Unlock()
+	if io != nil {
+		io.Cancel()
+		_ = io.Close()
+	}
 }
 
 // Fork makes n new sandboxes in checkpoint id's state, each with volumes

@@ -243,6 +243,7 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		if err := s.c.eng.Destroy(ctx, rs); err != nil {
 			errs = append(errs, err)
 		}
+		s.closeNewIO()
 	} else if s.restored && s.container != nil {
 		// Stopped, so not adopted: the engine removes it with its volumes.
 		if err := s.c.removeRestored(ctx, s.container.ID()); err != nil {

@@ -56,7 +56,10 @@ type Sandbox struct {
 	bmu       sync.Mutex       // guards container, task, exited and rs (a rollback replaces them)
 	container client.Container // the current backing (a rollback's restore is a new one)
 	task      client.Task
-	rs        *rollout.Sandbox // the rollout engine's, once checkpointed
+	// newIO is the stdio this process holds of the task New created,
+	// until the rollout engine takes that task over (closeNewIO).
+	newIO cio.IO
+	rs    *rollout.Sandbox // the rollout engine's, once checkpointed
 	// restored says the backing is a container the rollout engine
 	// restored (a rollback's or fork's, attached by a later process).
 	restored  bool
@@ -173,7 +176,7 @@ func (c *Client) newSandbox(ctx context.Context, cfg Config, ropts any, pool str
 	if err != nil {
 		return nil, newError("new", id, nil, fmt.Errorf("create the sandbox: %w", err))
 	}
-	s.task = task
+	s.task, s.newIO = task, task.IO()
 	if err := s.watch(ctx); err != nil {
 		return nil, err
 	}
