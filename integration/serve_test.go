@@ -34,21 +34,29 @@ type served struct {
 	stderr *bytes.Buffer
 }
 
+// writeServeFiles writes gvx serve's keys file (two new keys, of owners a
+// and b) and templates file tmpl into dir, and returns the keys.
+func writeServeFiles(t *testing.T, dir, tmpl string) (key, other string) {
+	t.Helper()
+	key, other = newKey(), newKey()
+	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" a\n"+other+" b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key, other
+}
+
 // startGvxServe runs gvx serve with the test templates: base (the e2b base
 // image) and swebench (the example's image, one sandbox pooled).
 func startGvxServe(t *testing.T, dir string) *served {
 	t.Helper()
 	s := &served{t: t, dir: dir}
 	if _, err := os.Stat(filepath.Join(dir, "keys")); os.IsNotExist(err) {
-		s.key, s.other = newKey(), newKey()
-		if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(s.key+" a\n"+s.other+" b\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
 		tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\n\n[[template]]\nname = \"swebench\"\nimage = %q\n",
 			filepath.Join(e.images, "e2b-base.tar"), filepath.Join(e.images, "swebench.tar"))
-		if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		s.key, s.other = writeServeFiles(t, dir, tmpl)
 	} else {
 		b, _ := os.ReadFile(filepath.Join(dir, "keys"))
 		f := strings.Fields(string(b))
@@ -441,14 +449,8 @@ func TestServeRestartPool(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	dir := t.TempDir()
-	key, other := newKey(), newKey()
 	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\npool_size = 1\n", filepath.Join(e.images, "e2b-base.tar"))
-	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" a\n"+other+" b\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeServeFiles(t, dir, tmpl)
 	ready := func(s *served) bool {
 		var got struct {
 			Pool *struct{ Size, Ready int } `json:"pool"`
@@ -517,14 +519,8 @@ func TestServeHot(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	dir := t.TempDir()
-	key, other := newKey(), newKey()
 	tmpl := fmt.Sprintf("[[template]]\nname = \"pooled\"\nimage = %q\npool_size = 1\n", filepath.Join(e.images, "e2b-base.tar"))
-	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" a\n"+other+" b\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeServeFiles(t, dir, tmpl)
 	s := startGvxServe(t, dir)
 	defer func() {
 		s.stop(syscall.SIGTERM)
