@@ -14,8 +14,9 @@ import (
 
 // critestFloorFocus picks the critest specs of what issue 15 fixed: exec
 // with a timeout, OOM, hostPath volumes (root-only sources, symlinked
-// paths), mount propagation, read-only and recursive read-only mounts.
-const critestFloorFocus = `execSync with timeout|Container OOM|starting container with volume|Mount Propagation|Mount Readonly`
+// paths), mount propagation, read-only and recursive read-only mounts,
+// port forwarding to a pod on the host network.
+const critestFloorFocus = `execSync with timeout|portforward in host network|Container OOM|starting container with volume|Mount Propagation|Mount Readonly`
 
 // critestFloorSkip leaves out the focus's specs gvx does not pass
 // (docs/compatibility.md): they would only wait out their timeouts.

@@ -17,16 +17,39 @@ import (
 const ResolvConfFile = "gvx-resolv.conf"
 
 // NetworkMode is the task's network mode: its api.AnnotationNetwork, else
-// the config's.
+// the config's. A task on the host's network (its spec has no network
+// namespace: `ctr run --net-host`, a CRI pod with hostNetwork) asking for
+// "sandbox" gets "host": gVisor's netstack would otherwise copy the
+// host's interfaces and addresses and read the host's links with packet
+// sockets, and the task's listeners would not be the host's (what
+// kubelet, `crictl port-forward` and the task's users expect of the host
+// network). "none" and "nat" stay as asked: neither touches the host's
+// interfaces.
 func NetworkMode(s *specs.Spec, c config.Config) (string, error) {
 	v, ok := s.Annotations[api.AnnotationNetwork]
 	if !ok {
-		return c.Network, nil
-	}
-	if err := config.CheckNetwork(v); err != nil {
+		v = c.Network
+	} else if err := config.CheckNetwork(v); err != nil {
 		return "", fmt.Errorf("annotation %s: %w", api.AnnotationNetwork, err)
 	}
+	if v == api.NetworkSandbox && !OwnNetNS(s) {
+		return api.NetworkHost, nil
+	}
 	return v, nil
+}
+
+// OwnNetNS reports whether s gives the task a network namespace other
+// than the host's (a new one, or one it joins by path).
+func OwnNetNS(s *specs.Spec) bool {
+	if s.Linux == nil {
+		return false
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			return true
+		}
+	}
+	return false
 }
 
 // PrepareNAT merges the task's api.AnnotationNAT over the config's [nat],

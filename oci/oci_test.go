@@ -190,6 +190,7 @@ func TestConfigResources(t *testing.T) {
 func TestNetworkMode(t *testing.T) {
 	c := config.Default()
 	s := baseSpec()
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace})
 	if m, err := NetworkMode(s, c); err != nil || m != "sandbox" {
 		t.Errorf("no annotation: %q, %v; want the config's", m, err)
 	}
@@ -200,6 +201,22 @@ func TestNetworkMode(t *testing.T) {
 	s.Annotations[api.AnnotationNetwork] = "bridge"
 	if _, err := NetworkMode(s, c); err == nil || !strings.Contains(err.Error(), api.AnnotationNetwork) {
 		t.Errorf("annotation bridge: %v, want an error naming the annotation", err)
+	}
+
+	// The host's network namespace (no network namespace in the spec):
+	// "sandbox" becomes the host's stack; none and nat stay.
+	h := baseSpec()
+	if OwnNetNS(h) || !OwnNetNS(s) {
+		t.Fatalf("OwnNetNS: %v without a network namespace, %v with one", OwnNetNS(h), OwnNetNS(s))
+	}
+	for _, tc := range []struct{ anno, want string }{{"", "host"}, {"sandbox", "host"}, {"none", "none"}, {"nat", "nat"}, {"host", "host"}} {
+		h.Annotations = map[string]string{}
+		if tc.anno != "" {
+			h.Annotations[api.AnnotationNetwork] = tc.anno
+		}
+		if m, err := NetworkMode(h, c); err != nil || m != tc.want {
+			t.Errorf("host network namespace, annotation %q: %q, %v; want %q", tc.anno, m, err, tc.want)
+		}
 	}
 }
 

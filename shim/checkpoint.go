@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -116,9 +115,9 @@ func (t *gvxTask) checkpointable() error {
 	case t.network == api.NetworkNAT:
 		return fmt.Errorf("it runs on gvx's userspace NAT (network = \"nat\"), whose eth0 is a host socket gVisor cannot save")
 	case t.network == api.NetworkHost:
-		return fmt.Errorf("it uses the host's network stack (network = \"host\"): its sockets live in the host kernel, which gVisor cannot save")
-	case !ownNetNS(t.spec):
-		return fmt.Errorf("it has no network namespace of its own (host network): gVisor would have to save the host's network interfaces")
+		return fmt.Errorf("it uses the host's network stack (host network: network = \"host\", or no network namespace of its own): its sockets live in the host kernel, which gVisor cannot save")
+	case !oci.OwnNetNS(t.spec):
+		return fmt.Errorf("it has no network namespace of its own (host network) and network %q: its sandbox runs in the host's network namespace, which gVisor cannot save", t.network)
 	case t.rec.Adopted:
 		return fmt.Errorf("it runs in a warm-pool sandbox; checkpoint a task that boots its own sandbox")
 	case t.rec.Docker && t.rec.DockerSocket == nil:
@@ -128,17 +127,6 @@ func (t *gvxTask) checkpointable() error {
 		return fmt.Errorf("it is a member of CRI pod %s; pods are checkpointed as a whole (not yet supported)", t.pod)
 	}
 	return nil
-}
-
-// ownNetNS reports whether spec gives the task a network namespace of its
-// own.
-func ownNetNS(spec *specs.Spec) bool {
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == specs.NetworkNamespace {
-			return true
-		}
-	}
-	return false
 }
 
 // saveVolumes copies the task's volumes into image directory dir and
