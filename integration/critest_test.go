@@ -15,8 +15,8 @@ import (
 // critestFloorFocus picks the critest specs of what issue 15 fixed: exec
 // with a timeout, OOM, hostPath volumes (root-only sources, symlinked
 // paths), mount propagation, read-only and recursive read-only mounts,
-// port forwarding to a pod on the host network.
-const critestFloorFocus = `execSync with timeout|portforward in host network|Container OOM|starting container with volume|Mount Propagation|Mount Readonly`
+// port forwarding (a pod on its own network and on the host network).
+const critestFloorFocus = `execSync with timeout|should support portforward|Container OOM|starting container with volume|Mount Propagation|Mount Readonly`
 
 // critestFloorSkip leaves out the focus's specs gvx does not pass
 // (docs/compatibility.md): they would only wait out their timeouts.

@@ -27,6 +27,7 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/crifwd"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool/adopt"
 	"github.com/gvxrun/gvx/sandbox"
@@ -55,6 +56,7 @@ type gvxTask struct {
 	rootfsSize int64                // the cap on root filesystem writes (0: none)
 	vols       *taskVolumes         // leased ext4lite volumes (held in memory)
 	docker     *dockerProxy         // proxied docker mode's host socket
+	fwd        *crifwd.Forwarder    // a pod's CRI port forwarding
 	mounted    []checkpoint.Mounted // every volume, for checkpoints
 	// restoring is the manifest of the checkpoint in checkpointDir the
 	// task is restored from (nil: a task created afresh).
@@ -135,15 +137,16 @@ func (t *gvxTask) prepare(ctx context.Context) error {
 		name string
 		do   func(context.Context) error
 	}{
-		{"spec", t.prepareSpec},       // OOM score, user namespace, default resources
-		{"volumes", t.prepareVolumes}, // ext4lite volumes and an ext4 root filesystem
-		{"docker", t.prepareDocker},   // docker mode
-		{"pool", t.adoptPool},         // a warm pool's sandbox, if one fits
-		{"hook", t.addHook},           // gvx-hook for the sandbox's loopback
-		{"sentry", t.linkSentry},      // the task's gvx-sentry link and flags
-		{"rootfs", t.prepareRootfs},   // the root filesystem
-		{"write", t.writeSpec},        // the rewritten spec into the bundle
-		{"root", t.prepareSentryRoot}, // the sentry root and containerd's runc options
+		{"spec", t.prepareSpec},               // OOM score, user namespace, default resources
+		{"volumes", t.prepareVolumes},         // ext4lite volumes and an ext4 root filesystem
+		{"docker", t.prepareDocker},           // docker mode
+		{"pool", t.adoptPool},                 // a warm pool's sandbox, if one fits
+		{"portforward", t.preparePortForward}, // CRI port forwarding into a pod
+		{"hook", t.addHook},                   // gvx-hook for the sandbox's loopback
+		{"sentry", t.linkSentry},              // the task's gvx-sentry link and flags
+		{"rootfs", t.prepareRootfs},           // the root filesystem
+		{"write", t.writeSpec},                // the rewritten spec into the bundle
+		{"root", t.prepareSentryRoot},         // the sentry root and containerd's runc options
 	} {
 		if err := step.do(ctx); err != nil {
 			return err
@@ -486,6 +489,11 @@ func (t *gvxTask) flagString() string { return strings.Join(t.flags, " ") }
 func (t *gvxTask) release(ctx context.Context) {
 	if t.docker != nil {
 		t.docker.close()
+	}
+	if t.fwd != nil {
+		if err := t.fwd.Close(); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx shim: %s: close port forwarding", t.req.ID)
+		}
 	}
 	t.rec.release(ctx)
 	t.vols.release(ctx)
