@@ -107,6 +107,19 @@ func TestCRIPodPool(t *testing.T) {
 	if strings.TrimSpace(got) != "hello-from-pod" {
 		t.Errorf("a server in the pod on %s:8080 answered %q, want hello-from-pod", ip, got)
 	}
+	// kubectl port-forward reaches it too: the shim read the pod's address
+	// before the attach took it from the host side.
+	local := x.portForward(t, pod, 8080)
+	fc, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", local), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = fc.SetDeadline(time.Now().Add(5 * time.Second))
+	got, _ = bufio.NewReader(fc).ReadString('\n')
+	fc.Close()
+	if strings.TrimSpace(got) != "hello-from-pod" {
+		t.Errorf("crictl port-forward to the pooled pod's 8080 answered %q, want hello-from-pod", got)
+	}
 	// Its loopback still serves the pod's containers (the attach replaced
 	// gVisor's route table; 127.0.0.1 is a local address).
 	if out := x.must(t, "exec", app, "sh", "-c", "nc 127.0.0.1 8080 </dev/null"); out != "hello-from-pod" {
