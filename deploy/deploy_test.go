@@ -266,7 +266,7 @@ func TestDaemonSet(t *testing.T) {
 		}
 		// Each node path the script writes: on a hostPath volume whose
 		// mount is HOST_ROOT + its host path.
-		for _, k := range []string{"GVX_BIN_DIR", "CONTAINERD_CONFIG", "CONTAINERD_DROPIN", "GVX_CONFIG", "GVX_INSTALLER_STATE"} {
+		for _, k := range []string{"GVX_BIN_DIR", "CONTAINERD_CONFIG", "CONTAINERD_DROPIN", "GVX_CONFIG", "GVX_INSTALLER_STATE", "GVX_POOL_UNIT"} {
 			p := defaults[k]
 			if v, ok := env[k]; ok {
 				p = v

@@ -373,6 +373,7 @@ func TestInstallerNode(t *testing.T) {
 	n.crictlMust(t, "rm", app)
 	n.crictlMust(t, "stopp", pod)
 	n.crictlMust(t, "rmp", pod)
+	installPool(t, n, script, env, podCfg)
 
 	// Uninstall from the installer image, in a pod as the kubelet runs
 	// the DaemonSet's: runc (the node's default handler), privileged, the
@@ -430,5 +431,77 @@ func TestInstallerNode(t *testing.T) {
 	}
 	if d := before.Diff(after); len(d) > 0 {
 		t.Errorf("the node's files after install → pod → uninstall:\n  %s", strings.Join(d, "\n  "))
+	}
+}
+
+// installPool: installed again with a gvx config that has a [pool], the
+// installer writes the pool server's systemd unit (and, with
+// RESTART=command, says to start it; containerd needs no restart). Its
+// ExecStart, run as systemd would (this machine has no systemd), runs
+// the installed gvx on the installed config, and a gvx pod adopts one
+// of its sandboxes. Uninstall refuses while the server runs, naming it.
+func installPool(t *testing.T, n *installNode, script string, env []string, podCfg string) {
+	t.Helper()
+	poolCfg := filepath.Join(n.dir, "gvx-pool.toml")
+	writeFile(t, poolCfg, fmt.Sprintf("[pool]\nsize = 1\nsocket = %q\n", filepath.Join(n.dir, "pool.sock")), 0o644)
+	cmd := exec.Command("/bin/sh", script, "install")
+	cmd.Env = append(append(os.Environ(), env...), "GVX_CONFIG_SRC="+poolCfg)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "restarting containerd") || !strings.Contains(string(out), "start it yourself") {
+		t.Fatalf("install with a pool: %v\n%s\nwant the pool unit written, its start left to the operator, no containerd restart", err, out)
+	}
+	t.Logf("install with a pool:\n%s", out)
+	unitPath := filepath.Join(n.node, "etc/systemd/system/gvx-pool.service")
+	unit, err := os.ReadFile(unitPath)
+	if err != nil {
+		t.Fatalf("the pool server's unit: %v", err)
+	}
+	var argv []string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			argv = strings.Fields(v)
+		}
+	}
+	gvxBin := filepath.Join(n.node, "opt/gvx/bin", api.CLIBinary)
+	cfg := filepath.Join(n.node, "etc/gvx/config.toml")
+	if want := []string{gvxBin, "pool", "serve", "--config", cfg}; strings.Join(argv, " ") != strings.Join(want, " ") {
+		t.Fatalf("the pool unit's ExecStart %q, want %q:\n%s", argv, want, unit)
+	}
+	if sa, err := exec.LookPath("systemd-analyze"); err == nil {
+		if out, err := exec.Command(sa, "verify", unitPath).CombinedOutput(); err != nil {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", unitPath, err, out)
+		}
+	}
+	p, err := harness.ServePool(context.Background(), filepath.Dir(argv[0]), argv[4], 1)
+	p = stopAtCleanup(t, p, err)
+
+	pod := n.crictlMust(t, "runp", "--runtime", "gvx", podCfg)
+	if sb := harness.Adopted("k8s.io", pod); sb == "" {
+		t.Errorf("pod %s booted its own sandbox, want one of the installed pool server's; its log:\n%s", pod, p.Log())
+	}
+	ctrCfg := n.writeJSON(t, "pooled.json", map[string]any{
+		"metadata": map[string]string{"name": "pooled"},
+		"image":    map[string]string{"image": busybox},
+		"command":  []string{"sleep", "600"},
+		"log_path": "pooled.log",
+	})
+	app := n.crictlMust(t, "create", pod, ctrCfg, podCfg)
+	n.crictlMust(t, "start", app)
+	if got := n.crictlMust(t, "exec", app, "sh", "-c", "echo pooled-ok; uname -r"); !strings.Contains(got, "pooled-ok") || !strings.Contains(got, "gvisor") {
+		t.Errorf("crictl exec in the pooled pod: %q", got)
+	}
+	n.crictlMust(t, "stop", "--timeout", "1", app)
+	n.crictlMust(t, "rm", app)
+	n.crictlMust(t, "stopp", pod)
+	n.crictlMust(t, "rmp", pod)
+
+	cmd = exec.Command("/bin/sh", script, "uninstall")
+	cmd.Env = append(os.Environ(), env...)
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "a pool server") || !strings.Contains(string(out), strconv.Itoa(p.Pid())) {
+		t.Errorf("uninstall while the pool server runs: %v\n%s\nwant a refusal naming its pid %d", err, out, p.Pid())
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
 	}
 }

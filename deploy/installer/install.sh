@@ -4,10 +4,13 @@
 #
 #   install.sh install     copy the binaries, write containerd's gvx fragment
 #                          and /etc/gvx/config.toml, import the fragment from
-#                          containerd's config, restart containerd
-#   install.sh uninstall   put back every file as it was before install (the
-#                          ones it replaced byte for byte, from its backups),
-#                          remove what it created, restart containerd
+#                          containerd's config, restart containerd; when the
+#                          gvx config has a [pool] of size > 0, write the
+#                          pool server's systemd unit and (re)start it
+#   install.sh uninstall   stop the pool server, put back every file as it
+#                          was before install (the ones it replaced byte for
+#                          byte, from its backups), remove what it created,
+#                          restart containerd
 #   install.sh status      say what is installed
 #   install.sh wait        sleep until SIGTERM (the DaemonSet's main container);
 #                          UNINSTALL_ON_STOP=true makes SIGTERM uninstall first
@@ -36,6 +39,11 @@
 #   RESTART              systemd | command | none [systemd]
 #   RESTART_CMD          the command for RESTART=command (sh -c)
 #   CONTAINERD_UNIT      the systemd unit for RESTART=systemd [containerd]
+#   GVX_POOL_UNIT        the pool server's systemd unit, written when
+#                        GVX_CONFIG has a [pool] of size > 0
+#                        [/etc/systemd/system/gvx-pool.service]
+#   SYSTEMCTL            how RESTART=systemd runs systemctl on the node
+#                        [nsenter -t 1 -m -u -i -n -p -- systemctl]
 #   FORCE                1: uninstall even while gvx shims run [0]
 set -eu
 
@@ -53,6 +61,8 @@ GVX_INSTALLER_STATE=${GVX_INSTALLER_STATE:-/etc/gvx/installer}
 RESTART=${RESTART:-systemd}
 RESTART_CMD=${RESTART_CMD:-}
 CONTAINERD_UNIT=${CONTAINERD_UNIT:-containerd}
+GVX_POOL_UNIT=${GVX_POOL_UNIT:-/etc/systemd/system/gvx-pool.service}
+SYSTEMCTL=${SYSTEMCTL:-nsenter -t 1 -m -u -i -n -p -- systemctl}
 FORCE=${FORCE:-0}
 UNINSTALL_ON_STOP=${UNINSTALL_ON_STOP:-false}
 
@@ -87,6 +97,11 @@ check_env() {
 	abs CONTAINERD_DROPIN "$CONTAINERD_DROPIN" /etc/containerd/conf.d/gvx.toml
 	abs GVX_CONFIG "$GVX_CONFIG" /etc/gvx/config.toml
 	abs GVX_INSTALLER_STATE "$GVX_INSTALLER_STATE" /etc/gvx/installer
+	abs GVX_POOL_UNIT "$GVX_POOL_UNIT" /etc/systemd/system/gvx-pool.service
+	case $GVX_POOL_UNIT in
+	*.service) ;;
+	*) die "GVX_POOL_UNIT=$GVX_POOL_UNIT: a systemd unit's name ends in .service, e.g. /etc/systemd/system/gvx-pool.service" ;;
+	esac
 	case $RESTART in
 	systemd | none) ;;
 	command) [ -n "$RESTART_CMD" ] || die "RESTART=command needs RESTART_CMD (a shell command that restarts the node's containerd)" ;;
@@ -291,6 +306,96 @@ log_level = "info"
 EOF
 }
 
+# systemctl_node ARGS: systemctl ARGS on the node (SYSTEMCTL).
+systemctl_node() { $SYSTEMCTL "$@"; }
+
+# --- the pool server ---------------------------------------------------
+
+# pool_size F: the [pool] size of gvx config F (a [pool] table's size, or
+# a top-level pool.size), 0 without one.
+pool_size() {
+	awk 'function val(l) { sub(/^[^=]*=[[:space:]]*/, "", l); sub(/[^0-9].*$/, "", l); return l + 0 }
+		{ l = $0; sub(/#.*$/, "", l) }
+		l ~ /^[[:space:]]*\[/ { t = l; gsub(/[[:space:]]/, "", t); inpool = (t == "[pool]"); table = 1; next }
+		inpool && l ~ /^[[:space:]]*size[[:space:]]*=/ { n = val(l); exit }
+		!table && l ~ /^[[:space:]]*pool\.size[[:space:]]*=/ { n = val(l); exit }
+		END { print n + 0 }' "$1"
+}
+
+pool_service() { basename "$GVX_POOL_UNIT"; }
+
+pool_exec() { printf '%s%s/gvx pool serve --config %s%s' "$NODE_ROOT" "$GVX_BIN_DIR" "$NODE_ROOT" "$GVX_CONFIG"; }
+
+pool_unit() {
+	cat <<EOF
+# gvx's warm pool server, written by gvx's installer (deploy/installer/install.sh)
+# because $GVX_CONFIG has a [pool]; its uninstall stops and removes this unit.
+[Unit]
+Description=gvx warm pool of gVisor sandboxes
+After=containerd.service
+
+[Service]
+ExecStart=$(pool_exec)
+KillSignal=SIGTERM
+# Stopping destroys the ready sandboxes (about 15 ms each).
+TimeoutStopSec=60
+# The sandboxes it boots belong to their tasks once handed out: stopping
+# the server must not kill them.
+KillMode=process
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+EOF
+}
+
+# start_pool CHANGED: the pool server runs, restarted if CHANGED is 1 (its
+# unit, binaries or config are new).
+start_pool() {
+	svc=$(pool_service)
+	case $RESTART in
+	systemd)
+		if [ "$1" = 1 ]; then
+			log "restarting the pool server: systemctl enable $svc, restart $svc (in the node's namespaces)"
+			systemctl_node enable "$svc" && systemctl_node restart "$svc" ||
+				die "systemctl could not start $svc: see 'journalctl -u $svc' on the node"
+		else
+			systemctl_node start "$svc" || die "systemctl start $svc failed: see 'journalctl -u $svc' on the node"
+		fi
+		;;
+	*)
+		if [ "$1" = 1 ]; then
+			log "the pool server's unit is $GVX_POOL_UNIT (RESTART=$RESTART): start it yourself (systemctl daemon-reload; systemctl enable --now $svc), or run $(pool_exec) as a service"
+		fi
+		;;
+	esac
+}
+
+# stop_pool: with systemd, stop and disable the pool server of the unit
+# the installer wrote.
+stop_pool() {
+	recorded "file $GVX_POOL_UNIT" || recorded "replaced $GVX_POOL_UNIT" || return 0
+	[ "$RESTART" = systemd ] || return 0
+	svc=$(pool_service)
+	log "stopping the pool server: systemctl disable --now $svc (in the node's namespaces)"
+	systemctl_node disable --now "$svc" || die "systemctl disable --now $svc failed: stop it on the node, then uninstall again"
+}
+
+# drop_pool_unit: a config without a pool removes the unit an earlier
+# install wrote.
+drop_pool_unit() {
+	recorded "file $GVX_POOL_UNIT" || return 0
+	stop_pool
+	rm -f "$(host "$GVX_POOL_UNIT")"
+	grep -vxF "file $GVX_POOL_UNIT" "$MANIFEST" >"$MANIFEST.new" || true
+	mv -f "$MANIFEST.new" "$MANIFEST"
+	if [ "$RESTART" = systemd ]; then
+		systemctl_node daemon-reload
+	fi
+	log "removed $GVX_POOL_UNIT: $GVX_CONFIG has no [pool]"
+	CHANGED=1
+}
+
 restart_containerd() {
 	if [ "$CHANGED" = 0 ]; then
 		log "containerd's configuration unchanged: no restart"
@@ -304,7 +409,7 @@ restart_containerd() {
 		;;
 	systemd)
 		log "restarting containerd: systemctl restart $CONTAINERD_UNIT (in the node's namespaces)"
-		nsenter -t 1 -m -u -i -n -p -- systemctl restart "$CONTAINERD_UNIT" ||
+		systemctl_node restart "$CONTAINERD_UNIT" ||
 			die "systemctl restart $CONTAINERD_UNIT failed: the installer needs hostPID and privileged, and a systemd node (set RESTART=command with RESTART_CMD, or RESTART=none and restart containerd yourself)"
 		;;
 	esac
@@ -337,17 +442,33 @@ do_install() {
 	# files below need a restart.
 	cfg=$CHANGED
 	CHANGED=0
+	if [ "$(pool_size "$work/config.toml")" -gt 0 ]; then
+		pool_unit >"$work/pool.service"
+		put_file "$work/pool.service" "$GVX_POOL_UNIT" 0644
+		pool=$CHANGED
+		CHANGED=0
+		if [ "$pool" = 1 ] && [ "$RESTART" = systemd ]; then
+			systemctl_node daemon-reload || die "systemctl daemon-reload failed: systemd did not load $GVX_POOL_UNIT"
+		fi
+		# New binaries or a new config need a new server too.
+		[ "$bins$cfg$pool" = 000 ] || pool=1
+		start_pool "$pool"
+	else
+		drop_pool_unit
+		pool=$CHANGED
+		CHANGED=0
+	fi
 	fragment >"$work/fragment.toml"
 	put_file "$work/fragment.toml" "$CONTAINERD_DROPIN" 0644
 	import_fragment
 	restart_containerd
-	[ "$bins$cfg$CHANGED" = 000 ] && log "already installed, nothing changed"
+	[ "$bins$cfg$pool$CHANGED" = 0000 ] && log "already installed, nothing changed"
 	log "installed: runtime handler $GVX_HANDLER (RuntimeClass handler: $GVX_HANDLER)"
 }
 
-# shims_running: pids of gvx shims started from the installed binary.
-shims_running() {
-	want=$NODE_ROOT$GVX_BIN_DIR/containerd-shim-gvx-v2
+# running BIN: pids of processes started from the installed binary BIN.
+running() {
+	want=$NODE_ROOT$GVX_BIN_DIR/$1
 	for d in /proc/[0-9]*; do
 		x=$(readlink "$d/exe" 2>/dev/null) || continue
 		[ "$x" = "$want" ] || [ "$x" = "$want (deleted)" ] || continue
@@ -360,9 +481,18 @@ do_uninstall() {
 		log "nothing to uninstall ($GVX_INSTALLER_STATE/manifest not found)"
 		return 0
 	fi
-	pids=$(shims_running)
+	pids=$(running containerd-shim-gvx-v2)
 	if [ -n "$pids" ] && [ "$FORCE" != 1 ]; then
 		die "gvx shims are running on this node (pids $pids): drain its gvx pods first (kubectl drain, or cordon and delete them); FORCE=1 uninstalls anyway and leaves those pods without a runtime"
+	fi
+	stop_pool
+	pids=$(running gvx)
+	if [ -n "$pids" ] && [ "$FORCE" != 1 ]; then
+		die "processes run the installed $GVX_BIN_DIR/gvx (pids $pids: a pool server, gvx serve): stop them first (systemctl stop $(pool_service), for the installer's pool server); FORCE=1 uninstalls anyway and leaves them running"
+	fi
+	unit=0
+	if recorded "file $GVX_POOL_UNIT" || recorded "replaced $GVX_POOL_UNIT"; then
+		unit=1
 	fi
 	CHANGED=0
 	# In this shell (not a pipe's subshell): a failure stops the script
@@ -403,6 +533,9 @@ do_uninstall() {
 		rmdir "$(host "$d")" 2>/dev/null && log "removed $d/" || log "left $d/: not empty (files not gvx's)"
 	done
 	CHANGED=1
+	if [ "$unit" = 1 ] && [ "$RESTART" = systemd ]; then
+		systemctl_node daemon-reload || log "systemctl daemon-reload failed: systemd still lists $(pool_service) until it reloads"
+	fi
 	restart_containerd
 	log "uninstalled"
 }

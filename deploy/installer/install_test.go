@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -267,7 +268,8 @@ func TestInstallRefusesOldConfig(t *testing.T) {
 		t.Errorf("install on a version 1 config: ok=%v %s, want a refusal naming the fix", ok, out)
 	}
 	sameTree(t, "refused install", before, n.tree(t))
-	for _, env := range [][]string{{"RESTART=reboot"}, {"RESTART=command"}, {"GVX_BIN_DIR=opt/gvx"}, {"GVX_SRC=/nonexistent"}} {
+	for _, env := range [][]string{{"RESTART=reboot"}, {"RESTART=command"}, {"GVX_BIN_DIR=opt/gvx"}, {"GVX_SRC=/nonexistent"},
+		{"GVX_POOL_UNIT=etc/systemd/system/gvx-pool.service"}, {"GVX_POOL_UNIT=/etc/systemd/system/gvx-pool"}} {
 		if out, ok := n.run(t, "install", env...); ok || !strings.Contains(out, strings.SplitN(env[0], "=", 2)[0]) {
 			t.Errorf("install with %v: ok=%v %s, want an error naming it", env, ok, out)
 		}
@@ -328,32 +330,38 @@ func TestRestartHook(t *testing.T) {
 }
 
 // TestUninstallRefusesRunningShim: while a process runs the installed shim
-// binary, uninstall refuses (its pods would lose their runtime) unless
-// FORCE=1.
+// binary (its pods would lose their runtime) or the installed gvx (a pool
+// server, gvx serve), uninstall refuses, naming what to do, unless FORCE=1.
 func TestUninstallRefusesRunningShim(t *testing.T) {
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
 		t.Skip("no sleep binary")
 	}
-	n := newNode(t, shells(t)[0])
 	data, err := os.ReadFile(sleep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.write(t, filepath.Join(n.src, "containerd-shim-gvx-v2"), string(data), 0o755)
-	before := n.tree(t)
-	n.must(t, "install")
-	shim := exec.Command(n.path("opt/gvx/bin/containerd-shim-gvx-v2"), "600")
-	if err := shim.Start(); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct{ bin, want string }{
+		{"containerd-shim-gvx-v2", "drain"},
+		{"gvx", "a pool server"},
+	} {
+		n := newNode(t, shells(t)[0])
+		n.write(t, filepath.Join(n.src, tc.bin), string(data), 0o755)
+		before := n.tree(t)
+		n.must(t, "install")
+		proc := exec.Command(n.path("opt/gvx/bin/"+tc.bin), "600")
+		if err := proc.Start(); err != nil {
+			t.Fatal(err)
+		}
+		out, ok := n.run(t, "uninstall")
+		if ok || !strings.Contains(out, tc.want) || !strings.Contains(out, strconv.Itoa(proc.Process.Pid)) {
+			t.Errorf("uninstall with a running %s: ok=%v %s, want a refusal naming pid %d and %q", tc.bin, ok, out, proc.Process.Pid, tc.want)
+		}
+		n.must(t, "uninstall", "FORCE=1")
+		_ = proc.Process.Kill()
+		_ = proc.Wait()
+		sameTree(t, "forced uninstall", before, n.tree(t))
 	}
-	defer func() { _ = shim.Process.Kill(); _ = shim.Wait() }()
-	out, ok := n.run(t, "uninstall")
-	if ok || !strings.Contains(out, "drain") {
-		t.Errorf("uninstall with a running shim: ok=%v %s, want a refusal", ok, out)
-	}
-	n.must(t, "uninstall", "FORCE=1")
-	sameTree(t, "forced uninstall", before, n.tree(t))
 }
 
 // TestWaitUninstallOnStop: the DaemonSet's main container (mode wait)
@@ -388,6 +396,120 @@ func TestWaitUninstallOnStop(t *testing.T) {
 				t.Fatalf("wait did not end on SIGTERM:\n%s", out.String())
 			}
 			sameTree(t, "after stop", before, n.tree(t))
+		})
+	}
+}
+
+// fakeSystemctl is a SYSTEMCTL that records its calls, one per line, in
+// the file it returns.
+func fakeSystemctl(t *testing.T, n *node) (env []string, calls string) {
+	t.Helper()
+	dir := t.TempDir()
+	calls = filepath.Join(dir, "calls")
+	script := filepath.Join(dir, "systemctl")
+	n.write(t, script, "#!/bin/sh\necho \"$*\" >> "+calls+"\n", 0o755)
+	return []string{"RESTART=systemd", "SYSTEMCTL=" + script}, calls
+}
+
+// takeCalls returns the recorded systemctl calls and forgets them.
+func takeCalls(t *testing.T, calls string) string {
+	t.Helper()
+	data, err := os.ReadFile(calls)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	_ = os.Remove(calls)
+	return strings.ReplaceAll(strings.TrimSpace(string(data)), "\n", "; ")
+}
+
+// TestInstallPoolUnit: a gvx config with a [pool] of size > 0 (as a
+// table or a dotted key) gets the pool server's systemd unit, running the
+// installed gvx on the installed config, which systemd-analyze accepts;
+// with RESTART=systemd the installer reloads systemd and (re)starts the
+// server when the unit, binaries or config changed, only makes sure it
+// runs otherwise, removes the unit when the config loses its pool, and
+// uninstall stops and disables it before the files go. Configs of size 0
+// or a pool-like table get no unit.
+func TestInstallPoolUnit(t *testing.T) {
+	unit := "etc/systemd/system/gvx-pool.service"
+	for _, tc := range []struct {
+		config string
+		pool   bool
+	}{
+		{"[pool]\nsize = 2\n", true},
+		{"log_level = \"info\"\n[pool] # warm\n  size=4 # sandboxes\n  socket = \"/run/gvx/p.sock\"\n", true},
+		{"pool.size = 1\n", true},
+		{"[pool]\nsize = 0\n", false},
+		{"[pool]\nsocket = \"/run/gvx/p.sock\"\n", false},
+		{"[docker]\nsize = 3\n", false},
+		{"[pool.extra]\nsize = 3\n", false},
+	} {
+		n := newNode(t, shells(t)[0])
+		cfg := filepath.Join(t.TempDir(), "gvx.toml")
+		n.write(t, cfg, tc.config, 0o644)
+		before := n.tree(t)
+		n.must(t, "install", "GVX_CONFIG_SRC="+cfg)
+		_, err := os.Stat(n.path(unit))
+		if got := err == nil; got != tc.pool {
+			t.Errorf("config %q: pool unit written %v, want %v", tc.config, got, tc.pool)
+		}
+		n.must(t, "uninstall")
+		sameTree(t, "uninstall", before, n.tree(t))
+	}
+
+	for _, sh := range shells(t) {
+		t.Run(filepath.Base(sh[0]), func(t *testing.T) {
+			n := newNode(t, sh)
+			sysd, calls := fakeSystemctl(t, n)
+			cfg := filepath.Join(t.TempDir(), "gvx.toml")
+			n.write(t, cfg, "[pool]\nsize = 2\n", 0o644)
+			env := append(sysd, "GVX_CONFIG_SRC="+cfg)
+			before := n.tree(t)
+
+			n.must(t, "install", env...)
+			data, err := os.ReadFile(n.path(unit))
+			if err != nil {
+				t.Fatalf("no pool unit: %v", err)
+			}
+			want := "ExecStart=" + n.path("opt/gvx/bin/gvx") + " pool serve --config " + n.path("etc/gvx/config.toml") + "\n"
+			if !strings.Contains(string(data), want) || !strings.Contains(string(data), "KillMode=process\n") {
+				t.Errorf("pool unit:\n%s\nwant %q and KillMode=process", data, want)
+			}
+			if sa, err := exec.LookPath("systemd-analyze"); err == nil {
+				if out, err := exec.Command(sa, "verify", n.path(unit)).CombinedOutput(); err != nil {
+					t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+				}
+			}
+			if got, want := takeCalls(t, calls), "daemon-reload; enable gvx-pool.service; restart gvx-pool.service; restart containerd"; got != want {
+				t.Errorf("install: systemctl %q, want %q", got, want)
+			}
+			n.must(t, "install", env...)
+			if got, want := takeCalls(t, calls), "start gvx-pool.service"; got != want {
+				t.Errorf("unchanged install: systemctl %q, want %q", got, want)
+			}
+			n.write(t, cfg, "[pool]\nsize = 3\n", 0o644)
+			n.must(t, "install", env...)
+			if got, want := takeCalls(t, calls), "enable gvx-pool.service; restart gvx-pool.service"; got != want {
+				t.Errorf("install of a new pool config: systemctl %q, want %q (no containerd restart)", got, want)
+			}
+			n.write(t, cfg, "log_level = \"debug\"\n", 0o644)
+			if out := n.must(t, "install", env...); !strings.Contains(out, "has no [pool]") {
+				t.Errorf("install without a pool: %s", out)
+			}
+			if _, err := os.Stat(n.path(unit)); err == nil {
+				t.Errorf("pool unit still there after an install without a pool")
+			}
+			if got, want := takeCalls(t, calls), "disable --now gvx-pool.service; daemon-reload"; got != want {
+				t.Errorf("install without a pool: systemctl %q, want %q", got, want)
+			}
+			n.write(t, cfg, "[pool]\nsize = 1\n", 0o644)
+			n.must(t, "install", env...)
+			takeCalls(t, calls)
+			n.must(t, "uninstall", sysd...)
+			if got, want := takeCalls(t, calls), "disable --now gvx-pool.service; daemon-reload; restart containerd"; got != want {
+				t.Errorf("uninstall: systemctl %q, want %q", got, want)
+			}
+			sameTree(t, "after uninstall", before, n.tree(t))
 		})
 	}
 }
