@@ -64,14 +64,18 @@ func (d *Client) Ping(ctx context.Context) error {
 func (d *Client) WaitReady(ctx context.Context, stop func() error) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	var last error
 	for {
-		if _, err := os.Stat(d.Socket); err == nil {
+		if _, err := os.Stat(d.Socket); err != nil {
+			last = err
+		} else {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			err := d.Ping(pctx)
 			cancel()
 			if err == nil {
 				return nil
 			}
+			last = err
 		}
 		if stop != nil {
 			if err := stop(); err != nil {
@@ -80,7 +84,7 @@ func (d *Client) WaitReady(ctx context.Context, stop func() error) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("dockerd at %s not ready: %w", d.Socket, ctx.Err())
+			return fmt.Errorf("dockerd at %s not ready (last: %v): %w", d.Socket, last, ctx.Err())
 		case <-tick.C:
 		}
 	}
