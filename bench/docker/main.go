@@ -286,7 +286,11 @@ func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample
 		steps = append(steps, fmt.Sprintf("%s %s %s (%v)", method, path, ms(took), err))
 	}
 	t1 := time.Now()
+	// A first run still going after stallAfter has its dockerd's and inner
+	// containerd's goroutines dumped (SIGUSR1) and printed: what they wait on.
+	stall := time.AfterFunc(stallAfter, func() { dumpStacks(ctx, ep, id) })
 	code, err := ep.Docker.Run(ctx, busybox, "true")
+	stall.Stop()
 	s.firstRun = time.Since(t0)
 	if took := time.Since(t1); took > 5*time.Second {
 		fmt.Fprintf(os.Stderr, "dockerbench: %s: a slow first run, %s after dockerd answered: %s\n", id, ms(took), strings.Join(steps, "; "))
@@ -307,6 +311,28 @@ func episode(ctx context.Context, r *dind.Runner, f flow, id, bb string) (sample
 		err = cerr
 	}
 	return s, err
+}
+
+// stallAfter is how long a first run may take before dumpStacks runs.
+const stallAfter = 5 * time.Second
+
+// dumpStacks has dockerd and the containerd it started write their
+// goroutine stacks (both do on SIGUSR1: dockerd to /var/run/docker,
+// containerd to /tmp) and prints them, to show where a stalled Engine API
+// call waits.
+func dumpStacks(ctx context.Context, ep *dind.Episode, id string) {
+	const script = `for p in dockerd containerd; do kill -USR1 $(pidof $p) || echo "no $p"; done; sleep 2
+for f in /var/run/docker/goroutine-stacks-*.log /tmp/containerd.*.stacks.log; do echo "=== $f"; cat "$f"; done`
+	var out, errb bytes.Buffer
+	code, err := ep.Exec(ctx, &out, &errb, "sh", "-c", script)
+	f, ferr := os.CreateTemp("", "dockerbench-stall-"+id+"-*.log")
+	if ferr != nil {
+		fmt.Fprintf(os.Stderr, "dockerbench: %s: stall dump: %v\n", id, ferr)
+		return
+	}
+	fmt.Fprintf(f, "exit %d, err %v\n%s\n--- stderr\n%s", code, err, out.String(), errb.String())
+	f.Close()
+	fmt.Fprintf(os.Stderr, "dockerbench: %s: first run still going after %v: dockerd's and containerd's stacks in %s\n", id, stallAfter, f.Name())
 }
 
 func concurrent(ctx context.Context, r *dind.Runner, f flow, n int, bb string) ([]sample, time.Duration, error) {
