@@ -39,6 +39,7 @@ func TestNames(t *testing.T) {
 		"annotation_pool_exec":       api.AnnotationPoolExec,
 		"annotation_pool_sandbox":    api.AnnotationPoolSandbox,
 		"annotation_pod_netns":       api.AnnotationPodNetns,
+		"annotation_pod_cgroup":      api.AnnotationPodCgroup,
 		"annotation_docker":          api.AnnotationDocker,
 		"annotation_restore_from":    api.AnnotationRestoreFrom,
 		"annotation_network":         api.AnnotationNetwork,

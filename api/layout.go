@@ -91,6 +91,10 @@ type PoolDir string
 // PoolSandboxPrefix starts the id of every pool sandbox.
 const PoolSandboxPrefix = "gvxpool-"
 
+// PoolCgroupParent is the cgroup every pool sandbox boots in, each in
+// /PoolCgroupParent/<its id>.
+const PoolCgroupParent = "gvx-pool"
+
 // Rootfs is the pool's root filesystem for its sandboxes' root containers.
 func (p PoolDir) Rootfs() string { return filepath.Join(string(p), "rootfs") }
 

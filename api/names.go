@@ -75,6 +75,13 @@ const (
 	// namespace (the pod's CNI network), as a sandbox booted in it would
 	// have had them.
 	AnnotationPodNetns = "dev.gvx.pod-netns"
+	// AnnotationPodCgroup is the cgroup (a cgroupfs path, below the
+	// kubelet's pod cgroup) of a CRI pod whose sandbox container adopted
+	// a warm-pool sandbox: gvx-sentry's create of that container moves
+	// the running sandbox's host processes there from the pool's cgroup,
+	// with the limits it booted with, and records it as the sandbox's
+	// cgroup in gVisor's state, as a sandbox booted there would have it.
+	AnnotationPodCgroup = "dev.gvx.pod-cgroup"
 	// AnnotationDocker asks for docker mode ("true"/"false").
 	AnnotationDocker = "dev.gvx.docker"
 	// GroupLabel puts several containers in one shim (one sandbox).

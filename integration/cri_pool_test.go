@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,10 +65,26 @@ func TestCRIPodPool(t *testing.T) {
 	checkNoLeaks(t)
 	p := startPoolWith(t, 1, "")
 	x := newCRIEnvWith(t, criPoolHandler("gvxpool", p.Config))
-	pod, podCfg := x.runPod(t, "pp1", "gvxpool")
+	// The pod's cgroup, as the kubelet makes one (cgroupfs driver).
+	podParent := fmt.Sprintf("/gvxtest-kubepods-%d/pod-uid-pp1", os.Getpid())
+	parentDirs := makeCgroup(t, podParent)
+	pod, podCfg := x.runPodLinux(t, "pp1", "gvxpool", nil, map[string]any{"cgroup_parent": podParent})
 	sb := harness.Adopted("k8s.io", pod)
 	if sb == "" {
 		t.Fatalf("pod %s booted its own sandbox (%s); pool log:\n%s", pod, x.shimSaid(pod, "boots its own sandbox"), p.Log())
+	}
+	// The adopted sandbox left its pool cgroup for the pod's, so the
+	// pod's limits bind it.
+	sentry, err := harness.SandboxPid(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := path.Join(podParent, pod)
+	if got := memoryCgroup(sentry); got != want {
+		t.Errorf("the pooled pod's Sentry (pid %d) is in memory cgroup %q, want the pod's %s", sentry, got, want)
+	}
+	if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", api.PoolCgroupParent, sb)); len(left) > 0 {
+		t.Errorf("pool cgroup of %s still there after the move: %v", sb, left)
 	}
 	ip := x.must(t, "inspectp", "--output", "go-template", "--template", "{{.status.network.ip}}", pod)
 	if !strings.HasPrefix(ip, "10.77.0.") {
@@ -138,6 +155,56 @@ func TestCRIPodPool(t *testing.T) {
 	}
 
 	removePodPool(t, x, pod, app, sb)
+	for _, d := range parentDirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("the pod's cgroup %s (the kubelet's) after the pod was removed: %v, want it left to its owner", d, err)
+		}
+	}
+}
+
+// makeCgroup creates the cgroup at p on every v1 hierarchy (or the v2
+// directory), removed when the test ends, and returns its directories.
+func makeCgroup(t *testing.T, p string) []string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
+	var out []string
+	for _, f := range dirs {
+		out = append(out, filepath.Join(filepath.Dir(f), p))
+	}
+	if len(out) == 0 {
+		out = []string{filepath.Join("/sys/fs/cgroup", p)}
+	}
+	t.Cleanup(func() {
+		for _, d := range out {
+			_ = os.Remove(d)
+			_ = os.Remove(filepath.Dir(d))
+		}
+	})
+	for _, d := range out {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// memoryCgroup is pid's memory cgroup (v1), or its v2 cgroup.
+func memoryCgroup(pid int) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	v2 := ""
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if strings.Contains(","+f[1]+",", ",memory,") {
+			return f[2]
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2 = f[2]
+		}
+	}
+	return v2
 }
 
 // TestCRIPodPoolNAT: a pod of a runtime handler whose gvx config has

@@ -124,10 +124,17 @@ func (x *criEnv) runPod(t *testing.T, name, handler string) (string, string) {
 // runPodWith is runPod with pod annotations.
 func (x *criEnv) runPodWith(t *testing.T, name, handler string, annotations map[string]string) (string, string) {
 	t.Helper()
+	return x.runPodLinux(t, name, handler, annotations, map[string]any{})
+}
+
+// runPodLinux is runPodWith with the pod config's linux section
+// (cgroup_parent, security_context, …).
+func (x *criEnv) runPodLinux(t *testing.T, name, handler string, annotations map[string]string, linux map[string]any) (string, string) {
+	t.Helper()
 	cfg := x.writeJSON(t, name+".json", map[string]any{
 		"metadata":      map[string]string{"name": name, "namespace": "default", "uid": "uid-" + name},
 		"log_directory": filepath.Join(x.dir, "logs-"+name),
-		"linux":         map[string]any{},
+		"linux":         linux,
 		"annotations":   annotations,
 	})
 	pod := x.must(t, "runp", "--runtime", handler, cfg)

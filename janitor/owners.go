@@ -119,7 +119,7 @@ func nsID(cg string) (ns, id string, ok bool) {
 }
 
 // poolCgroupParent holds the pool sandboxes' cgroups (pool.Server).
-const poolCgroupParent = "gvx-pool"
+const poolCgroupParent = api.PoolCgroupParent
 
 // poolCgroupID is the pool sandbox id of a cgroup path ("" if it is none).
 func poolCgroupID(cg string) string {

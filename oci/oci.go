@@ -303,12 +303,13 @@ func SandboxResources(r *specs.LinuxResources) Resources {
 
 // OwnAnnotations are the annotations only gvx sets on a task's spec, after
 // Prepare: which running sandbox a task's process starts in, which
-// warm-pool sandbox a container's delete destroys, and which network
+// warm-pool sandbox a container's delete destroys, which network
 // namespace's interfaces gvx-sentry (as root) moves into an adopted pod
-// sandbox. A spec that arrives with one would start its process in
-// another episode's sandbox, destroy it, or take the interfaces (and the
-// addresses) of any network namespace — the host's included.
-var OwnAnnotations = []string{api.AnnotationPoolExec, api.AnnotationPoolSandbox, api.AnnotationPodNetns}
+// sandbox, and which cgroup it moves that sandbox into. A spec that
+// arrives with one would start its process in another episode's sandbox,
+// destroy it, take the interfaces (and the addresses) of any network
+// namespace — the host's included — or put a sandbox in any cgroup.
+var OwnAnnotations = []string{api.AnnotationPoolExec, api.AnnotationPoolSandbox, api.AnnotationPodNetns, api.AnnotationPodCgroup}
 
 // RestoreFrom is the checkpoint image directory s asks the shim to
 // restore from (api.AnnotationRestoreFrom; "" for a fresh boot). A

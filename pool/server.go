@@ -295,7 +295,7 @@ func (s *Server) swept(r *janitor.Report) {
 func (s *Server) newSandbox(id string) *sandbox.Sandbox {
 	d := s.cfg.PoolDir().Sandbox(id)
 	return &sandbox.Sandbox{
-		ID: id, Dir: string(d), Root: d.Root(), PidFile: d.PidFile(), Cgroup: "/gvx-pool/" + id, Flags: s.flags,
+		ID: id, Dir: string(d), Root: d.Root(), PidFile: d.PidFile(), Cgroup: "/" + api.PoolCgroupParent + "/" + id, Flags: s.flags,
 		Pool: &sandbox.Pool{Class: s.class, Dir: s.cfg.PoolDir(), Socket: s.cfg.PoolSocket(), Pause: bootspec.PauseInGuest},
 	}
 }

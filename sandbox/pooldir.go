@@ -50,12 +50,14 @@ func UnmountImage(dir api.PoolDir) {
 	_ = os.RemoveAll(dir.ImageUpper())
 }
 
-// removeEmptyCgroupParent removes the pool's parent cgroup once no sandbox
-// uses it: a plain rmdir per hierarchy, which the kernel refuses while any
-// child cgroup exists (no recursive walk over the other sandboxes).
-func removeEmptyCgroupParent(path string) {
+// RemoveEmptyCgroupParent removes the pool's parent cgroup (gvx-pool) of
+// a pool sandbox's cgroup at path once no sandbox uses it: a plain rmdir
+// per hierarchy, which the kernel refuses while any child cgroup exists
+// (no recursive walk over the other sandboxes). Any other parent (a pod's
+// cgroup, where a pod's sandbox moved) is not the pool's to remove.
+func RemoveEmptyCgroupParent(path string) {
 	parent := filepath.Dir(path)
-	if path == "" || parent == "/" || parent == "." {
+	if path == "" || parent == "/" || parent == "." || filepath.Base(parent) != api.PoolCgroupParent {
 		return
 	}
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", parent))

@@ -320,6 +320,11 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 	}
 	r.PoolProcess = why == ""
 	r.SandboxCgroup = sb.Cgroup
+	if t.role == oci.RolePause {
+		if err := t.enterPodCgroup(ctx, sb); err != nil {
+			return err
+		}
+	}
 	enterPoolSandbox(t.spec, sb, r.PoolProcess, t.resettable())
 	if t.role == oci.RolePause && t.network == api.NetworkSandbox {
 		// gvx-sentry gives the running sandbox the pod's interfaces.

@@ -49,6 +49,11 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if !IsSubcontainer(spec) {
 		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
 	}
+	if to := spec.Annotations[api.AnnotationPodCgroup]; to != "" {
+		if err := enterPodCgroup(conf.RootDir, spec, to); err != nil {
+			return util.Errorf("creating container %s: %v", id, err)
+		}
+	}
 	dir := bundle.Dir(argv.Flag(f, "bundle"))
 	cont, err := container.New(conf, container.Args{
 		ID:            id,
