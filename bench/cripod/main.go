@@ -4,7 +4,11 @@
 // gvx adopting a warm-pool sandbox (the pod's interfaces attached to the
 // running sandbox), runsc of the same gVisor version driven by
 // containerd's runc shim, and runc, in one run on one private containerd
-// with a bridge CNI network. Cycles are interleaved (one per runtime in
+// with a bridge CNI network. Each pod has a cgroup parent as the kubelet
+// gives one (cgroupfs driver: a pod cgroup made before RunPodSandbox and
+// removed after the pod), so the pool path's move of the adopted sandbox
+// into it is timed (and, beside it, pool pods without a parent, whose
+// sandbox stays in the pool's cgroup). Cycles are interleaved (one per runtime in
 // turn), the pod removed untimed after each. It prints p50/p95 of the
 // whole and of each step, and the ratios the pool path is held to.
 // `make bench` runs it.
@@ -56,6 +60,9 @@ type peer struct {
 	step    map[string][]time.Duration
 	adopted int
 	failed  error // the cycle that failed; the runtime is left out from then on
+	// noParent: the pod has no cgroup parent (as crictl's pods), so an
+	// adopted sandbox stays in its pool's cgroup.
+	noParent bool
 }
 
 func main() {
@@ -81,6 +88,7 @@ func run(runs, poolSize int, withRunsc bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	defer removeCgroup(kubepods)
 	pl, err := harness.StartPool(ctx, bins.GVX, dir, poolSize)
 	if err != nil {
 		return err
@@ -146,6 +154,7 @@ func run(runs, poolSize int, withRunsc bool) error {
 		{name: "gvx (warm pool)", handler: "gvxpool", pool: pl},
 		{name: "runsc (runc shim)", handler: "runsc"},
 		{name: "runc", handler: "runc"},
+		{name: "gvx (pool, no parent)", handler: "gvxpool", pool: pl, noParent: true},
 	}
 	if !withRunsc {
 		peers[2].failed = fmt.Errorf("not run (-runsc)")
@@ -181,25 +190,25 @@ func run(runs, poolSize int, withRunsc bool) error {
 			}
 		}
 	}
-	fmt.Printf("%-20s %9s %9s   %s\n", "runtime", "p50", "p95", "p50 of each step: "+strings.Join(steps, " / "))
+	fmt.Printf("%-22s %9s %9s   %s\n", "runtime", "p50", "p95", "p50 of each step: "+strings.Join(steps, " / "))
 	for _, p := range peers {
 		if p.failed != nil {
-			fmt.Printf("%-20s failed: %v\n", p.name, p.failed)
+			fmt.Printf("%-22s failed: %v\n", p.name, p.failed)
 			continue
 		}
 		var each []string
 		for _, s := range steps {
 			each = append(each, fmt.Sprintf("%.1f", ms(harness.Percentile(p.step[s], 50))))
 		}
-		fmt.Printf("%-20s %7.1fms %7.1fms   %s ms\n", p.name, ms(harness.Percentile(p.total, 50)), ms(harness.Percentile(p.total, 95)), strings.Join(each, " / "))
+		fmt.Printf("%-22s %7.1fms %7.1fms   %s ms\n", p.name, ms(harness.Percentile(p.total, 50)), ms(harness.Percentile(p.total, 95)), strings.Join(each, " / "))
 	}
 	fmt.Println()
 	pool, cold, runsc, runc := peers[1], peers[0], peers[2], peers[3]
 	ratio := func(a, b *peer, pct int) float64 {
 		return ms(harness.Percentile(a.total, pct)) / ms(harness.Percentile(b.total, pct))
 	}
-	fmt.Printf("pods that adopted a pool sandbox: %d/%d\n", pool.adopted, runs)
-	for _, b := range []*peer{runsc, runc, cold} {
+	fmt.Printf("pods that adopted a pool sandbox: %d/%d (no cgroup parent: %d/%d)\n", pool.adopted, runs, peers[4].adopted, runs)
+	for _, b := range []*peer{runsc, runc, cold, peers[4]} {
 		if b.failed != nil || pool.failed != nil {
 			continue
 		}
@@ -221,9 +230,17 @@ func cycle(ctx context.Context, rs runtimeapi.RuntimeServiceClient, p *peer, nam
 		return 0, nil, err
 	}
 	uid := fmt.Sprintf("%s-%s-%d", p.handler, name, time.Now().UnixNano())
+	parent := ""
+	if !p.noParent {
+		parent = kubepods + "/pod" + uid
+		if err := makeCgroup(parent); err != nil {
+			return 0, nil, err
+		}
+		defer removeCgroup(parent)
+	}
 	podCfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "bench-" + p.handler + "-" + name, Namespace: "default", Uid: uid},
-		Linux:    &runtimeapi.LinuxPodSandboxConfig{},
+		Linux:    &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent},
 	}
 	st := map[string]time.Duration{}
 	// No call may hang the run (a peer that cannot serve pods fails).
@@ -278,6 +295,39 @@ func cycle(ctx context.Context, rs runtimeapi.RuntimeServiceClient, p *peer, nam
 		}
 	}
 	return t4.Sub(t0), st, nil
+}
+
+// kubepods is the cgroup the pods' cgroups are made in, as the kubelet's
+// /kubepods.
+var kubepods = fmt.Sprintf("/gvxbench-kubepods-%d", os.Getpid())
+
+// makeCgroup makes cgroup p on every v1 hierarchy (or the v2 directory).
+func makeCgroup(p string) error {
+	for _, d := range cgroupDirs(p) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("pod cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// removeCgroup removes cgroup p (empty by then) wherever it is.
+func removeCgroup(p string) {
+	for _, d := range cgroupDirs(p) {
+		_ = os.Remove(d)
+	}
+}
+
+func cgroupDirs(p string) []string {
+	files, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
+	var out []string
+	for _, f := range files {
+		out = append(out, filepath.Join(filepath.Dir(f), p))
+	}
+	if len(out) == 0 {
+		out = []string{filepath.Join("/sys/fs/cgroup", p)}
+	}
+	return out
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -49,8 +49,9 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if !IsSubcontainer(spec) {
 		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
 	}
+	moved := func() error { return nil }
 	if to := spec.Annotations[api.AnnotationPodCgroup]; to != "" {
-		if err := enterPodCgroup(conf.RootDir, spec, to); err != nil {
+		if moved, err = enterPodCgroup(conf.RootDir, spec, to); err != nil {
 			return util.Errorf("creating container %s: %v", id, err)
 		}
 	}
@@ -63,13 +64,20 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 		UserLog:       argv.Flag(f, "user-log"),
 	})
 	if err != nil {
+		_ = moved()
 		return util.Errorf("creating container: %v", err)
 	}
 	if ns := spec.Annotations[api.AnnotationPodNetns]; ns != "" {
 		if err := attachPodNetns(cont, ns); err != nil {
+			_ = moved()
 			_ = cont.Destroy()
 			return util.Errorf("creating container %s: %v", id, err)
 		}
+	}
+	// The monitor starts in the sandbox's cgroup, which the move empties.
+	if err := moved(); err != nil {
+		_ = cont.Destroy()
+		return util.Errorf("creating container %s: %v", id, err)
 	}
 	pid, err := SpawnMonitor(conf.RootDir, id, MonitorCommand, spec.Process != nil && spec.Process.Terminal)
 	if err == nil {
