@@ -162,30 +162,18 @@ func TestCRIPodPool(t *testing.T) {
 	}
 }
 
-// makeCgroup creates the cgroup at p on every v1 hierarchy (or the v2
-// directory), removed when the test ends, and returns its directories.
+// makeCgroup creates cgroup p (harness.MakeCgroup), removed with its
+// parent when the test ends, and returns its directories.
 func makeCgroup(t *testing.T, p string) []string {
 	t.Helper()
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
-	var out []string
-	for _, f := range dirs {
-		out = append(out, filepath.Join(filepath.Dir(f), p))
-	}
-	if len(out) == 0 {
-		out = []string{filepath.Join("/sys/fs/cgroup", p)}
-	}
 	t.Cleanup(func() {
-		for _, d := range out {
-			_ = os.Remove(d)
-			_ = os.Remove(filepath.Dir(d))
-		}
+		harness.RemoveCgroup(p)
+		harness.RemoveCgroup(path.Dir(p))
 	})
-	for _, d := range out {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := harness.MakeCgroup(p); err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return harness.CgroupDirs(p)
 }
 
 // memoryCgroup is pid's memory cgroup (v1), or its v2 cgroup.

@@ -88,7 +88,7 @@ func run(runs, poolSize int, withRunsc bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	defer removeCgroup(kubepods)
+	defer harness.RemoveCgroup(kubepods)
 	pl, err := harness.StartPool(ctx, bins.GVX, dir, poolSize)
 	if err != nil {
 		return err
@@ -233,10 +233,10 @@ func cycle(ctx context.Context, rs runtimeapi.RuntimeServiceClient, p *peer, nam
 	parent := ""
 	if !p.noParent {
 		parent = kubepods + "/pod" + uid
-		if err := makeCgroup(parent); err != nil {
+		if err := harness.MakeCgroup(parent); err != nil {
 			return 0, nil, err
 		}
-		defer removeCgroup(parent)
+		defer harness.RemoveCgroup(parent)
 	}
 	podCfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "bench-" + p.handler + "-" + name, Namespace: "default", Uid: uid},
@@ -300,34 +300,5 @@ func cycle(ctx context.Context, rs runtimeapi.RuntimeServiceClient, p *peer, nam
 // kubepods is the cgroup the pods' cgroups are made in, as the kubelet's
 // /kubepods.
 var kubepods = fmt.Sprintf("/gvxbench-kubepods-%d", os.Getpid())
-
-// makeCgroup makes cgroup p on every v1 hierarchy (or the v2 directory).
-func makeCgroup(p string) error {
-	for _, d := range cgroupDirs(p) {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("pod cgroup: %w", err)
-		}
-	}
-	return nil
-}
-
-// removeCgroup removes cgroup p (empty by then) wherever it is.
-func removeCgroup(p string) {
-	for _, d := range cgroupDirs(p) {
-		_ = os.Remove(d)
-	}
-}
-
-func cgroupDirs(p string) []string {
-	files, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
-	var out []string
-	for _, f := range files {
-		out = append(out, filepath.Join(filepath.Dir(f), p))
-	}
-	if len(out) == 0 {
-		out = []string{filepath.Join("/sys/fs/cgroup", p)}
-	}
-	return out
-}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
