@@ -63,6 +63,13 @@ type Options struct {
 	// calls (≈ 1 ms) instead of a restore (≈ 0.2–0.5 s). Each costs a
 	// sandbox's memory. Default 0.
 	Spares int
+	// LazyLabels makes Rollback return once the restored sandbox runs,
+	// before containerd has committed it as the sandbox's (an fsync:
+	// ≈ 2 ms, 10 ms and more on a busy disk); the next call on the
+	// sandbox waits for that. Until then another process — or this one's
+	// successor, if it died in that window — finds the sandbox as it was
+	// before the rollback. Default false: Rollback waits.
+	LazyLabels bool
 	// Progress, if set, receives a line for each long step: starting
 	// containerd, importing and unpacking images, cloning volumes,
 	// waiting for dockerd.

@@ -25,6 +25,12 @@ import (
 // volume copies are reflinks), closed and emptied at cleanup.
 func rolloutEnv(t *testing.T, spares int) (*rollout.Engine, context.Context, string) {
 	t.Helper()
+	return rolloutEnvWith(t, rollout.Options{Spares: spares})
+}
+
+// rolloutEnvWith is rolloutEnv with engine options (StoreDir is set).
+func rolloutEnvWith(t *testing.T, o rollout.Options) (*rollout.Engine, context.Context, string) {
+	t.Helper()
 	requireEnv(t)
 	dir := loopFS(t, "xfs")
 	c, err := client.New(e.Socket())
@@ -32,7 +38,8 @@ func rolloutEnv(t *testing.T, spares int) (*rollout.Engine, context.Context, str
 		t.Fatal(err)
 	}
 	ctx := namespaces.WithNamespace(context.Background(), testNS)
-	eng, err := rollout.New(c, rollout.Options{StoreDir: filepath.Join(dir, "store"), Spares: spares})
+	o.StoreDir = filepath.Join(dir, "store")
+	eng, err := rollout.New(c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,15 +83,26 @@ func current(sb *rollout.Sandbox) string { return sb.Container().ID() }
 // (root filesystem and volume), the in-memory counter, a pipe, a file
 // offset, a TCP connection inside; the sandbox keeps its id, its output
 // goes on to the same writer, and a checkpoint taken after a rollback is a
-// child of the handle rolled back to.
+// child of the handle rolled back to, and containerd holds the sandbox's
+// new backing as the sandbox's (what another process finds) by then —
+// also with LazyLabels, whose Rollback does not wait for that.
 func TestRolloutRollback(t *testing.T) {
-	for _, spares := range []int{1, 0} {
-		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
+	for _, o := range []rollout.Options{{Spares: 1}, {Spares: 0}, {Spares: 1, LazyLabels: true}} {
+		spares := o.Spares
+		name := fmt.Sprintf("spares=%d", spares)
+		if o.LazyLabels {
+			name += "-lazy" // (a comma would split ctr's --mount of the test's directory)
+		}
+		t.Run(name, func(t *testing.T) {
 			checkNoLeaks(t) // after the engine's close (cleanups run last first)
-			eng, ctx, dir := rolloutEnv(t, spares)
+			eng, ctx, dir := rolloutEnvWith(t, o)
 			img := filepath.Join(dir, "ws.ext4")
 			gvx(t, "volume", "create", "--size", "64M", img)
-			sb := adoptRunning(t, eng, ctx, fmt.Sprintf("rb%d", spares), volMount(img, "/work"), "sh", "-c", checkpointGuest)
+			sbID := fmt.Sprintf("rb%d", spares)
+			if o.LazyLabels {
+				sbID += "l"
+			}
+			sb := adoptRunning(t, eng, ctx, sbID, volMount(img, "/work"), "sh", "-c", checkpointGuest)
 			var out syncBuffer
 			sb.Attach(&out, &out)
 			id := current(sb)
@@ -110,7 +128,7 @@ func TestRolloutRollback(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("rollback (spares=%d) took %s", spares, took)
-			if sb.ID != fmt.Sprintf("rb%d", spares) || sb.Parent() != h1.ID {
+			if sb.ID != sbID || sb.Parent() != h1.ID {
 				t.Errorf("after the rollback: sandbox %s parent %s; want the same id, parent %s", sb.ID, sb.Parent(), h1.ID)
 			}
 			id = current(sb)
@@ -135,6 +153,9 @@ func TestRolloutRollback(t *testing.T) {
 			}
 			if h2.Parent != h1.ID {
 				t.Errorf("checkpoint after the rollback: parent %q, want %s", h2.Parent, h1.ID)
+			}
+			if ct, err := rollout.FindBacking(ctx, mustClient(t), sb.ID); err != nil || ct.ID() != current(sb) {
+				t.Errorf("containerd's backing of %s after the rollback: %v %v, want %s", sb.ID, ct, err, current(sb))
 			}
 			if _, err := eng.Rollback(ctx, sb, h1.ID); err != nil {
 				t.Errorf("a second rollback to the same handle: %v", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/api"
@@ -48,6 +49,9 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	}()
 	if sb.cur == nil {
 		return nil, fmt.Errorf("checkpoint %s: the sandbox was destroyed", sb.ID)
+	}
+	if err := sb.settle(); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: checkpoint %s: its backing's labels", sb.ID)
 	}
 	b := sb.cur
 	info, err := b.container.Info(ctx)

@@ -42,6 +42,14 @@ type Options struct {
 	// ForkLabel says which of a checkpointed container's labels a fork's
 	// backing inherits (nil: all but the engine's own).
 	ForkLabel func(key string) bool
+	// LazyLabels: Rollback returns once the new backing runs, before
+	// containerd has committed its labels as the sandbox's (a metadata
+	// transaction with an fsync: ≈ 2 ms, 10 ms and more on a busy disk);
+	// the next call on the sandbox waits for them. Until they are
+	// committed another process finds the sandbox as it was before the
+	// rollback, paused — and so does one that attaches after this one
+	// died in that window. Default: Rollback waits.
+	LazyLabels bool
 }
 
 // Engine checkpoints, rolls back and forks sandboxes.
@@ -138,6 +146,27 @@ type Sandbox struct {
 	parent  string // the handle its state descends from
 	stdout  io.Writer
 	stderr  io.Writer
+	// promoting is a rollback's labelling of the current backing, nil
+	// when none is pending. Calls on the sandbox wait for it first.
+	promoting *promotion
+}
+
+// A promotion labels a backing a rollback resumed as its sandbox's.
+type promotion struct {
+	done chan struct{} // closed when err is set
+	err  error
+}
+
+// settle waits until a rollback's labelling of the current backing is done
+// and returns its error (sb.mu held).
+func (sb *Sandbox) settle() error {
+	p := sb.promoting
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	sb.promoting = nil
+	return p.err
 }
 
 // Container is the sandbox's current backing container.
@@ -236,6 +265,7 @@ func FindBacking(ctx context.Context, c *client.Client, id string) (client.Conta
 // volumes. Its checkpoints stay in the store until released.
 func (e *Engine) Destroy(ctx context.Context, sb *Sandbox) error {
 	sb.mu.Lock()
+	_ = sb.settle() // the labels go with the backing
 	b := sb.cur
 	sb.cur = nil
 	sb.mu.Unlock()

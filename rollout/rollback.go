@@ -32,6 +32,9 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 	if sb.cur == nil {
 		return 0, fmt.Errorf("rollback %s: the sandbox was destroyed", sb.ID)
 	}
+	if err := sb.settle(); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: rollback %s: the previous rollback's labels", sb.ID)
+	}
 	if h.Lineage != sb.lineage {
 		return 0, fmt.Errorf("rollback %s to %s: %w (made from %s)", sb.ID, id, ErrForeignHandle, h.Sandbox)
 	}
@@ -42,23 +45,29 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 	}
 	old := sb.cur
 	// The new backing carries the sandbox's labels, so that a later
-	// process finds it as the sandbox (Find); labelled while the old one
-	// pauses and the new one resumes.
-	labelled := make(chan error, 1)
-	go func() {
-		labels, err := old.container.Labels(ctx)
-		if err == nil {
-			err = e.promote(ctx, next, sb.ID, labels)
+	// process finds it as the sandbox (Find): labelled while the old one
+	// pauses and the new one resumes. containerd commits them to disk (an
+	// fsync): with LazyLabels the rollback does not wait for it — the next
+	// call on the sandbox does (settle), and the old backing is destroyed
+	// only once it is done, so that until then Find finds the old one.
+	p := &promotion{done: make(chan struct{})}
+	go func(ctx context.Context) {
+		defer close(p.done)
+		var labels map[string]string
+		if labels, p.err = old.container.Labels(ctx); p.err == nil {
+			p.err = e.promote(ctx, next, sb.ID, labels)
 		}
-		labelled <- err
-	}()
+	}(context.WithoutCancel(ctx)) // it outlives the call
 	_ = e.pause(ctx, old) // no more output or work from it
 	err = e.resume(ctx, next)
-	if lerr := <-labelled; err == nil && lerr != nil {
-		err = lerr
-		_ = e.pause(ctx, next)
+	if !e.opts.LazyLabels {
+		if <-p.done; err == nil && p.err != nil {
+			err = p.err
+			_ = e.pause(ctx, next)
+		}
 	}
 	if err != nil {
+		<-p.done
 		_ = e.destroy(ctx, next)
 		if old.paused {
 			_ = e.resume(ctx, old)
@@ -66,6 +75,7 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 		return 0, fmt.Errorf("rollback %s: the restored sandbox: %w", sb.ID, err)
 	}
 	sb.cur, sb.parent = next, h.ID
+	sb.promoting = p
 	if err := e.moveDockerSocket(ctx, next, sb.ID); err != nil {
 		log.G(ctx).WithError(err).Warnf("gvx rollout: rollback %s", sb.ID)
 	}
@@ -73,7 +83,13 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 		next.out.open(sb.stdout, sb.stderr)
 	}
 	took := time.Since(t0)
-	e.background(ctx, "destroy the rolled-back "+old.id, func(ctx context.Context) error { return e.destroy(ctx, old) })
+	e.background(ctx, "destroy the rolled-back "+old.id, func(ctx context.Context) error {
+		<-p.done
+		if p.err != nil {
+			log.G(ctx).WithError(p.err).Warnf("gvx rollout: rollback %s: %s runs without the sandbox's labels: another process does not find it as the sandbox", sb.ID, next.id)
+		}
+		return e.destroy(ctx, old)
+	})
 	e.fillSpares(ctx, h)
 	return took, nil
 }

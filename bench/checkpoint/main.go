@@ -104,8 +104,11 @@ func guest(mib int) []string {
 
 // sizes measures everything at mib MiB.
 func (x *env) sizes(ctx context.Context, mib, runs int) error {
-	for _, spares := range []int{0, 1} {
-		if err := x.gvx(ctx, mib, runs, spares); err != nil {
+	for _, c := range []struct {
+		spares int
+		lazy   bool
+	}{{0, false}, {1, false}, {1, true}} {
+		if err := x.gvx(ctx, mib, runs, c.spares, c.lazy); err != nil {
 			return err
 		}
 	}
@@ -113,18 +116,19 @@ func (x *env) sizes(ctx context.Context, mib, runs int) error {
 }
 
 // engine is a rollout engine with a store of its own in the tmpfs.
-func (x *env) engine(spares int) (*rollout.Engine, string, error) {
+func (x *env) engine(spares int, lazy bool) (*rollout.Engine, string, error) {
 	dir, err := os.MkdirTemp(x.store, "store-")
 	if err != nil {
 		return nil, "", err
 	}
-	e, err := rollout.New(x.c, rollout.Options{StoreDir: dir, Spares: spares})
+	e, err := rollout.New(x.c, rollout.Options{StoreDir: dir, Spares: spares, LazyLabels: lazy})
 	return e, dir, err
 }
 
-// gvx measures the engine at mib MiB with the given number of spares.
-func (x *env) gvx(ctx context.Context, mib, runs, spares int) (retErr error) {
-	e, dir, err := x.engine(spares)
+// gvx measures the engine at mib MiB with the given number of spares
+// (and, with lazy, Options.LazyLabels).
+func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy bool) (retErr error) {
+	e, dir, err := x.engine(spares, lazy)
 	if err != nil {
 		return err
 	}
@@ -134,7 +138,7 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int) (retErr error) {
 			retErr = err
 		}
 	}()
-	id := fmt.Sprintf("ck%d-%d", mib, spares)
+	id := fmt.Sprintf("ck%d-%d-%v", mib, spares, lazy)
 	if err := x.start(ctx, id, guest(mib), nil, ""); err != nil {
 		return err
 	}
@@ -182,6 +186,10 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int) (retErr error) {
 		row(mib, "gvx rollback (restore on demand)", rollbacks)
 		fmt.Printf("%-7s %-36s %10.1f MiB\n", fmt.Sprintf("%d MiB", mib), "disk per checkpoint", float64(disk)/(1<<20))
 		return x.fork(ctx, e, sb, mib)
+	}
+	if lazy {
+		row(mib, "gvx rollback (hot spare, lazy labels)", rollbacks)
+		return nil
 	}
 	row(mib, "gvx rollback (hot spare)", rollbacks)
 	return x.spareMemory(ctx, e, sb, mib)
