@@ -155,6 +155,21 @@ func (c *Containerd) Restart(ctx context.Context) error {
 	return c.launch(ctx)
 }
 
+// keepLog copies containerd's log (its shims' lines included) to
+// $GVX_TEST_LOG_DIR, when set, before Close removes it: a leaked shim or a
+// failed delete is diagnosed from it after the run.
+func (c *Containerd) keepLog() {
+	dir := os.Getenv("GVX_TEST_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	data, err := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
+	if err != nil || os.MkdirAll(dir, 0o755) != nil {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(dir, "containerd-"+filepath.Base(c.Dir)+".log"), data, 0o644)
+}
+
 // Close stops containerd and removes its directory, unmounting anything
 // left below it.
 func (c *Containerd) Close() {
@@ -171,6 +186,7 @@ func (c *Containerd) Close() {
 	for _, m := range MountsUnder(c.Dir + "/") {
 		_ = exec.Command("umount", "-l", m).Run()
 	}
+	c.keepLog()
 	_ = os.RemoveAll(c.Dir)
 	// Task cgroups live under /<namespace>/<id>; runtimes remove the task's
 	// own cgroup but leave the namespace's (a concurrent create may be
