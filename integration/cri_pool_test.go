@@ -178,21 +178,11 @@ func makeCgroup(t *testing.T, p string) []string {
 
 // memoryCgroup is pid's memory cgroup (v1), or its v2 cgroup.
 func memoryCgroup(pid int) string {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	v2 := ""
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if strings.Contains(","+f[1]+",", ",memory,") {
-			return f[2]
-		}
-		if f[0] == "0" && f[1] == "" {
-			v2 = f[2]
-		}
+	memory, unified := procCgroups(pid)
+	if memory != "" {
+		return memory
 	}
-	return v2
+	return unified
 }
 
 // TestCRIPodPoolNAT: a pod of a runtime handler whose gvx config has

@@ -258,21 +258,15 @@ func rollupField(pid int, name string) int64 {
 // memCgroupUsage is the memory charged to pid's cgroup (v1 memory
 // controller, or the unified hierarchy's memory.current).
 func memCgroupUsage(pid int) int64 {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		var p string
-		switch {
-		case strings.Contains(","+f[1]+",", ",memory,"):
-			p = filepath.Join("/sys/fs/cgroup/memory", f[2], "memory.usage_in_bytes")
-		case f[1] == "":
-			p = filepath.Join("/sys/fs/cgroup/unified", f[2], "memory.current")
-		default:
-			continue
-		}
+	memory, unified := procCgroups(pid)
+	var files []string
+	if memory != "" {
+		files = append(files, filepath.Join("/sys/fs/cgroup/memory", memory, "memory.usage_in_bytes"))
+	}
+	if unified != "" {
+		files = append(files, filepath.Join("/sys/fs/cgroup/unified", unified, "memory.current"))
+	}
+	for _, p := range files {
 		if v, err := os.ReadFile(p); err == nil {
 			n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
 			if n > 0 {
@@ -281,6 +275,25 @@ func memCgroupUsage(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// procCgroups reads /proc/PID/cgroup: pid's cgroup on the v1 memory
+// controller and on the unified hierarchy ("" where it has none).
+func procCgroups(pid int) (memory, unified string) {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case strings.Contains(","+f[1]+",", ",memory,"):
+			memory = f[2]
+		case f[1] == "":
+			unified = f[2]
+		}
+	}
+	return memory, unified
 }
 
 // TestInstallerNode: the node installer on a node's containerd. The

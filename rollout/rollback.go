@@ -61,7 +61,8 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 	_ = e.pause(ctx, old) // no more output or work from it
 	err = e.resume(ctx, next)
 	if !e.opts.LazyLabels {
-		if <-p.done; err == nil && p.err != nil {
+		<-p.done
+		if err == nil && p.err != nil {
 			err = p.err
 			_ = e.pause(ctx, next)
 		}

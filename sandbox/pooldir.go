@@ -50,16 +50,13 @@ func UnmountImage(dir api.PoolDir) {
 	_ = os.RemoveAll(dir.ImageUpper())
 }
 
-// RemoveEmptyCgroupParent removes the pool's parent cgroup (gvx-pool) of
-// a pool sandbox's cgroup at path once no sandbox uses it: a plain rmdir
-// per hierarchy, which the kernel refuses while any child cgroup exists
-// (no recursive walk over the other sandboxes). Any other parent (a pod's
-// cgroup, where a pod's sandbox moved) is not the pool's to remove.
-func RemoveEmptyCgroupParent(path string) {
-	parent := filepath.Dir(path)
-	if path == "" || parent == "/" || parent == "." || filepath.Base(parent) != api.PoolCgroupParent {
-		return
-	}
+// removeEmptyPoolCgroup removes the cgroup the pool sandboxes boot in
+// (/gvx-pool) once no sandbox uses it: a plain rmdir per hierarchy, which
+// the kernel refuses while any child cgroup exists (no recursive walk over
+// the other sandboxes). A pod's sandbox that moved into its pod's cgroup
+// leaves that cgroup's parent to its owner, the kubelet.
+func removeEmptyPoolCgroup() {
+	parent := "/" + api.PoolCgroupParent
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", parent))
 	for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", parent)) {
 		_ = os.Remove(d)

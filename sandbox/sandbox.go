@@ -168,15 +168,14 @@ func (s *Sandbox) Destroy(ctx context.Context, sentry string) error {
 		errs = append(errs, err)
 	}
 	cgroups.Remove(ctx, s.Cgroup)
-	if pc := "/" + api.PoolCgroupParent + "/" + s.ID; s.Pool != nil && s.Cgroup != pc {
-		// A pod's sandbox whose move from its pool cgroup (into the
-		// pod's, s.Cgroup) did not finish: what is left there goes too.
-		_, _ = cgroups.Kill(pc, 5*time.Second)
-		cgroups.Remove(ctx, pc)
-		RemoveEmptyCgroupParent(pc)
-	}
 	if s.Pool != nil {
-		RemoveEmptyCgroupParent(s.Cgroup)
+		if pc := "/" + api.PoolCgroupParent + "/" + s.ID; s.Cgroup != pc {
+			// A pod's sandbox whose move from its pool cgroup (into the
+			// pod's, s.Cgroup) did not finish: what is left there goes too.
+			_, _ = cgroups.Kill(pc, 5*time.Second)
+			cgroups.Remove(ctx, pc)
+		}
+		removeEmptyPoolCgroup()
 		if !serving(s.Pool.Socket) {
 			RemovePoolDir(s.Pool.Dir)
 		}

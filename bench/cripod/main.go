@@ -203,12 +203,12 @@ func run(runs, poolSize int, withRunsc bool) error {
 		fmt.Printf("%-22s %7.1fms %7.1fms   %s ms\n", p.name, ms(harness.Percentile(p.total, 50)), ms(harness.Percentile(p.total, 95)), strings.Join(each, " / "))
 	}
 	fmt.Println()
-	pool, cold, runsc, runc := peers[1], peers[0], peers[2], peers[3]
+	pool, cold, runsc, runc, bare := peers[1], peers[0], peers[2], peers[3], peers[4]
 	ratio := func(a, b *peer, pct int) float64 {
 		return ms(harness.Percentile(a.total, pct)) / ms(harness.Percentile(b.total, pct))
 	}
-	fmt.Printf("pods that adopted a pool sandbox: %d/%d (no cgroup parent: %d/%d)\n", pool.adopted, runs, peers[4].adopted, runs)
-	for _, b := range []*peer{runsc, runc, cold, peers[4]} {
+	fmt.Printf("pods that adopted a pool sandbox: %d/%d (no cgroup parent: %d/%d)\n", pool.adopted, runs, bare.adopted, runs)
+	for _, b := range []*peer{runsc, runc, cold, bare} {
 		if b.failed != nil || pool.failed != nil {
 			continue
 		}
