@@ -324,6 +324,9 @@ pool_size() {
 
 pool_service() { basename "$GVX_POOL_UNIT"; }
 
+# pool_unit_ours: did an install write GVX_POOL_UNIT (new or replacing)?
+pool_unit_ours() { recorded "file $GVX_POOL_UNIT" || recorded "replaced $GVX_POOL_UNIT"; }
+
 pool_exec() { printf '%s%s/gvx pool serve --config %s%s' "$NODE_ROOT" "$GVX_BIN_DIR" "$NODE_ROOT" "$GVX_CONFIG"; }
 
 pool_unit() {
@@ -374,7 +377,7 @@ start_pool() {
 # stop_pool: with systemd, stop and disable the pool server of the unit
 # the installer wrote.
 stop_pool() {
-	recorded "file $GVX_POOL_UNIT" || recorded "replaced $GVX_POOL_UNIT" || return 0
+	pool_unit_ours || return 0
 	[ "$RESTART" = systemd ] || return 0
 	svc=$(pool_service)
 	log "stopping the pool server: systemctl disable --now $svc (in the node's namespaces)"
@@ -491,7 +494,7 @@ do_uninstall() {
 		die "processes run the installed $GVX_BIN_DIR/gvx (pids $pids: a pool server, gvx serve): stop them first (systemctl stop $(pool_service), for the installer's pool server); FORCE=1 uninstalls anyway and leaves them running"
 	fi
 	unit=0
-	if recorded "file $GVX_POOL_UNIT" || recorded "replaced $GVX_POOL_UNIT"; then
+	if pool_unit_ours; then
 		unit=1
 	fi
 	CHANGED=0
