@@ -318,3 +318,65 @@ func TestKillGoferBeforeStart(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteDuringCreate: a client that goes away while its task is being
+// created (its context cancelled mid-create) makes containerd delete the
+// task and shut its shim down while the shim's Create runs on (ttrpc does
+// not cancel it). The shim's Delete waits for the create, which, once
+// done, takes its sandbox down; then the shim exits and nothing is left.
+// Before, the Delete found nothing yet, and the shim could stay for good
+// holding a container whose bundle containerd had removed. The create is
+// held by the test-only SlowCreateAnnotation so that the cancel lands in
+// it.
+func TestDeleteDuringCreate(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	cl := mustClient(t)
+	img, err := cl.GetImage(ctx, busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "create-abandoned"
+	cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sleep", "600"),
+		coci.WithAnnotations(map[string]string{shim.SlowCreateAnnotation: "3s"}))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	time.AfterFunc(time.Second, cancel)
+	t0 := time.Now()
+	if task, err := cont.NewTask(cctx, cio.NullIO); err == nil {
+		_, _ = task.Delete(ctx, ctrd.WithProcessKill)
+		t.Fatal("NewTask succeeded although its context was cancelled during the held create")
+	}
+	if d := time.Since(t0); d > 2500*time.Millisecond {
+		t.Fatalf("NewTask failed only after %s: the cancel did not land in the held create", d)
+	}
+	logPath := filepath.Join(e.Containerd.Dir, "containerd.log")
+	for _, want := range []string{"create of " + id + " held for", "delete of " + id + " waits for its create", id + " was deleted while it was being created"} {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			data, _ := os.ReadFile(logPath)
+			if strings.Contains(string(data), want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the shim never logged %q", want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pid, err := harness.ShimPid(e.Socket(), id)
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shim %d of %s still runs after its task was deleted mid-create", pid, id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, _, _ := e.ctr(context.Background(), "task", "ls"); strings.Contains(out, id+" ") {
+		t.Errorf("task %s still listed:\n%s", id, out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -16,12 +17,16 @@ import (
 // or FaultCreated, once the sandbox exists — or, at the task's delete,
 // FaultReset, once its pool took its reset sandbox back — but only when the shim runs
 // with FaultsEnv=1 in its environment (the integration harness gives its
-// containerd that), never otherwise.
+// containerd that), never otherwise. Under the same condition a task
+// whose spec has SlowCreateAnnotation = a duration makes its Create wait
+// that long before it creates the sandbox, for tests of what containerd
+// does meanwhile (inflight.go).
 const (
-	FaultAnnotation = "dev.gvx.test.crash-after"
-	FaultsEnv       = "GVX_TEST_FAULTS"
-	FaultCreated    = "created"
-	FaultReset      = "reset"
+	FaultAnnotation      = "dev.gvx.test.crash-after"
+	SlowCreateAnnotation = "dev.gvx.test.slow-create"
+	FaultsEnv            = "GVX_TEST_FAULTS"
+	FaultCreated         = "created"
+	FaultReset           = "reset"
 	// FaultLog starts the line the shim logs as it crashes itself.
 	FaultLog = "gvx shim: crash injected after step"
 )
@@ -43,4 +48,18 @@ func (t *gvxTask) crashAfter(ctx context.Context, step string) {
 	log.G(ctx).Warnf("%s %s of task %s", FaultLog, step, t.rec.ID)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL cannot be caught
+}
+
+// slowCreate waits as long as the task's spec asks before its sandbox is
+// created (tests only, as faultStep).
+func (t *gvxTask) slowCreate(ctx context.Context) {
+	if os.Getenv(FaultsEnv) != "1" {
+		return
+	}
+	d, err := time.ParseDuration(t.spec.Annotations[SlowCreateAnnotation])
+	if err != nil || d <= 0 {
+		return
+	}
+	log.G(ctx).Warnf("gvx shim: create of %s held for %s (%s)", t.rec.ID, d, SlowCreateAnnotation)
+	time.Sleep(d)
 }

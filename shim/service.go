@@ -31,8 +31,10 @@ type service struct {
 	task.TTRPCTaskService
 
 	mu    sync.Mutex
-	tasks map[string]*gvxTask               // by container id
-	execs map[string]map[string]*slots.Slot // live exec ids by container id, with their node slots (execlimit.go)
+	tasks map[string]*gvxTask // by container id
+	// creating holds the creates under way, by container id (inflight.go).
+	creating map[string]*inflight
+	execs    map[string]map[string]*slots.Slot // live exec ids by container id, with their node slots (execlimit.go)
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
@@ -43,7 +45,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	// The task service reaps every child of the shim: volume checks
 	// (e2fsck) wait through its reaper.
 	volume.Runner = runReaped
-	s := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*slots.Slot{}}
+	s := &service{tasks: map[string]*gvxTask{}, creating: map[string]*inflight{}, execs: map[string]map[string]*slots.Slot{}}
 	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
 	if err != nil {
 		return nil, err
@@ -65,12 +67,21 @@ func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
 // Create prepares the bundle for an unprivileged sandbox and creates it.
 func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *task.CreateTaskResponse, retErr error) {
 	t0 := time.Now()
+	c, err := s.beginCreate(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	// Last: a Delete waiting for this create goes on once it has released
+	// what it must.
+	defer close(c.done)
 	t, err := newTask(ctx, r, s.task)
 	if err != nil {
+		s.finishCreate(r.ID, nil)
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
+			s.finishCreate(r.ID, nil)
 			t.release(ctx)
 		}
 	}()
@@ -78,11 +89,15 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, err
 	}
 	tPrep := time.Since(t0)
+	t.slowCreate(ctx)
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	t.crashAfter(ctx, FaultCreated)
+	if s.finishCreate(r.ID, t) {
+		return nil, s.abandonCreate(ctx, r.ID)
+	}
 	t.monitorCreated(ctx, resp.Pid)
 	log.G(ctx).Debugf("gvx shim: created %s in %s (preparation %s, of which rootfs mount %s; sandbox create %s)",
 		r.ID, time.Since(t0), tPrep, t.tRootfs, time.Since(t0)-tPrep)
@@ -91,9 +106,6 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		go t.docker.serve(context.WithoutCancel(ctx))
 	}
 	s.watchSandboxOOM(ctx, r.ID, t.rec.SandboxCgroup)
-	s.mu.Lock()
-	s.tasks[r.ID] = t
-	s.mu.Unlock()
 	return resp, nil
 }
 
@@ -126,6 +138,11 @@ func (s *service) task(id string) *gvxTask {
 // Delete deletes the process and, for a container's init, the root
 // filesystem gvx mounted.
 func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.DeleteResponse, error) {
+	if r.ExecID == "" {
+		if err := s.awaitCreate(ctx, r.ID); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil || errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		s.releaseExec(r.ID, r.ExecID)

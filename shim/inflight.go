@@ -1,0 +1,110 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Creates in flight. containerd gives up on a Create whose caller went
+// away (its context ended) and cleans up at once: Delete, then Shutdown,
+// then it removes the bundle. ttrpc does not cancel the shim's handler,
+// so the Create runs on: a Delete that came first found nothing to
+// delete, and the container the Create then made kept the runc task
+// service — and so the shim — alive with no owner (seen once in a full
+// run: a shim left with a STOPPED container whose bundle was gone). So a
+// Delete of a container being created marks that create abandoned and
+// waits for it; an abandoned create takes down what it made and fails;
+// and Shutdown waits for every create in flight before it lets the shim
+// go.
+
+// inflight is one create under way.
+type inflight struct {
+	done      chan struct{} // closed once the create returned and released what it must
+	abandoned bool          // a Delete or Shutdown of the container came meanwhile (s.mu)
+}
+
+// beginCreate records that container id's create is under way; the
+// caller closes the returned create's done as its Create returns.
+func (s *service) beginCreate(id string) (*inflight, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.creating[id]; ok {
+		return nil, grpcError(errdefs.ErrAlreadyExists, fmt.Errorf("create %s: a create of the same container is under way", id))
+	}
+	c := &inflight{done: make(chan struct{})}
+	s.creating[id] = c
+	return c, nil
+}
+
+// finishCreate ends container id's create: t (nil: the create failed)
+// becomes the container's task unless the create was abandoned, which it
+// reports.
+func (s *service) finishCreate(id string, t *gvxTask) (abandoned bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.creating[id]
+	delete(s.creating, id)
+	if c != nil && c.abandoned {
+		return true
+	}
+	if t != nil {
+		s.tasks[id] = t
+	}
+	return false
+}
+
+// abandonCreate takes down the sandbox an abandoned create of container
+// id made and returns the error its Create answers with.
+func (s *service) abandonCreate(ctx context.Context, id string) error {
+	log.G(ctx).Warnf("gvx shim: %s was deleted while it was being created: taking it down", id)
+	if _, err := s.TTRPCTaskService.Delete(ctx, &task.DeleteRequest{ID: id}); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: delete abandoned %s", id)
+	}
+	return grpcError(errdefs.ErrAborted, fmt.Errorf("create %s: the task was deleted while it was being created", id))
+}
+
+// awaitCreate abandons container id's create, if one is under way, and
+// waits until it has returned (or ctx ends).
+func (s *service) awaitCreate(ctx context.Context, id string) error {
+	s.mu.Lock()
+	c := s.creating[id]
+	if c != nil {
+		c.abandoned = true
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	log.G(ctx).Infof("gvx shim: delete of %s waits for its create", id)
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("delete %s: waiting for its create: %w", id, ctx.Err())
+	}
+}
+
+// Shutdown abandons the create of the task it is for, if under way, and
+// waits for every create in flight before the runc task service decides
+// whether the shim may exit (it exits when it holds no container, which a
+// create in flight is not yet).
+func (s *service) Shutdown(ctx context.Context, r *task.ShutdownRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	var wait []chan struct{}
+	for id, c := range s.creating {
+		if id == r.ID {
+			c.abandoned = true
+		}
+		wait = append(wait, c.done)
+	}
+	s.mu.Unlock()
+	for _, done := range wait {
+		<-done
+	}
+	return s.TTRPCTaskService.Shutdown(ctx, r)
+}

@@ -1,0 +1,158 @@
+package shim
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/api/runtime/task/v3"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// innerService stands for the runc task service: it records the calls
+// that reach it.
+type innerService struct {
+	task.TTRPCTaskService
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *innerService) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+func (f *innerService) Delete(_ context.Context, r *task.DeleteRequest) (*task.DeleteResponse, error) {
+	f.record("delete " + r.ID)
+	return &task.DeleteResponse{}, nil
+}
+
+func (f *innerService) Shutdown(_ context.Context, r *task.ShutdownRequest) (*emptypb.Empty, error) {
+	f.record("shutdown " + r.ID)
+	return &emptypb.Empty{}, nil
+}
+
+func newInflightService() (*service, *innerService) {
+	inner := &innerService{}
+	return &service{TTRPCTaskService: inner, tasks: map[string]*gvxTask{}, creating: map[string]*inflight{}}, inner
+}
+
+// A Delete during a create abandons it and returns only once the create
+// has; the abandoned create does not register its task.
+func TestDeleteWaitsForCreate(t *testing.T) {
+	s, inner := newInflightService()
+	c, err := s.beginCreate("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.beginCreate("a"); err == nil {
+		t.Error("a second create of a under way was accepted")
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.awaitCreate(context.Background(), "a") }()
+	select {
+	case err := <-waited:
+		t.Fatalf("awaitCreate returned (%v) while the create was under way", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The create may not have seen the abandon yet when it finishes: wait
+	// until the waiter has set it.
+	for {
+		s.mu.Lock()
+		ab := c.abandoned
+		s.mu.Unlock()
+		if ab {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !s.finishCreate("a", &gvxTask{}) {
+		t.Fatal("finishCreate did not report the create abandoned")
+	}
+	if s.task("a") != nil {
+		t.Error("an abandoned create registered its task")
+	}
+	if err := s.abandonCreate(context.Background(), "a"); err == nil {
+		t.Error("abandonCreate returned no error for the create to fail with")
+	}
+	close(c.done)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if len(inner.calls) != 1 || inner.calls[0] != "delete a" {
+		t.Errorf("inner calls %q, want the abandoned create's delete", inner.calls)
+	}
+	// Without a create under way a Delete does not wait, and a create that
+	// was not abandoned registers its task.
+	if err := s.awaitCreate(context.Background(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.beginCreate("b"); err != nil {
+		t.Fatal(err)
+	}
+	tb := &gvxTask{}
+	if s.finishCreate("b", tb) || s.task("b") != tb {
+		t.Error("create b was not registered")
+	}
+}
+
+// awaitCreate gives up when its context ends, leaving the create
+// abandoned.
+func TestDeleteWaitBounded(t *testing.T) {
+	s, _ := newInflightService()
+	if _, err := s.beginCreate("a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := s.awaitCreate(ctx, "a"); err == nil {
+		t.Fatal("awaitCreate returned nil although its context ended first")
+	}
+	if !s.finishCreate("a", &gvxTask{}) {
+		t.Error("the create was not left abandoned")
+	}
+}
+
+// Shutdown abandons its own task's create, waits for every create under
+// way and only then reaches the runc task service.
+func TestShutdownWaitsForCreates(t *testing.T) {
+	s, inner := newInflightService()
+	own, _ := s.beginCreate("a")
+	other, _ := s.beginCreate("b")
+	done := make(chan struct{})
+	go func() {
+		_, _ = s.Shutdown(context.Background(), &task.ShutdownRequest{ID: "a"})
+		close(done)
+	}()
+	for {
+		s.mu.Lock()
+		ab := own.abandoned
+		s.mu.Unlock()
+		if ab {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.mu.Lock()
+	if other.abandoned {
+		t.Error("Shutdown of a abandoned b's create")
+	}
+	s.mu.Unlock()
+	s.finishCreate("a", nil)
+	close(own.done)
+	select {
+	case <-done:
+		t.Fatal("Shutdown returned while b's create was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if s.finishCreate("b", &gvxTask{}) {
+		t.Error("b's create reported abandoned")
+	}
+	close(other.done)
+	<-done
+	if len(inner.calls) != 1 || inner.calls[0] != "shutdown a" {
+		t.Errorf("inner calls %q, want one shutdown", inner.calls)
+	}
+}
