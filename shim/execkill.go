@@ -87,7 +87,7 @@ func (s *service) killExecInGuest(ctx context.Context, r *task.KillRequest) bool
 		}
 		return false
 	}
-	if err := runtimeKill(ctx, t.binary, filepath.Join(t.rec.RuncRoot, t.rec.Namespace), t.rec.Bundle, r.ID, int(r.Signal), "--pid", strconv.Itoa(pid)); err != nil {
+	if err := runtimeKill(ctx, t.binary, filepath.Join(t.rec.RuncRoot, t.rec.Namespace), r.ID, int(r.Signal), "--pid", strconv.Itoa(pid)); err != nil {
 		// Gone meanwhile, or its sandbox is: the host process then ends
 		// the exec for containerd.
 		log.G(ctx).WithError(err).Warnf("gvx shim: exec %s of %s: signalling its host process instead", r.ExecID, r.ID)
@@ -97,10 +97,15 @@ func (s *service) killExecInGuest(ctx context.Context, r *task.KillRequest) bool
 }
 
 // runtimeKill runs `<binary> --root root kill OPTS… id sig`, the task's
-// runtime (its gvx-sentry link) as containerd's runc shim runs it, logging
-// to the bundle's log.json. OPTS pick the processes: `--pid N`, `--all`.
-func runtimeKill(ctx context.Context, binary, root, bundle, id string, sig int, opts ...string) error {
-	args := append([]string{"--root", root, "--log", filepath.Join(bundle, "log.json"), "--log-format", "json", "kill"}, opts...)
+// runtime (its gvx-sentry link) as containerd's runc shim runs it; its
+// errors are read from its stderr. OPTS pick the processes: `--pid N`,
+// `--all`. No --log: a kill may run after containerd removed the task's
+// bundle (killAllInSandbox runs beside the task's Delete), and gVisor
+// creates a --log file's directory, which made the bundle directory
+// again and failed the next task of the same id ("mkdir …: file
+// exists", seen in bench/churn).
+func runtimeKill(ctx context.Context, binary, root, id string, sig int, opts ...string) error {
+	args := append([]string{"--root", root, "kill"}, opts...)
 	cmd := exec.CommandContext(ctx, binary, append(args, id, strconv.Itoa(sig))...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

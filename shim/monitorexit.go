@@ -80,7 +80,7 @@ func (t *gvxTask) killAllInSandbox(ctx context.Context, pid int) {
 		return
 	}
 	r := t.rec
-	err := runtimeKill(ctx, t.binary, filepath.Join(r.RuncRoot, r.Namespace), r.Bundle, r.ID, int(syscall.SIGKILL), "--all")
+	err := runtimeKill(ctx, t.binary, filepath.Join(r.RuncRoot, r.Namespace), r.ID, int(syscall.SIGKILL), "--all")
 	if err != nil {
 		// Ended already (the container's own exit), or its sandbox is gone.
 		log.G(ctx).WithError(err).Debugf("gvx shim: %s: monitor %d exited; ending its container", r.ID, pid)

@@ -140,7 +140,7 @@ func run(dur time.Duration, workers, poolSize int) error {
 			}
 		}
 		r := churn(ctx, c, img, v, dur, workers)
-		r.leftovers = leftovers(ctx, b.Containerd.Socket())
+		r.leftovers = leftovers(ctx, b.Containerd.Socket(), filepath.Join(b.Containerd.Dir, "state"))
 		res[v.name] = r
 	}
 	fmt.Printf("%-30s %9s %8s %11s %11s %11s %11s %7s %8s %10s %9s\n", "runtime", "cycles/s", "cycles", "p50 →exec", "p99 →exec",
@@ -277,12 +277,16 @@ func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, i
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
 
 // leftovers is what a dry-run sweep of the janitor finds once the
-// runtime's churn is over (shims exit asynchronously: it waits briefly).
-func leftovers(ctx context.Context, socket string) int {
+// runtime's churn is over, and the task bundle directories containerd
+// (at state) still holds in the bench's namespace with no task left
+// (shims exit asynchronously: it waits briefly). A stale bundle fails the
+// next task of its id ("mkdir …: file exists").
+func leftovers(ctx context.Context, socket, state string) int {
 	var n int
 	for range 20 {
 		r := janitor.Sweep(ctx, janitor.Options{Layout: harness.State, Containerd: []string{socket}, DryRun: true})
-		if n = len(r.Items); n == 0 {
+		bundles, _ := os.ReadDir(filepath.Join(state, "io.containerd.runtime.v2.task", ns))
+		if n = len(r.Items) + len(bundles); n == 0 {
 			return 0
 		}
 		time.Sleep(500 * time.Millisecond)
