@@ -100,6 +100,28 @@ func loadRecord(bundle string) (*record, error) {
 	return &r, nil
 }
 
+// mkdirInNamespaceDir creates dir with mode, and its parents
+// traverse-only. Its parent is a namespace's directory that another
+// task's release removes when it finds it empty (release, unmountRootfs):
+// a removal between the two steps is retried (seen in bench/churn as
+// "create rootfs dir: mkdir …: no such file or directory").
+func mkdirInNamespaceDir(dir string, mode os.FileMode) error {
+	for try := 1; ; try++ {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+			return err
+		}
+		err := os.Mkdir(dir, mode)
+		if err == nil || errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		// A release empties it at most once per task: 100 tries is
+		// far beyond a real race.
+		if !errors.Is(err, os.ErrNotExist) || try == 100 {
+			return err
+		}
+	}
+}
+
 // makeDir records dir as the task's, then creates it (parents
 // traverse-only) with mode and, if uid ≥ 0, that owner.
 func (r *record) makeDir(dir string, mode os.FileMode, uid, gid int) error {
@@ -107,10 +129,7 @@ func (r *record) makeDir(dir string, mode os.FileMode, uid, gid int) error {
 	if err := r.save(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	if err := os.Mkdir(dir, mode); err != nil && !os.IsExist(err) {
+	if err := mkdirInNamespaceDir(dir, mode); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	if err := os.Chmod(dir, mode); err != nil {

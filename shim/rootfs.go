@@ -22,10 +22,7 @@ import (
 func mountRootfs(ctx context.Context, rootfs []mount.Mount, target string, m oci.Mapping, specMounts []specs.Mount) (retErr error) {
 	// Parents are traverse-only for everyone: the sandbox's host uid must
 	// reach target, nobody needs to list it.
-	if err := os.MkdirAll(filepath.Dir(target), 0o711); err != nil {
-		return fmt.Errorf("create rootfs dir: %w", err)
-	}
-	if err := os.Mkdir(target, 0o711); err != nil && !os.IsExist(err) {
+	if err := mkdirInNamespaceDir(target, 0o711); err != nil {
 		return fmt.Errorf("create rootfs dir: %w", err)
 	}
 	if err := checkTraversable(target, m.HostUID); err != nil {

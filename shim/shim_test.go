@@ -79,3 +79,38 @@ func TestTaskSentry(t *testing.T) {
 		t.Errorf("task dir still there: %v", err)
 	}
 }
+
+// A namespace directory removed by another task's release between the
+// two steps of a create does not fail the create.
+func TestMkdirInNamespaceDirRace(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "ns")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = os.Remove(parent) // as a release does, when empty
+			}
+		}
+	}()
+	failed := 0
+	for i := 0; i < 1000; i++ {
+		dir := filepath.Join(parent, "task")
+		if err := mkdirInNamespaceDir(dir, 0o711); err != nil {
+			failed++
+			continue
+		}
+		if err := os.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+	if failed > 0 {
+		t.Errorf("%d of 1000 creates failed while the namespace dir was being removed", failed)
+	}
+}
