@@ -329,14 +329,8 @@ func TestKillGoferBeforeStart(t *testing.T) {
 // held by the test-only SlowCreateAnnotation so that the cancel lands in
 // it.
 func TestDeleteDuringCreate(t *testing.T) {
-	requireEnv(t)
+	cl, ctx, img := clientEnv(t)
 	checkNoLeaks(t)
-	ctx := namespaces.WithNamespace(context.Background(), testNS)
-	cl := mustClient(t)
-	img, err := cl.GetImage(ctx, busybox)
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := "create-abandoned"
 	cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sleep", "600"),
 		coci.WithAnnotations(map[string]string{shim.SlowCreateAnnotation: "3s"}))

@@ -39,6 +39,19 @@ func newInflightService() (*service, *innerService) {
 	return &service{TTRPCTaskService: inner, tasks: map[string]*gvxTask{}, creating: map[string]*inflight{}}, inner
 }
 
+// waitAbandoned waits until create c of s is marked abandoned.
+func waitAbandoned(s *service, c *inflight) {
+	for {
+		s.mu.Lock()
+		ab := c.abandoned
+		s.mu.Unlock()
+		if ab {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // A Delete during a create abandons it and returns only once the create
 // has; the abandoned create does not register its task.
 func TestDeleteWaitsForCreate(t *testing.T) {
@@ -59,15 +72,7 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 	}
 	// The create may not have seen the abandon yet when it finishes: wait
 	// until the waiter has set it.
-	for {
-		s.mu.Lock()
-		ab := c.abandoned
-		s.mu.Unlock()
-		if ab {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitAbandoned(s, c)
 	if !s.finishCreate("a", &gvxTask{}) {
 		t.Fatal("finishCreate did not report the create abandoned")
 	}
@@ -126,15 +131,7 @@ func TestShutdownWaitsForCreates(t *testing.T) {
 		_, _ = s.Shutdown(context.Background(), &task.ShutdownRequest{ID: "a"})
 		close(done)
 	}()
-	for {
-		s.mu.Lock()
-		ab := own.abandoned
-		s.mu.Unlock()
-		if ab {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitAbandoned(s, own)
 	s.mu.Lock()
 	if other.abandoned {
 		t.Error("Shutdown of a abandoned b's create")
