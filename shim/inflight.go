@@ -41,15 +41,17 @@ func (s *service) beginCreate(id string) (*inflight, error) {
 	return c, nil
 }
 
-// finishCreate ends container id's create: t (nil: the create failed)
-// becomes the container's task unless the create was abandoned, which it
-// reports.
-func (s *service) finishCreate(id string, t *gvxTask) (abandoned bool) {
+// finishCreate ends create c of container id (once; later calls do
+// nothing): t (nil: the create failed) becomes the container's task
+// unless the create was abandoned, which it reports.
+func (s *service) finishCreate(id string, c *inflight, t *gvxTask) (abandoned bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.creating[id]
+	if s.creating[id] != c {
+		return c.abandoned
+	}
 	delete(s.creating, id)
-	if c != nil && c.abandoned {
+	if c.abandoned {
 		return true
 	}
 	if t != nil {

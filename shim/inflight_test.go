@@ -73,7 +73,7 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 	// The create may not have seen the abandon yet when it finishes: wait
 	// until the waiter has set it.
 	waitAbandoned(s, c)
-	if !s.finishCreate("a", &gvxTask{}) {
+	if !s.finishCreate("a", c, &gvxTask{}) {
 		t.Fatal("finishCreate did not report the create abandoned")
 	}
 	if s.task("a") != nil {
@@ -94,12 +94,26 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 	if err := s.awaitCreate(context.Background(), "b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.beginCreate("b"); err != nil {
+	cb, err := s.beginCreate("b")
+	if err != nil {
 		t.Fatal(err)
 	}
 	tb := &gvxTask{}
-	if s.finishCreate("b", tb) || s.task("b") != tb {
+	if s.finishCreate("b", cb, tb) || s.task("b") != tb {
 		t.Error("create b was not registered")
+	}
+	// A second finish of the same create (Create's deferred one) leaves a
+	// later create of the same id alone.
+	cb2, err := s.beginCreate("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.finishCreate("b", cb, nil)
+	s.mu.Lock()
+	still := s.creating["b"] == cb2
+	s.mu.Unlock()
+	if !still {
+		t.Error("finishing an ended create removed a later create of the same id")
 	}
 }
 
@@ -107,7 +121,8 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 // abandoned.
 func TestDeleteWaitBounded(t *testing.T) {
 	s, _ := newInflightService()
-	if _, err := s.beginCreate("a"); err != nil {
+	c, err := s.beginCreate("a")
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -115,7 +130,7 @@ func TestDeleteWaitBounded(t *testing.T) {
 	if err := s.awaitCreate(ctx, "a"); err == nil {
 		t.Fatal("awaitCreate returned nil although its context ended first")
 	}
-	if !s.finishCreate("a", &gvxTask{}) {
+	if !s.finishCreate("a", c, &gvxTask{}) {
 		t.Error("the create was not left abandoned")
 	}
 }
@@ -137,14 +152,14 @@ func TestShutdownWaitsForCreates(t *testing.T) {
 		t.Error("Shutdown of a abandoned b's create")
 	}
 	s.mu.Unlock()
-	s.finishCreate("a", nil)
+	s.finishCreate("a", own, nil)
 	close(own.done)
 	select {
 	case <-done:
 		t.Fatal("Shutdown returned while b's create was under way")
 	case <-time.After(50 * time.Millisecond):
 	}
-	if s.finishCreate("b", &gvxTask{}) {
+	if s.finishCreate("b", other, &gvxTask{}) {
 		t.Error("b's create reported abandoned")
 	}
 	close(other.done)

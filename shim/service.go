@@ -76,12 +76,12 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	defer close(c.done)
 	t, err := newTask(ctx, r, s.task)
 	if err != nil {
-		s.finishCreate(r.ID, nil)
+		s.finishCreate(r.ID, c, nil)
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
-			s.finishCreate(r.ID, nil)
+			s.finishCreate(r.ID, c, nil)
 			t.release(ctx)
 		}
 	}()
@@ -95,7 +95,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, err
 	}
 	t.crashAfter(ctx, FaultCreated)
-	if s.finishCreate(r.ID, t) {
+	if s.finishCreate(r.ID, c, t) {
 		return nil, s.abandonCreate(ctx, r.ID)
 	}
 	t.monitorCreated(ctx, resp.Pid)
