@@ -140,6 +140,20 @@ func poolClaims(t *testing.T, p *harness.Pool) int {
 	return st.Claimed
 }
 
+// waitLogged waits up to within for the test containerd's log (its
+// shims' lines included) to hold line, and reports whether it did.
+func waitLogged(line string, within time.Duration) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		data, _ := os.ReadFile(filepath.Join(e.Containerd.Dir, "containerd.log"))
+		if strings.Contains(string(data), line) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // crashCreate runs task id (busybox, with ctr's extra opts) asking its shim
 // to crash after step; it checks that the create failed because the shim
 // crashed there and waits for containerd's cleanup after the dead shim.
@@ -156,19 +170,11 @@ func crashCreate(t *testing.T, id, step string, opts []string) {
 		return
 	}
 	logLine := shim.FaultLog + " " + step + " of task " + id
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		data, _ := os.ReadFile(filepath.Join(e.Containerd.Dir, "containerd.log"))
-		if strings.Contains(string(data), logLine) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("crash after %s: create failed (%s) but the shim never logged %q", step, strings.TrimSpace(r.stderr), logLine)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waitLogged(logLine, 10*time.Second) {
+		t.Fatalf("crash after %s: create failed (%s) but the shim never logged %q", step, strings.TrimSpace(r.stderr), logLine)
 	}
 	// containerd runs the shim's cleanup once it notices the shim died.
-	deadline = time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		out, _, _ := e.ctr(context.Background(), "task", "ls")
 		if !strings.Contains(out, id+" ") {
@@ -345,18 +351,9 @@ func TestDeleteDuringCreate(t *testing.T) {
 	if d := time.Since(t0); d > 2500*time.Millisecond {
 		t.Fatalf("NewTask failed only after %s: the cancel did not land in the held create", d)
 	}
-	logPath := filepath.Join(e.Containerd.Dir, "containerd.log")
 	for _, want := range []string{"create of " + id + " held for", "delete of " + id + " waits for its create", id + " was deleted while it was being created"} {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			data, _ := os.ReadFile(logPath)
-			if strings.Contains(string(data), want) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the shim never logged %q", want)
-			}
-			time.Sleep(50 * time.Millisecond)
+		if !waitLogged(want, 30*time.Second) {
+			t.Fatalf("the shim never logged %q", want)
 		}
 	}
 	deadline := time.Now().Add(20 * time.Second)

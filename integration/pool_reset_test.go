@@ -269,15 +269,8 @@ func TestPoolResetCrash(t *testing.T) {
 	r, _ := e.ctrResult(context.Background(), "task", "rm", "rcrash1")
 	t.Logf("task rm with the shim crashing: exit %d %s", r.code, strings.TrimSpace(r.stderr))
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		data, _ := os.ReadFile(filepath.Join(e.Containerd.Dir, "containerd.log"))
-		if strings.Contains(string(data), shim.FaultLog+" "+shim.FaultReset+" of task rcrash1") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the shim never crashed after the reset")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waitLogged(shim.FaultLog+" "+shim.FaultReset+" of task rcrash1", time.Until(deadline)) {
+		t.Fatal("the shim never crashed after the reset")
 	}
 	for {
 		out, _, _ := e.ctr(context.Background(), "task", "ls")

@@ -71,17 +71,20 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	if err != nil {
 		return nil, err
 	}
-	// Last: a Delete waiting for this create goes on once it has released
-	// what it must.
-	defer close(c.done)
+	// Last, after the release below: a failed create ends, and a Delete
+	// waiting for it goes on once it has released what it must.
+	defer func() {
+		if retErr != nil {
+			s.finishCreate(r.ID, c, nil)
+		}
+		close(c.done)
+	}()
 	t, err := newTask(ctx, r, s.task)
 	if err != nil {
-		s.finishCreate(r.ID, c, nil)
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
-			s.finishCreate(r.ID, c, nil)
 			t.release(ctx)
 		}
 	}()
