@@ -86,6 +86,7 @@ func TestMkdirInNamespaceDirRace(t *testing.T) {
 	parent := filepath.Join(t.TempDir(), "ns")
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	removed := 0
 	go func() {
 		defer close(done)
 		for {
@@ -93,7 +94,9 @@ func TestMkdirInNamespaceDirRace(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				_ = os.Remove(parent) // as a release does, when empty
+				if os.Remove(parent) == nil { // as a release does, when empty
+					removed++
+				}
 			}
 		}
 	}()
@@ -110,6 +113,9 @@ func TestMkdirInNamespaceDirRace(t *testing.T) {
 	}
 	close(stop)
 	<-done
+	if removed == 0 {
+		t.Fatal("the namespace dir was never removed during the creates: the race did not run")
+	}
 	if failed > 0 {
 		t.Errorf("%d of 1000 creates failed while the namespace dir was being removed", failed)
 	}
