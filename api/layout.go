@@ -63,6 +63,16 @@ func (l Layout) DockerSocket(ns, id string) string {
 // and in the guest.
 const DockerSocketName = "docker.sock"
 
+// RelaysDir holds the copies of gvx-relay that proxied docker-mode
+// sandboxes run, one per build, named by the sha256 of its bytes (Relay).
+func (l Layout) RelaysDir() string { return filepath.Join(l.Dir, "relay") }
+
+// Relay is the copy of the gvx-relay build whose sha256 is digest (hex).
+// A copy is never changed once made: a sandbox checkpointed while it ran
+// one is restored onto the same bytes, whatever the host's gvx-relay is
+// by then.
+func (l Layout) Relay(digest string) string { return filepath.Join(l.RelaysDir(), digest) }
+
 // DefaultPoolSocket is where `gvx pool serve` listens unless the config's
 // pool.socket says otherwise.
 func (l Layout) DefaultPoolSocket() string { return filepath.Join(l.Dir, "pool.sock") }

@@ -27,6 +27,11 @@ import (
 // ManifestFile is the manifest's name in a checkpoint image directory.
 const ManifestFile = "gvx-checkpoint.json"
 
+// RelayFile, in the image directory of a proxied docker-mode sandbox, is
+// a copy of the gvx-relay its guest ran (Manifest.Relay): a restore runs
+// the relay it was saved with, even after an upgrade replaced the host's.
+const RelayFile = "gvx-relay"
+
 // volumesDir, in an image directory, holds the volumes' copies.
 const volumesDir = "gvx-volumes"
 
@@ -43,6 +48,10 @@ type Manifest struct {
 	Flags string `json:"flags"`
 	// Docker is docker mode.
 	Docker bool `json:"docker,omitempty"`
+	// Relay is the sha256 (hex) of the gvx-relay that proxied docker
+	// mode runs in the guest, copied as RelayFile; "" when the sandbox
+	// runs none (or was saved before gvx kept it: the host's is used).
+	Relay string `json:"relay,omitempty"`
 	// Volumes are the sandbox's ext4lite volumes.
 	Volumes []Volume `json:"volumes,omitempty"`
 }

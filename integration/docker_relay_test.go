@@ -2,9 +2,14 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/oci"
 )
 
 // relayBytes is what TestDockerSocketFlowControl sends each way: many
@@ -170,4 +176,143 @@ func TestDockerSocketFlowControl(t *testing.T) {
 	if got != fastBytes {
 		t.Errorf("host to guest, fast reader: the guest read %d bytes, the host wrote %d", got, fastBytes)
 	}
+}
+
+// relayEcho is the init of TestDockerRelayReplaced's docker-mode
+// sandbox: in place of dockerd, a busybox nc server on GVX_DOCKER_TCP's
+// port that answers each connection's first line with "pong LINE".
+const relayEcho = `port=${GVX_DOCKER_TCP##*:}
+while true; do nc -l -p "$port" -e sh -c 'read l; echo "pong $l"'; done`
+
+// TestDockerRelayReplaced: the host's gvx-relay replaced (as an upgrade
+// of gvx replaces it) between a docker-mode sandbox's checkpoint and its
+// restore, and the node's copy of the old one gone (as after a reboot):
+// the restored sandbox runs the relay it was saved with, taken back from
+// the checkpoint, and its relay process, running since before the
+// checkpoint, still relays new connections to the guest's server. A
+// sandbox started afterwards runs the new build.
+func TestDockerRelayReplaced(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	bin := t.TempDir()
+	for _, name := range []string{api.SentryBinary, api.HookBinary} {
+		if err := os.Symlink(filepath.Join(e.Bins.GVX, name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Builds of the test's own (not the Makefile's: the node's relay
+	// copies of those stay alone).
+	relay := filepath.Join(bin, api.RelayBinary)
+	build := func(ldflags string) string {
+		t.Helper()
+		next := relay + ".new"
+		cmd := osexec.Command("go", "build", "-trimpath", "-ldflags="+ldflags, "-o", next, "../cmd/gvx-relay")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build gvx-relay: %v\n%s", err, out)
+		}
+		if err := os.Rename(next, relay); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(mustRead(t, relay)))
+		digest := hex.EncodeToString(sum[:])
+		t.Cleanup(func() { os.Remove(harness.State.Relay(digest)) })
+		return digest
+	}
+	old := build("-X main.gvxTestBuild=old")
+	cfg := filepath.Join(bin, "config.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("sentry = %q\n", filepath.Join(bin, api.SentryBinary))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const id, ref = "dkrelayup", "gvx.test/dkrelayup:1"
+	cleanupTask(t, id)
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	start := func() {
+		t.Helper()
+		mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", cfg, "--annotation", api.AnnotationDocker+"=true", busybox, id, "sh", "-c", relayEcho)
+	}
+	sock := harness.State.DockerSocket(testNS, id)
+	ping := func(what string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; i < n; {
+			got, err := relayPing(sock, fmt.Sprintf("%s-%d", what, i))
+			if err == nil && got == fmt.Sprintf("pong %s-%d", what, i) {
+				i++
+				continue
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: connection %d through %s: %q, %v", what, i, sock, got, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// runs says whether the node's copy of the relay build digest is
+	// there (read-only) and mounted for task id's sandbox.
+	runs := func(digest string) bool {
+		t.Helper()
+		st, err := os.Stat(harness.State.Relay(digest))
+		if err != nil {
+			t.Log(err)
+			return false
+		}
+		if st.Mode().Perm() != 0o555 {
+			t.Errorf("relay copy %s: mode %v, want 0555", harness.State.Relay(digest), st.Mode().Perm())
+		}
+		// The sandbox's gofer holds the copy's mount (no other sandbox
+		// runs this build).
+		mountinfos, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+		for _, mi := range mountinfos {
+			b, _ := os.ReadFile(mi)
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) > 4 && strings.HasSuffix(f[3], "/relay/"+digest) && strings.HasSuffix(f[4], oci.DockerRelayGuest) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	start()
+	if !runs(old) {
+		t.Fatalf("the sandbox does not run the node's copy %s of its gvx-relay", harness.State.Relay(old))
+	}
+	ping("before", 3)
+	mustCtr(t, "container", "checkpoint", "--task", id, ref)
+	removeTask(t, id)
+
+	// An upgrade: another gvx-relay build renamed over the old one; and
+	// the node's copy of the old one gone.
+	next := build("-s -w -X main.gvxTestBuild=next")
+	if err := os.Remove(harness.State.Relay(old)); err != nil {
+		t.Fatal(err)
+	}
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	if !runs(old) {
+		t.Errorf("the restored sandbox does not run the gvx-relay it was saved with (%s)", old)
+	}
+	ping("after", 20)
+	removeTask(t, id)
+
+	start()
+	if !runs(next) {
+		t.Errorf("a sandbox started after the upgrade does not run the new gvx-relay (%s)", next)
+	}
+	ping("new", 3)
+	removeTask(t, id)
+}
+
+// relayPing sends line on a new connection to docker socket sock and
+// returns the answer's first line.
+func relayPing(sock, line string) (string, error) {
+	c, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return strings.TrimSpace(string(b)), err
 }

@@ -129,10 +129,16 @@ func (t *gvxTask) checkpointable() error {
 	return nil
 }
 
-// saveVolumes copies the task's volumes into image directory dir and
-// writes the checkpoint's manifest there.
+// saveVolumes copies the task's volumes (and its guest's gvx-relay) into
+// image directory dir and writes the checkpoint's manifest there.
 func (t *gvxTask) saveVolumes(ctx context.Context, dir string) error {
 	m := &checkpoint.Manifest{Task: t.rec.ID, Flags: t.flagString(), Docker: t.rec.Docker}
+	if t.relay != "" {
+		if err := saveRelay(t.layout, dir, t.relay); err != nil {
+			return err
+		}
+		m.Relay = t.relay
+	}
 	if len(t.mounted) > 0 {
 		vols, err := checkpoint.SaveVolumes(ctx, dir, t.mounted, cgroups.Procs(t.rec.Sandbox.Cgroup))
 		if err != nil {

@@ -56,6 +56,7 @@ type gvxTask struct {
 	rootfsSize int64                // the cap on root filesystem writes (0: none)
 	vols       *taskVolumes         // leased ext4lite volumes (held in memory)
 	docker     *dockerProxy         // proxied docker mode's host socket
+	relay      string               // its guest's gvx-relay's digest (relaybin.go)
 	fwd        *crifwd.Forwarder    // a pod's CRI port forwarding
 	mounted    []checkpoint.Mounted // every volume, for checkpoints
 	// restoring is the manifest of the checkpoint in checkpointDir the
@@ -239,7 +240,7 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 		// The host reaches the inner dockerd through the shim's socket,
 		// which hands each connection to the Sentry (dockerproxy.go),
 		// whose gvx-relay in the guest relays it to dockerd.
-		relay, err := config.RelayPath(r.Sentry)
+		relay, err := t.relayCopy()
 		if err != nil {
 			return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("docker mode: %w", err))
 		}
@@ -271,6 +272,29 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 // "none").
 func (t *gvxTask) dockerProxied() bool {
 	return t.role == oci.RoleNone && t.network == api.NetworkSandbox && t.cfg.Pool.Size == 0
+}
+
+// relayCopy is the copy of gvx-relay the task's guest runs (relaybin.go):
+// the one a restored checkpoint names, else one of the host's.
+func (t *gvxTask) relayCopy() (string, error) {
+	if t.restoring != nil && t.restoring.Relay != "" {
+		t.relay = t.restoring.Relay
+		return restoredRelay(t.layout, t.checkpointDir, t.relay)
+	}
+	src, err := config.RelayPath(t.rec.Sentry)
+	if err != nil {
+		return "", err
+	}
+	if t.restoring != nil {
+		// Saved before checkpoints kept their relay: the host's, as then.
+		return src, nil
+	}
+	p, digest, err := storeRelay(t.layout, src)
+	if err != nil {
+		return "", err
+	}
+	t.relay = digest
+	return p, nil
 }
 
 // adoptPool claims a warm pool's sandbox when the task can run in one

@@ -1,0 +1,137 @@
+package shim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
+)
+
+// The guest of a proxied docker-mode sandbox runs gvx-relay from a
+// read-only bind mount (oci.DockerRelay), and keeps running it: its server
+// is a process of the guest. A checkpoint saves that process, whose code
+// gVisor maps from the mounted file; a restore onto other bytes (the
+// host's gvx-relay replaced by an upgrade since) would run the saved
+// process on code that is not its own. So the sandbox mounts a copy named
+// by its content (api.Layout.Relay), which is never changed, a checkpoint
+// keeps a copy of that in its image (checkpoint.RelayFile) and the
+// manifest its digest, and a restore mounts the copy of that digest,
+// putting the image's back in the state directory when the node no longer
+// has it (the default state directory is a tmpfs, emptied at boot).
+
+// storeRelay returns the copy of gvx-relay src in l's relay store, and its
+// digest, making the copy if the store lacks it.
+func storeRelay(l api.Layout, src string) (path, digest string, err error) {
+	if digest, err = fileDigest(src); err != nil {
+		return "", "", fmt.Errorf("gvx-relay %s: %w", src, err)
+	}
+	path = l.Relay(digest)
+	if err := putRelay(l, src, path); err != nil {
+		return "", "", fmt.Errorf("gvx-relay %s: %w", src, err)
+	}
+	return path, digest, nil
+}
+
+// restoredRelay returns the copy of the gvx-relay that checkpoint image dir
+// names (digest), taking it from the image when the store lacks it.
+func restoredRelay(l api.Layout, dir, digest string) (string, error) {
+	path := l.Relay(digest)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	saved := filepath.Join(dir, checkpoint.RelayFile)
+	got, err := fileDigest(saved)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("checkpoint %s names gvx-relay %s, which neither it (%s) nor this node (%s) has: restore it where it was made, or take the checkpoint again", dir, digest, checkpoint.RelayFile, path)
+	case err != nil:
+		return "", fmt.Errorf("checkpoint %s: its gvx-relay: %w", dir, err)
+	case got != digest:
+		return "", fmt.Errorf("checkpoint %s: its %s has sha256 %s, its manifest says %s: the image is damaged; take the checkpoint again", dir, checkpoint.RelayFile, got, digest)
+	}
+	if err := putRelay(l, saved, path); err != nil {
+		return "", fmt.Errorf("checkpoint %s: its gvx-relay: %w", dir, err)
+	}
+	return path, nil
+}
+
+// saveRelay puts the relay copy of digest into checkpoint image dir: a
+// hard link when the image is on the state directory's filesystem (the
+// copy is never written again), a copy otherwise.
+func saveRelay(l api.Layout, dir, digest string) error {
+	dst := filepath.Join(dir, checkpoint.RelayFile)
+	if err := os.Link(l.Relay(digest), dst); err == nil {
+		return nil
+	}
+	if err := copyFile(l.Relay(digest), dst, 0o555); err != nil {
+		return fmt.Errorf("save gvx-relay %s: %w", digest, err)
+	}
+	return nil
+}
+
+// putRelay makes path, if it is not there, a copy of src (read-only, for
+// every uid: the sandbox's gofer opens it as the sandbox's host uid). A
+// copy is written under a temporary name and renamed into place, so two
+// shims making one at once both end with a whole file.
+func putRelay(l api.Layout, src, path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(l.RelaysDir(), 0o711); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(l.RelaysDir(), ".tmp-")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	tmp.Close()
+	defer os.Remove(name)
+	if err := copyFile(src, name, 0o555); err != nil {
+		return err
+	}
+	return os.Rename(name, path)
+}
+
+// copyFile copies src's bytes to dst (created or truncated) with mode
+// perm.
+func copyFile(src, dst string, perm os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	if err := out.Chmod(perm); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// fileDigest is the sha256 of file p's bytes, in hex.
+func fileDigest(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
