@@ -60,6 +60,10 @@ await step('commands.run background with onStdout', async () => {
 await step('commands: stdin, list and kill of a background command', async () => {
   const h = await sbx.commands.run('cat', { background: true, stdin: true, timeoutMs: 0 })
   await sbx.commands.sendStdin(h.pid, 'ping\n')
+  // The input reaches cat, whose echo comes back on the stream (tens of
+  // ms on a busy machine): a kill sent before that would end cat first.
+  for (let i = 0; i < 500 && h.stdout === ''; i++) await new Promise((r) => setTimeout(r, 20))
+  assert.equal(h.stdout, 'ping\n')
   const list = await sbx.commands.list()
   assert.ok(list.some((p) => p.pid === h.pid), `pid ${h.pid} not in ${JSON.stringify(list)}`)
   assert.equal(await sbx.commands.kill(h.pid), true)
