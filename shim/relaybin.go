@@ -11,6 +11,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/config"
 )
 
 // The guest of a proxied docker-mode sandbox runs gvx-relay from a
@@ -24,6 +25,29 @@ import (
 // manifest its digest, and a restore mounts the copy of that digest,
 // putting the image's back in the state directory when the node no longer
 // has it (the default state directory is a tmpfs, emptied at boot).
+
+// relayCopy is the copy of gvx-relay the task's guest runs (relaybin.go):
+// the one a restored checkpoint names, else one of the host's.
+func (t *gvxTask) relayCopy() (string, error) {
+	if t.restoring != nil && t.restoring.Relay != "" {
+		t.relay = t.restoring.Relay
+		return restoredRelay(t.layout, t.checkpointDir, t.relay)
+	}
+	src, err := config.RelayPath(t.rec.Sentry)
+	if err != nil {
+		return "", err
+	}
+	if t.restoring != nil {
+		// Saved before checkpoints kept their relay: the host's, as then.
+		return src, nil
+	}
+	p, digest, err := storeRelay(t.layout, src)
+	if err != nil {
+		return "", err
+	}
+	t.relay = digest
+	return p, nil
+}
 
 // storeRelay returns the copy of gvx-relay src in l's relay store, and its
 // digest, making the copy if the store lacks it.

@@ -274,29 +274,6 @@ func (t *gvxTask) dockerProxied() bool {
 	return t.role == oci.RoleNone && t.network == api.NetworkSandbox && t.cfg.Pool.Size == 0
 }
 
-// relayCopy is the copy of gvx-relay the task's guest runs (relaybin.go):
-// the one a restored checkpoint names, else one of the host's.
-func (t *gvxTask) relayCopy() (string, error) {
-	if t.restoring != nil && t.restoring.Relay != "" {
-		t.relay = t.restoring.Relay
-		return restoredRelay(t.layout, t.checkpointDir, t.relay)
-	}
-	src, err := config.RelayPath(t.rec.Sentry)
-	if err != nil {
-		return "", err
-	}
-	if t.restoring != nil {
-		// Saved before checkpoints kept their relay: the host's, as then.
-		return src, nil
-	}
-	p, digest, err := storeRelay(t.layout, src)
-	if err != nil {
-		return "", err
-	}
-	t.relay = digest
-	return p, nil
-}
-
 // adoptPool claims a warm pool's sandbox when the task can run in one
 // (adopt.Blocker), and points the spec at it.
 func (t *gvxTask) adoptPool(ctx context.Context) error {
