@@ -18,6 +18,12 @@ CACHE ?= $(HOME)/.cache/gvx
 CONTAINERD_VERSION := v2.4.2
 NERDCTL_VERSION := v2.1.3
 GVISOR_VERSION := $(shell awk '{for(i=1;i<NF;i++) if($$i=="gvisor.dev/gvisor") {print $$(i+1); exit}}' sentry/go.mod)
+# What gvx-sentry reports as gVisor's version: gVisor's save records it and
+# a restore refuses a state file saved by another (the state's layout is
+# gVisor's types as this Go compiles them). Unset, every build says
+# VERSION_MISSING and a restore would load another build's state.
+SENTRY_VERSION := gvx-gvisor-$(GVISOR_VERSION)-$(shell $(GO) env GOVERSION)
+SENTRY_LDFLAGS := -X gvisor.dev/gvisor/runsc/version.version=$(SENTRY_VERSION)
 CONTAINERD_BIN := $(CACHE)/tools/containerd-$(CONTAINERD_VERSION)/bin
 CRICTL_VERSION := v1.34.0
 CRICTL_BIN := $(CACHE)/tools/crictl-$(CRICTL_VERSION)/bin
@@ -45,7 +51,7 @@ cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
 
 sentry:
-	cd sentry && $(GO) build -o $(BIN)/ ./cmd/gvx-sentry ./cmd/gvx-hook ./cmd/gvx-pause ./cmd/gvx-runtime
+	cd sentry && $(GO) build -ldflags "$(SENTRY_LDFLAGS)" -o $(BIN)/ ./cmd/gvx-sentry ./cmd/gvx-hook ./cmd/gvx-pause ./cmd/gvx-runtime
 
 deps:
 	@hack/deps.sh

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -198,4 +200,65 @@ func TestCheckpointRefused(t *testing.T) {
 	}
 	mustCtr(t, "task", "rm", "ckstop")
 	mustCtr(t, "container", "rm", "ckstop")
+}
+
+// TestCheckpointOtherSentry: a checkpoint restored by a gvx-sentry of
+// another build (another gVisor, or another Go: gVisor's state layout)
+// is refused with an error naming both builds and the way out, before
+// any guest runs, and leaves nothing behind; the same checkpoint still
+// restores on the build that made it.
+func TestCheckpointOtherSentry(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	bin := t.TempDir()
+	sentry := filepath.Join(bin, api.SentryBinary)
+	if err := os.Symlink(filepath.Join(e.Bins.GVX, api.HookBinary), filepath.Join(bin, api.HookBinary)); err != nil {
+		t.Fatal(err)
+	}
+	const other = "gvx-test-other-build"
+	cmd := osexec.Command("go", "build", "-ldflags=-X gvisor.dev/gvisor/runsc/version.version="+other, "-o", filepath.Join(bin, "other"), "./cmd/gvx-sentry")
+	cmd.Dir = "../sentry"
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build another gvx-sentry: %v\n%s", err, out)
+	}
+	use := func(target string) {
+		t.Helper()
+		os.Remove(sentry)
+		if err := os.Symlink(target, sentry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	use(filepath.Join(e.Bins.GVX, api.SentryBinary))
+	cfg := filepath.Join(bin, "config.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("sentry = %q\n", sentry)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, ref := "ckver", "gvx.test/ckver:1"
+	cleanupTask(t, id)
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	mustCtr(t, "run", "-d", "--runtime", runtime, "--runtime-config-path", cfg, busybox, id, "sh", "-c", "echo saved > /tmp/mark; exec sleep 100000")
+	waitIn(t, id, "cat /tmp/mark", "saved")
+	mustCtr(t, "container", "checkpoint", "--task", id, ref)
+	removeTask(t, id)
+
+	use(filepath.Join(bin, "other"))
+	r, err := e.ctrResult(context.Background(), "container", "restore", "--live", id, ref)
+	if err == nil && r.code == 0 {
+		t.Fatal("gvx-sentry of another build restored the checkpoint")
+	}
+	t.Logf("restore on another build: %s", r.stderr)
+	for _, want := range []string{other, "another build of gvx-sentry", "take the checkpoint again"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the refusal %q does not name %q", r.stderr, want)
+		}
+	}
+	_, _ = e.ctrResult(context.Background(), "container", "rm", id)
+
+	use(filepath.Join(e.Bins.GVX, api.SentryBinary))
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	if got := strings.TrimSpace(inTask(t, id, "cat /tmp/mark")); got != "saved" {
+		t.Errorf("restored on its own build: /tmp/mark %q", got)
+	}
+	removeTask(t, id)
 }

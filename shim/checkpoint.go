@@ -3,6 +3,7 @@ package shim
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -163,4 +164,23 @@ func (s *service) checkPausedOutsideTCP(ctx context.Context, t *gvxTask, id stri
 		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", id, cerr))
 	}
 	return nil
+}
+
+// gvisorVersionMismatch is in gVisor's refusal of a state file that a
+// gvx-sentry of another build saved (gVisor's version, which the Makefile
+// stamps with gVisor's module version and the Go release: the layout of
+// the saved state).
+const gvisorVersionMismatch = "version does not match across checkpoint restore"
+
+// explainRestore turns the error of a restoring task's start, when gVisor
+// refused the checkpoint as another build's, into one that says what it
+// means and what to do.
+func (t *gvxTask) explainRestore(err error) error {
+	if t == nil || t.restoring == nil || !strings.Contains(err.Error(), gvisorVersionMismatch) {
+		return err
+	}
+	return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf(
+		"restore %s from %s: the checkpoint was saved by another build of gvx-sentry (another gVisor or Go), whose saved state this one cannot load; "+
+			"restore it on a node running that build, or take the checkpoint again on this one (a golden checkpoint: `gvx golden build --checkpoint`): %v",
+		t.rec.ID, t.checkpointDir, err))
 }

@@ -117,6 +117,9 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartResponse, error) {
 	resp, err := s.TTRPCTaskService.Start(ctx, r)
 	if err != nil || r.ExecID != "" {
+		if err != nil && r.ExecID == "" {
+			err = s.task(r.ID).explainRestore(err)
+		}
 		return resp, err
 	}
 	t := s.task(r.ID)
