@@ -82,8 +82,9 @@ const (
 	KindCgroup      Kind = "cgroup"
 	KindLoop        Kind = "loop device"
 	KindClone       Kind = "volume clone"
-	KindLease       Kind = "lease" // an image pool's containerd lease
-	KindFIFO        Kind = "fifo"  // stdio FIFOs of a process whose creator died
+	KindLease       Kind = "lease"      // an image pool's containerd lease
+	KindFIFO        Kind = "fifo"       // stdio FIFOs of a process whose creator died
+	KindRelay       Kind = "relay copy" // a gvx-relay build no sandbox runs any more
 )
 
 // Item is one leftover found.
@@ -213,6 +214,7 @@ func Sweep(ctx context.Context, o Options) *Report {
 	s.clones(ctx)
 	s.leases(ctx)
 	s.fifos(ctx)
+	s.relays(ctx)
 	s.r.Took = time.Since(t0)
 	return s.r
 }

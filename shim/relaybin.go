@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
@@ -66,7 +67,7 @@ func storeRelay(l api.Layout, src string) (path, digest string, err error) {
 // names (digest), taking it from the image when the store lacks it.
 func restoredRelay(l api.Layout, dir, digest string) (string, error) {
 	path := l.Relay(digest)
-	if _, err := os.Stat(path); err == nil {
+	if used(path) {
 		return path, nil
 	}
 	saved := filepath.Join(dir, checkpoint.RelayFile)
@@ -104,7 +105,7 @@ func saveRelay(l api.Layout, dir, digest string) error {
 // copy is written under a temporary name and renamed into place, so two
 // shims making one at once both end with a whole file.
 func putRelay(l api.Layout, src, path string) error {
-	if _, err := os.Stat(path); err == nil {
+	if used(path) {
 		return nil
 	}
 	if err := os.MkdirAll(l.RelaysDir(), 0o711); err != nil {
@@ -121,6 +122,13 @@ func putRelay(l api.Layout, src, path string) error {
 		return err
 	}
 	return os.Rename(name, path)
+}
+
+// used says whether relay copy path exists, and marks it used now: `gvx
+// gc` removes a copy no sandbox mounts only an hour after its last use.
+func used(path string) bool {
+	now := time.Now()
+	return os.Chtimes(path, now, now) == nil
 }
 
 // copyFile copies src's bytes to dst (created or truncated) with mode
