@@ -98,6 +98,13 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if m.Version != manifestVersion {
 		return nil, fmt.Errorf("checkpoint %s: manifest version %d, this gvx reads %d", dir, m.Version, manifestVersion)
 	}
+	for _, v := range m.Volumes {
+		// A restore copies the file into the task's volume: a path
+		// out of the image would hand the guest a host file.
+		if v.File != "" && !filepath.IsLocal(v.File) {
+			return nil, fmt.Errorf("checkpoint %s: manifest: the volume at %s names file %q, which is not inside the image: the image is damaged; take the checkpoint again", dir, v.Destination, v.File)
+		}
+	}
 	return &m, nil
 }
 

@@ -44,6 +44,15 @@ func TestManifest(t *testing.T) {
 	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "version 99") {
 		t.Errorf("a manifest of another version: %v", err)
 	}
+	for _, file := range []string{"../../../var/lib/other.ext4", "/srv/volumes/a.ext4"} {
+		bad := &Manifest{Task: "t1", Volumes: []Volume{{Destination: "/work", File: file}}}
+		if err := bad.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "not inside the image") {
+			t.Errorf("a volume file %q out of the image: %v", file, err)
+		}
+	}
 }
 
 // TestSaveAndRestoreVolume: a volume mounted (as a sandbox has it) is

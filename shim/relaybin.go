@@ -66,6 +66,11 @@ func storeRelay(l api.Layout, src string) (path, digest string, err error) {
 // restoredRelay returns the copy of the gvx-relay that checkpoint image dir
 // names (digest), taking it from the image when the store lacks it.
 func restoredRelay(l api.Layout, dir, digest string) (string, error) {
+	if !isDigest(digest) {
+		// The manifest is the image's: a path instead of a digest
+		// would name a host file outside the store.
+		return "", fmt.Errorf("checkpoint %s: its manifest's relay %q is not a sha256 (64 hex digits): the image is damaged; take the checkpoint again", dir, digest)
+	}
 	path := l.Relay(digest)
 	if used(path) {
 		return path, nil
@@ -152,6 +157,20 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// isDigest says whether s is a sha256 in lower-case hex, as fileDigest
+// gives.
+func isDigest(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // fileDigest is the sha256 of file p's bytes, in hex.

@@ -82,6 +82,12 @@ func TestRelayStore(t *testing.T) {
 	if _, err := restoredRelay(l, image, digest); err == nil || !strings.Contains(err.Error(), digest) || !strings.Contains(err.Error(), "take the checkpoint again") {
 		t.Fatalf("no copy: %v", err)
 	}
+	// A manifest naming a path instead of a digest names no host file.
+	for _, bad := range []string{"../../gvx-relay", "/etc/passwd", strings.ToUpper(digest), digest[:63]} {
+		if _, err := restoredRelay(l, image, bad); err == nil || !strings.Contains(err.Error(), "not a sha256") {
+			t.Fatalf("relay %q in the manifest: %v", bad, err)
+		}
+	}
 	if left, _ := filepath.Glob(filepath.Join(l.RelaysDir(), ".tmp-*")); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
