@@ -3,6 +3,7 @@ package nat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -241,4 +242,37 @@ func ping(t *testing.T, g *stack.Stack, dst netip.Addr) bool {
 		return false
 	}
 	return err == nil
+}
+
+// TestListenPortTaken: a host port already bound fails Listen with an
+// error naming the port and the way out, and nothing it bound before
+// stays bound.
+func TestListenPortTaken(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	taken := held.Addr().(*net.TCPAddr).Port
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	files, err := Listen([]string{fmt.Sprintf("%d:80", first), fmt.Sprintf("%d:81", taken)}, nil)
+	if err == nil {
+		for _, f := range files {
+			f.Close()
+		}
+		t.Fatal("Listen on a taken port succeeded")
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("host port %d is taken", taken)) || !strings.Contains(err.Error(), "dev.gvx.nat") {
+		t.Errorf("error %q does not name the taken port and the way out", err)
+	}
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", first))
+	if err != nil {
+		t.Fatalf("the first port stayed bound after the failed Listen: %v", err)
+	}
+	l.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/log"
@@ -59,6 +60,9 @@ func Listen(ports []string, owners []api.Owner) (files []*os.File, err error) {
 				f, err = l.(*net.TCPListener).File()
 				l.Close()
 			}
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return files, fmt.Errorf("publish port %q: host port %d is taken, by another sandbox or a host process (a nat.ports entry of the gvx config publishes for every task: give such ports per task, dev.gvx.nat): %w", s, p.HostPort, err)
 		}
 		if err != nil {
 			return files, fmt.Errorf("publish port %q: %w", s, err)
