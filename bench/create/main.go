@@ -7,6 +7,7 @@
 // throughput and idle memory. `make bench` runs it.
 //
 //	go run ./bench/create [-runs 30] [-concurrency 8] [-burst 32] [-pool 32]
+//	go run ./bench/create -density 1000 [-concurrency 8]
 package main
 
 import (
@@ -49,11 +50,29 @@ func main() {
 	conc := flag.Int("concurrency", 8, "parallel creates in the throughput test")
 	burst := flag.Int("burst", 32, "sandboxes created in the throughput test")
 	poolSize := flag.Int("pool", 32, "ready sandboxes of the warm pool (the throughput test adopts up to this many)")
+	dense := flag.Int("density", 0, "instead: start this many idle gvx sandboxes and print their memory per sandbox")
 	flag.Parse()
+	if *dense > 0 {
+		if err := runDensity(*dense, *conc); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*runs, *conc, *burst, *poolSize); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+func runDensity(n, conc int) error {
+	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
+	b, err := harness.StartBench(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return density(ctx, b.Client, b.Busybox, b.Bins.GVX, n, conc)
 }
 
 func run(runs, conc, burst, poolSize int) error {

@@ -64,7 +64,7 @@ func idleMemory(ctx context.Context, c *client.Client, img client.Image, rt runt
 			err = derr
 		}
 	}()
-	time.Sleep(time.Second) // let start-up settle
+	time.Sleep(3 * time.Second) // let start-up settle (gvx-sentry trims 2 s after its start)
 	shim := harness.ParentOf(int(task.Pid()))
 	pids := append([]int{shim}, harness.Descendants(shim)...)
 	if sb := harness.Adopted("gvxbench", "idle"); sb != "" {

@@ -66,7 +66,8 @@ var table = map[string]map[kind]handler{
 	exectask.MonitorCommand:     {kindHelper: gvx(new(exectask.Monitor))},
 	fastexec.WaitCommand:        {kindHelper: gvx(new(fastexec.Wait))},
 	api.NATCommand:              {kindHelper: gvx(new(natsandbox.Serve))},
-	"boot":                      {kindHelper: before(installCompat, runsc)}, // the Sentry runs in this process
+	"boot":                      {kindHelper: before(bootSetup, runsc)},      // the Sentry runs in this process
+	"gofer":                     {kindHelper: before(trimAfterStart, runsc)}, // the sandbox's file server
 }
 
 // A kind is what a gvx-sentry command line is about.
@@ -100,7 +101,7 @@ const (
 // sentry root, and a delete also at gVisor's state of it.
 func kindOf(c argv.Command) kind {
 	switch c.Sub {
-	case subcontainer.MonitorCommand, exectask.MonitorCommand, fastexec.WaitCommand, api.NATCommand, "boot":
+	case subcontainer.MonitorCommand, exectask.MonitorCommand, fastexec.WaitCommand, api.NATCommand, "boot", "gofer":
 		return kindHelper
 	case "create":
 		spec, err := c.CreateSpec()

@@ -88,7 +88,7 @@ func TestKindOf(t *testing.T) {
 		{[]string{exectask.MonitorCommand, "task1"}, kindHelper},
 		{[]string{fastexec.WaitCommand, "c2"}, kindHelper},
 		{[]string{"boot", "--bundle", own, "sb"}, kindHelper},
-		{[]string{"gofer", "--bundle", sub}, kindPlain},
+		{[]string{"gofer", "--bundle", sub}, kindHelper},
 		{[]string{"list"}, kindPlain},
 	} {
 		c, ok := argv.Parse(append([]string{"gvx-sentry", "--root", root}, tc.args...))

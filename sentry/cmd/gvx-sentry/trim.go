@@ -1,0 +1,32 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"time"
+)
+
+// trimDelay is how long after its start a sandbox process gives back what
+// its start-up left: the Sentry boots in tens of ms, a guest's first
+// commands follow.
+const trimDelay = 2 * time.Second
+
+// trimAfterStart has a long-lived sandbox process (gVisor's boot, the
+// Sentry; its gofer) return to the host, once, the heap its start-up
+// used and dropped (spec and flag parsing, seccomp filter compilation,
+// mount setup): two collections (the first only moves sync.Pools to
+// their victim caches) and the free spans released. Without it the Go
+// runtime keeps them until its background scavenger gets to them, which
+// for an idle sandbox is never all of them (docs/benchmarks.md, density).
+func trimAfterStart() {
+	time.AfterFunc(trimDelay, func() {
+		runtime.GC()
+		debug.FreeOSMemory()
+	})
+}
+
+// bootSetup is what gvx-sentry adds to gVisor's boot before it runs.
+func bootSetup() {
+	installCompat()
+	trimAfterStart()
+}
