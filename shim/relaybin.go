@@ -1,8 +1,6 @@
 package shim
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/digest"
 )
 
 // The guest of a proxied docker-mode sandbox runs gvx-relay from a
@@ -42,48 +41,48 @@ func (t *gvxTask) relayCopy() (string, error) {
 		// Saved before checkpoints kept their relay: the host's, as then.
 		return src, nil
 	}
-	p, digest, err := storeRelay(t.layout, src)
+	p, sum, err := storeRelay(t.layout, src)
 	if err != nil {
 		return "", err
 	}
-	t.relay = digest
+	t.relay = sum
 	return p, nil
 }
 
 // storeRelay returns the copy of gvx-relay src in l's relay store, and its
 // digest, making the copy if the store lacks it.
-func storeRelay(l api.Layout, src string) (path, digest string, err error) {
-	if digest, err = fileDigest(src); err != nil {
+func storeRelay(l api.Layout, src string) (path, sum string, err error) {
+	if sum, err = digest.File(src); err != nil {
 		return "", "", fmt.Errorf("gvx-relay %s: %w", src, err)
 	}
-	path = l.Relay(digest)
+	path = l.Relay(sum)
 	if err := putRelay(l, src, path); err != nil {
 		return "", "", fmt.Errorf("gvx-relay %s: %w", src, err)
 	}
-	return path, digest, nil
+	return path, sum, nil
 }
 
 // restoredRelay returns the copy of the gvx-relay that checkpoint image dir
-// names (digest), taking it from the image when the store lacks it.
-func restoredRelay(l api.Layout, dir, digest string) (string, error) {
-	if !isDigest(digest) {
+// names (its sha256, sum), taking it from the image when the store lacks it.
+func restoredRelay(l api.Layout, dir, sum string) (string, error) {
+	if !digest.Valid(sum) {
 		// The manifest is the image's: a path instead of a digest
 		// would name a host file outside the store.
-		return "", fmt.Errorf("checkpoint %s: its manifest's relay %q is not a sha256 (64 hex digits): the image is damaged; take the checkpoint again", dir, digest)
+		return "", fmt.Errorf("checkpoint %s: its manifest's relay %q is not a sha256 (64 hex digits): the image is damaged; take the checkpoint again", dir, sum)
 	}
-	path := l.Relay(digest)
+	path := l.Relay(sum)
 	if used(path) {
 		return path, nil
 	}
 	saved := filepath.Join(dir, checkpoint.RelayFile)
-	got, err := fileDigest(saved)
+	got, err := digest.File(saved)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return "", fmt.Errorf("checkpoint %s names gvx-relay %s, which neither it (%s) nor this node (%s) has: restore it where it was made, or take the checkpoint again", dir, digest, checkpoint.RelayFile, path)
+		return "", fmt.Errorf("checkpoint %s names gvx-relay %s, which neither it (%s) nor this node (%s) has: restore it where it was made, or take the checkpoint again", dir, sum, checkpoint.RelayFile, path)
 	case err != nil:
 		return "", fmt.Errorf("checkpoint %s: its gvx-relay: %w", dir, err)
-	case got != digest:
-		return "", fmt.Errorf("checkpoint %s: its %s has sha256 %s, its manifest says %s: the image is damaged; take the checkpoint again", dir, checkpoint.RelayFile, got, digest)
+	case got != sum:
+		return "", fmt.Errorf("checkpoint %s: its %s has sha256 %s, its manifest says %s: the image is damaged; take the checkpoint again", dir, checkpoint.RelayFile, got, sum)
 	}
 	if err := putRelay(l, saved, path); err != nil {
 		return "", fmt.Errorf("checkpoint %s: its gvx-relay: %w", dir, err)
@@ -91,16 +90,16 @@ func restoredRelay(l api.Layout, dir, digest string) (string, error) {
 	return path, nil
 }
 
-// saveRelay puts the relay copy of digest into checkpoint image dir: a
+// saveRelay puts the relay copy of sha256 sum into checkpoint image dir: a
 // hard link when the image is on the state directory's filesystem (the
 // copy is never written again), a copy otherwise.
-func saveRelay(l api.Layout, dir, digest string) error {
+func saveRelay(l api.Layout, dir, sum string) error {
 	dst := filepath.Join(dir, checkpoint.RelayFile)
-	if err := os.Link(l.Relay(digest), dst); err == nil {
+	if err := os.Link(l.Relay(sum), dst); err == nil {
 		return nil
 	}
-	if err := copyFile(l.Relay(digest), dst, 0o555); err != nil {
-		return fmt.Errorf("save gvx-relay %s: %w", digest, err)
+	if err := copyFile(l.Relay(sum), dst, 0o555); err != nil {
+		return fmt.Errorf("save gvx-relay %s: %w", sum, err)
 	}
 	return nil
 }
@@ -157,32 +156,4 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// isDigest says whether s is a sha256 in lower-case hex, as fileDigest
-// gives.
-func isDigest(s string) bool {
-	if len(s) != sha256.Size*2 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// fileDigest is the sha256 of file p's bytes, in hex.
-func fileDigest(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -24,48 +23,18 @@ import (
 // binaries' shared pages are spread over all n, as on a full node.
 func density(ctx context.Context, c *client.Client, img client.Image, gvxBin string, n, conc int) (err error) {
 	rt := runtimeUnderTest{name: "gvx", runtime: api.RuntimeType}
-	type made struct {
-		cont client.Container
-		task client.Task
-	}
-	all := make([]made, n)
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
+	t0 := time.Now()
+	all, first := startMany(ctx, c, img, rt, "dense", n, conc, func(i int) {
+		fmt.Printf("density: %d of %d under way (%s)\n", i, n, time.Since(t0).Round(time.Second))
+	})
 	defer func() {
-		fmt.Printf("density: stopping %d sandboxes\n", n)
+		fmt.Printf("density: stopping %d sandboxes\n", len(all))
 		for _, m := range all {
-			if m.task == nil {
-				continue
-			}
 			if serr := stopSandbox(ctx, m.cont, m.task); serr != nil && err == nil {
 				err = serr
 			}
 		}
 	}()
-	sem := make(chan struct{}, conc)
-	t0 := time.Now()
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("dense-%04d", i))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = err
-			}
-			all[i] = made{cont, task}
-		}(i)
-		if (i+1)%100 == 0 {
-			fmt.Printf("density: %d of %d started (%s)\n", i+1, n, time.Since(t0).Round(time.Second))
-		}
-	}
-	wg.Wait()
 	if first != nil {
 		return first
 	}

@@ -11,37 +11,50 @@ import (
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
-func throughput(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, n, conc int) (float64, error) {
-	type made struct {
-		cont client.Container
-		task client.Task
-	}
+// started is one sandbox startMany started.
+type started struct {
+	cont client.Container
+	task client.Task
+}
+
+// startMany starts n sandboxes of rt, ids prefix-NNNN, conc at a time. It
+// returns those it started (the caller stops them) and the first error;
+// every is called after each 100 starts are under way.
+func startMany(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, prefix string, n, conc int, every func(i int)) ([]started, error) {
 	var (
 		mu    sync.Mutex
-		all   []made
+		all   []started
 		first error
 		wg    sync.WaitGroup
 	)
 	sem := make(chan struct{}, conc)
-	t0 := time.Now()
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("burst-%03d", i))
+			cont, task, err := startSandbox(ctx, c, img, rt, fmt.Sprintf("%s-%04d", prefix, i))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
 				first = err
 			}
 			if err == nil {
-				all = append(all, made{cont, task})
+				all = append(all, started{cont, task})
 			}
 		}(i)
+		if every != nil && (i+1)%100 == 0 {
+			every(i + 1)
+		}
 	}
 	wg.Wait()
+	return all, first
+}
+
+func throughput(ctx context.Context, c *client.Client, img client.Image, rt runtimeUnderTest, n, conc int) (float64, error) {
+	t0 := time.Now()
+	all, first := startMany(ctx, c, img, rt, "burst", n, conc, nil)
 	elapsed := time.Since(t0)
 	for _, m := range all {
 		if err := stopSandbox(ctx, m.cont, m.task); err != nil && first == nil {

@@ -1,14 +1,14 @@
 package installer
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"syscall"
+
+	"github.com/gvxrun/gvx/internal/digest"
 )
 
 // Tree describes every entry below a directory, one line per path: its
@@ -38,7 +38,7 @@ func ReadTree(root string) (Tree, error) {
 		}
 		switch {
 		case info.Mode().IsRegular():
-			sum, err := fileSum(p)
+			sum, err := digest.File(p)
 			if err != nil {
 				return err
 			}
@@ -57,19 +57,6 @@ func ReadTree(root string) (Tree, error) {
 		return nil, fmt.Errorf("read tree %s: %w", root, err)
 	}
 	return t, nil
-}
-
-func fileSum(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%x", h.Sum(nil)), nil
 }
 
 // Diff lists how after differs from t: paths added, removed or changed.
