@@ -95,6 +95,11 @@ func restoredRelay(l api.Layout, dir, sum string) (string, error) {
 // copy is never written again), a copy otherwise.
 func saveRelay(l api.Layout, dir, sum string) error {
 	dst := filepath.Join(dir, checkpoint.RelayFile)
+	// Never write through a file already there: it may be a link to the
+	// store's copy.
+	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("save gvx-relay %s: %w", sum, err)
+	}
 	if err := os.Link(l.Relay(sum), dst); err == nil {
 		return nil
 	}

@@ -35,8 +35,13 @@ func TestRelayStore(t *testing.T) {
 	if err := os.Mkdir(image, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := saveRelay(l, image, digest); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 2; i++ { // again into the same image: the store's copy stays whole
+		if err := saveRelay(l, image, digest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _ := os.ReadFile(p); string(b) != "build one" {
+		t.Fatalf("the store's copy holds %q after two saves", b)
 	}
 	if err := os.WriteFile(host, []byte("build two"), 0o755); err != nil {
 		t.Fatal(err)
