@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/internal/digest"
 	"github.com/gvxrun/gvx/oci"
 )
 
@@ -214,10 +213,12 @@ func TestDockerRelayReplaced(t *testing.T) {
 		if err := os.Rename(next, relay); err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256([]byte(mustRead(t, relay)))
-		digest := hex.EncodeToString(sum[:])
-		t.Cleanup(func() { os.Remove(harness.State.Relay(digest)) })
-		return digest
+		sum, err := digest.File(relay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(harness.State.Relay(sum)) })
+		return sum
 	}
 	old := build("-X main.gvxTestBuild=old")
 	cfg := filepath.Join(bin, "config.toml")
@@ -247,17 +248,17 @@ func TestDockerRelayReplaced(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	// runs says whether the node's copy of the relay build digest is
+	// runs says whether the node's copy of the relay build sum is
 	// there (read-only) and mounted for task id's sandbox.
-	runs := func(digest string) bool {
+	runs := func(sum string) bool {
 		t.Helper()
-		st, err := os.Stat(harness.State.Relay(digest))
+		st, err := os.Stat(harness.State.Relay(sum))
 		if err != nil {
 			t.Log(err)
 			return false
 		}
 		if st.Mode().Perm() != 0o555 {
-			t.Errorf("relay copy %s: mode %v, want 0555", harness.State.Relay(digest), st.Mode().Perm())
+			t.Errorf("relay copy %s: mode %v, want 0555", harness.State.Relay(sum), st.Mode().Perm())
 		}
 		// The sandbox's gofer holds the copy's mount (no other sandbox
 		// runs this build).
@@ -265,7 +266,7 @@ func TestDockerRelayReplaced(t *testing.T) {
 		for _, mi := range mountinfos {
 			b, _ := os.ReadFile(mi)
 			for _, l := range strings.Split(string(b), "\n") {
-				if f := strings.Fields(l); len(f) > 4 && strings.HasSuffix(f[3], "/relay/"+digest) && strings.HasSuffix(f[4], oci.DockerRelayGuest) {
+				if f := strings.Fields(l); len(f) > 4 && strings.HasSuffix(f[3], "/relay/"+sum) && strings.HasSuffix(f[4], oci.DockerRelayGuest) {
 					return true
 				}
 			}

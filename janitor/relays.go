@@ -1,7 +1,6 @@
 package janitor
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -32,7 +31,8 @@ func (s *sweep) relays(context.Context) {
 	mounted := mountedRelays("/proc")
 	for _, e := range es {
 		name, path := e.Name(), filepath.Join(dir, e.Name())
-		age := s.now.Sub(modTime(path))
+		mtime := modTime(path)
+		age := s.now.Sub(mtime)
 		var why string
 		switch {
 		case strings.HasPrefix(name, ".tmp-"):
@@ -40,7 +40,7 @@ func (s *sweep) relays(context.Context) {
 				continue
 			}
 			why = "an unfinished copy of gvx-relay (its shim died making it)"
-		case mounted[name] || age < relayIdle || !s.old(modTime(path)):
+		case mounted[name] || age < relayIdle || !s.old(mtime):
 			continue
 		default:
 			why = "a gvx-relay build no sandbox runs, last given to one " + age.Round(time.Minute).String() + " ago"
@@ -59,33 +59,14 @@ func (s *sweep) relays(context.Context) {
 // runs at the guest's /dev/gvx-relay.
 func mountedRelays(proc string) map[string]bool {
 	out := map[string]bool{}
-	seen := map[string]bool{}
-	infos, _ := filepath.Glob(filepath.Join(proc, "[0-9]*", "mountinfo"))
-	for _, p := range infos {
-		// Processes of one mount namespace share its table: read each
-		// namespace once.
-		if ns, err := os.Readlink(filepath.Join(filepath.Dir(p), "ns", "mnt")); err == nil {
-			if seen[ns] {
-				continue
-			}
-			seen[ns] = true
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			// The fourth field is the mount's root within its
-			// filesystem: .../relay/<digest> for a relay copy.
-			if fs := strings.Fields(sc.Text()); len(fs) > 4 {
-				if d, name := filepath.Split(fs[3]); strings.HasSuffix(d, "/relay/") {
-					out[name] = true
-				}
+	eachMount(proc, func(fields []string) {
+		// The fourth field is the mount's root within its filesystem:
+		// .../relay/<digest> for a relay copy.
+		if len(fields) > 4 {
+			if d, name := filepath.Split(fields[3]); strings.HasSuffix(d, "/relay/") {
+				out[name] = true
 			}
 		}
-		f.Close()
-	}
+	})
 	return out
 }

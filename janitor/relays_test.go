@@ -73,6 +73,12 @@ func TestMountedRelays(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(proc, "42", "mountinfo"), []byte(info), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Join(proc, "42", "ns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("mnt:[4026531841]", filepath.Join(proc, "42", "ns", "mnt")); err != nil {
+		t.Fatal(err)
+	}
 	got := mountedRelays(proc)
 	if len(got) != 2 || !got["c7d1"] || !got["e5f6"] {
 		t.Fatalf("mounted relays %v, want c7d1 and e5f6", got)

@@ -63,9 +63,21 @@ func (s *sweep) ours(file string) bool {
 // namespace of the host.
 func mountedDevices() map[string]bool {
 	out := map[string]bool{}
+	eachMount("/proc", func(fields []string) {
+		if len(fields) > 2 {
+			out[fields[2]] = true
+		}
+	})
+	return out
+}
+
+// eachMount calls fn with the fields of each line of the mount table of
+// each mount namespace that a process under proc (and proc/self) is in,
+// reading each namespace's table once.
+func eachMount(proc string, fn func(fields []string)) {
 	seen := map[string]bool{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range append([]string{"/proc/self"}, dirs...) {
+	dirs, _ := filepath.Glob(filepath.Join(proc, "[0-9]*"))
+	for _, d := range append([]string{filepath.Join(proc, "self")}, dirs...) {
 		ns, err := os.Readlink(filepath.Join(d, "ns", "mnt"))
 		if err != nil || seen[ns] {
 			continue
@@ -78,13 +90,10 @@ func mountedDevices() map[string]bool {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			if fields := strings.Fields(sc.Text()); len(fields) > 2 {
-				out[fields[2]] = true
-			}
+			fn(strings.Fields(sc.Text()))
 		}
 		f.Close()
 	}
-	return out
 }
 
 // clones removes the sandboxes' volume clones (.<volume>-<sandbox>.ext4

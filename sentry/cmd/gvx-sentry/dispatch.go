@@ -90,7 +90,7 @@ const (
 	// userspace NAT (package natsandbox).
 	kindNAT
 	// kindHelper is an internal command gvx-sentry runs itself as: a
-	// monitor, an exec's waiter, gVisor's boot.
+	// monitor, an exec's waiter, gVisor's boot and gofer.
 	kindHelper
 )
 
