@@ -38,6 +38,9 @@ type service struct {
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
+	// trim returns the heap starting and deleting tasks and execs left,
+	// once the shim is quiet (trim.go).
+	trim trimmer
 }
 
 // NewTaskService returns gvx's task service.
@@ -116,6 +119,7 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 // dockerd's bridges back (restoreBridges) before Start returns.
 func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartResponse, error) {
 	resp, err := s.TTRPCTaskService.Start(ctx, r)
+	s.trim.soon()
 	if err != nil || r.ExecID != "" {
 		if err != nil && r.ExecID == "" {
 			err = s.task(r.ID).explainRestore(err)
@@ -150,6 +154,7 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 		}
 	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
+	s.trim.soon()
 	if err == nil || errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		s.releaseExec(r.ID, r.ExecID)
 	}

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"runtime"
 
 	containerdshim "github.com/containerd/containerd/v2/pkg/shim"
 
@@ -14,5 +15,14 @@ import (
 )
 
 func main() {
+	// One P: a node runs a shim per sandbox, and a shim's work is waiting
+	// on its sandbox's runtime calls and copying its stdio, which a
+	// blocked syscall does not hold the P for. The second P of this
+	// 2-core machine cost every idle shim 0.19 MiB of runtime state (Go
+	// gives a P per core by default) and bought nothing measurable: 1 GiB
+	// of exec output, exec latency (docs/benchmarks.md, density). The
+	// setting is not in the environment, so the shim's children keep
+	// their own.
+	runtime.GOMAXPROCS(1)
 	containerdshim.RunShim(context.Background(), shim.NewManager())
 }

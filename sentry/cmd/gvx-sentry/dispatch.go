@@ -66,8 +66,8 @@ var table = map[string]map[kind]handler{
 	exectask.MonitorCommand:     {kindHelper: gvx(new(exectask.Monitor))},
 	fastexec.WaitCommand:        {kindHelper: gvx(new(fastexec.Wait))},
 	api.NATCommand:              {kindHelper: gvx(new(natsandbox.Serve))},
-	"boot":                      {kindHelper: before(bootSetup, runsc)},      // the Sentry runs in this process
-	"gofer":                     {kindHelper: before(trimAfterStart, runsc)}, // the sandbox's file server
+	"boot":                      {kindHelper: before(bootSetup, runsc)},  // the Sentry runs in this process
+	"gofer":                     {kindHelper: before(goferSetup, runsc)}, // the sandbox's file server
 }
 
 // A kind is what a gvx-sentry command line is about.

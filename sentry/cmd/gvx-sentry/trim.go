@@ -25,6 +25,16 @@ func trimAfterStart() {
 	})
 }
 
+// goferSetup is what gvx-sentry adds to gVisor's gofer before it runs:
+// one P (the gofer's work is the Sentry's occasional file requests; with
+// directfs the Sentry opens most files itself, and a request blocked in
+// a syscall does not hold the P), which also stops Go's periodic
+// GOMAXPROCS update from reading the cgroup, and the trim.
+func goferSetup() {
+	runtime.GOMAXPROCS(1)
+	trimAfterStart()
+}
+
 // bootSetup is what gvx-sentry adds to gVisor's boot before it runs.
 func bootSetup() {
 	installCompat()
