@@ -51,7 +51,7 @@ cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
 
 sentry:
-	cd sentry && $(GO) build -ldflags "$(SENTRY_LDFLAGS)" -o $(BIN)/ ./cmd/gvx-sentry ./cmd/gvx-hook ./cmd/gvx-pause ./cmd/gvx-runtime
+	cd sentry && $(GO) build -ldflags "$(SENTRY_LDFLAGS)" -o $(BIN)/ ./cmd/gvx-sentry ./cmd/gvx-hook ./cmd/gvx-pause ./cmd/gvx-runtime ./cmd/gvx-nat
 
 deps:
 	@hack/deps.sh
@@ -153,7 +153,7 @@ unit:
 	cd api && $(GO) test ./...
 	$(GO) test ./...
 	cd clients/python && python3 -m unittest discover -s tests
-	cd sentry && $(GO) test ./launcher/... ./hook/... ./volmount/... ./hostbind/... ./subcontainer/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./maskpaths/... ./sysclass/... ./oomwatch/... ./exectask/... ./monitor/... ./hostcreds/... ./cmd/gvx-runtime/... ./cmd/gvx-sentry/... ./checkpoint/... ./nat/... ./natsandbox/...
+	cd sentry && $(GO) test ./launcher/... ./hook/... ./volmount/... ./hostbind/... ./subcontainer/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./maskpaths/... ./sysclass/... ./oomwatch/... ./exectask/... ./monitor/... ./hostcreds/... ./cmd/gvx-runtime/... ./cmd/gvx-sentry/... ./checkpoint/... ./nat/... ./natproc/... ./natsandbox/...
 
 integration: deps build tools images
 	rm -rf $(OUT)/containerd-logs
@@ -170,7 +170,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	cd api && $(GO) vet ./...
 	$(GO) vet ./...
-	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./volmount/... ./hostbind/... ./subcontainer/... ./bundle/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./maskpaths/... ./sysclass/... ./oomwatch/... ./exectask/... ./monitor/... ./hostcreds/... ./internal/... ./checkpoint/... ./nat/... ./natsandbox/... ./cmd/...
+	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./volmount/... ./hostbind/... ./subcontainer/... ./bundle/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./maskpaths/... ./sysclass/... ./oomwatch/... ./exectask/... ./monitor/... ./hostcreds/... ./internal/... ./checkpoint/... ./nat/... ./natproc/... ./natsandbox/... ./cmd/...
 
 # The fuzz targets' seed corpora (testdata/fuzz/) run in make unit; this
 # fuzzes each target for FUZZTIME (FUZZ=regexp picks targets).
@@ -202,7 +202,7 @@ critest: deps build tools
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-relay $(BIN)/gvx-runtime $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-relay $(BIN)/gvx-runtime $(BIN)/gvx-nat $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
 
 # The image deploy/base's DaemonSet runs: busybox, gvx's binaries and
 # deploy/installer/install.sh, built locally (no registry, no base image).

@@ -31,6 +31,7 @@ func TestNames(t *testing.T) {
 		"runtime_wait_command":       api.RuntimeWaitCommand,
 		"hook_binary":                api.HookBinary,
 		"pause_binary":               api.PauseBinary,
+		"nat_binary":                 api.NATBinary,
 		"flags_env":                  api.FlagsEnv,
 		"flags_file":                 api.FlagsFile,
 		"exec_guest_pid_suffix":      api.ExecGuestPidSuffix,

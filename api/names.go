@@ -14,6 +14,7 @@ const (
 	HookBinary    = "gvx-hook"    // the createRuntime hook
 	PauseBinary   = "gvx-pause"   // a pool sandbox's init
 	RelayBinary   = "gvx-relay"   // proxied docker mode's guest relay
+	NATBinary     = "gvx-nat"     // a sandbox's userspace NAT process (network = "nat")
 )
 
 // RuntimeWaitCommand is gvx-runtime's own subcommand (argv[1]) for the

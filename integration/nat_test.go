@@ -202,7 +202,8 @@ func ctrExec(t *testing.T, id, execID string, args ...string) result {
 // resolves a name through a DNS server the test runs on loopback, reaches
 // a host HTTP server on 127.0.0.1 through 10.0.2.2 on the port its policy
 // allows, and is refused at once (an RST, counted, no host socket opened)
-// on another port where a server listens too.
+// on another port where a server listens too; its NAT process is gvx-nat
+// with the sandbox's credentials.
 func TestNATEgress(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -286,6 +287,11 @@ func TestNATEgress(t *testing.T) {
 		if !strings.Contains(string(status), want) {
 			t.Errorf("the NAT process lacks %q:\n%s", want, status)
 		}
+	}
+	// The NAT is gvx-nat, the small binary, not a gvx-sentry with all of
+	// gVisor's start-up memory (sentry/natproc).
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", after.Pid)); err != nil || filepath.Base(exe) != api.NATBinary {
+		t.Errorf("the NAT process runs %q (%v), want %s", exe, err, api.NATBinary)
 	}
 	mustCtr(t, "task", "kill", "-s", "SIGKILL", id)
 	waitStatus(t, id, "STOPPED")

@@ -29,11 +29,12 @@ type proc struct {
 // gvxBinaries are the executables of gvx's host processes.
 var gvxBinaries = map[string]bool{
 	api.ShimBinary: true, api.SentryBinary: true, api.RuntimeBinary: true, api.PauseBinary: true, api.CLIBinary: true,
+	api.NATBinary: true,
 }
 
 // sandboxBinaries are those of a sandbox's own processes (Sentry, gofer,
-// stubs, monitors, exec waiters).
-var sandboxBinaries = map[string]bool{api.SentryBinary: true, api.RuntimeBinary: true, api.PauseBinary: true}
+// stubs, monitors, exec waiters, NAT).
+var sandboxBinaries = map[string]bool{api.SentryBinary: true, api.RuntimeBinary: true, api.PauseBinary: true, api.NATBinary: true}
 
 // procTable reads every process: all of them for ancestry, and gvx's in
 // detail.

@@ -113,7 +113,7 @@ func run(size int64, connects, runs int) error {
 	fmt.Printf("gvx bench nat: %d connects, %d MiB each way, one sandbox per runtime, %d CPUs\n\n", connects, size>>20, numCPU())
 	fmt.Printf("%-11s %10s %10s %12s %12s\n", "runtime", "connect p50", "p95", "guest→host", "host→guest")
 	res := map[string]result{}
-	var natUSS, natPSS int64
+	var natMem memory
 	for _, p := range peers {
 		port := vethSrv.Addr().(*net.TCPAddr).Port
 		target := fmt.Sprintf("%s:%d", hostIP, port)
@@ -125,12 +125,12 @@ func run(size int64, connects, runs int) error {
 			// into its netstack, leaving none in the namespace.
 			return err
 		}
-		r, uss, pss, err := measure(ctx, c, img, p, guest, target, port, connects, size)
+		r, m, err := measure(ctx, c, img, p, guest, target, port, connects, size)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 		if p.nat {
-			natUSS, natPSS = uss, pss
+			natMem = m
 		}
 		res[p.name] = r
 		lat := durations(r.ConnectNs)
@@ -142,7 +142,7 @@ func run(size int64, connects, runs int) error {
 		float64(rs.UploadNs)/float64(g.UploadNs), float64(rc.UploadNs)/float64(g.UploadNs),
 		float64(rs.DownloadNs)/float64(g.DownloadNs), float64(rc.DownloadNs)/float64(g.DownloadNs),
 		float64(harness.Percentile(durations(g.ConnectNs), 50))/float64(harness.Percentile(durations(rs.ConnectNs), 50)))
-	fmt.Printf("NAT process 3 s after the transfers: USS %.1f MiB, PSS %.1f MiB\n", float64(natUSS)/(1<<20), float64(natPSS)/(1<<20))
+	fmt.Printf("NAT process 3 s after the transfers: %s\n", natMem)
 
 	none, nat, err := createExec(ctx, c, img, runs)
 	if err != nil {
@@ -155,7 +155,7 @@ func run(size int64, connects, runs int) error {
 
 // measure runs the guest program in a sandbox of p and returns its
 // result and, for the NAT, the NAT process's memory afterwards.
-func measure(ctx context.Context, c *client.Client, img client.Image, p peer, guest, target string, port, connects int, size int64) (result, int64, int64, error) {
+func measure(ctx context.Context, c *client.Client, img client.Image, p peer, guest, target string, port, connects int, size int64) (result, memory, error) {
 	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "600"),
 		oci.WithMounts([]specs.Mount{{Destination: "/bench", Type: "bind", Source: filepath.Dir(guest), Options: []string{"rbind", "ro"}}})}
 	if p.nat {
@@ -168,12 +168,12 @@ func measure(ctx context.Context, c *client.Client, img client.Image, p peer, gu
 	cont, err := c.NewContainer(ctx, id, client.WithImage(img), client.WithNewSnapshot(id, img),
 		client.WithRuntime(p.runtime, p.opts), client.WithNewSpec(opts...))
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, memory{}, err
 	}
 	defer cont.Delete(ctx, client.WithSnapshotCleanup)
 	task, err := cont.NewTask(ctx, cio.NullIO)
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, memory{}, err
 	}
 	defer func() {
 		task.Kill(ctx, syscall.SIGKILL)
@@ -183,54 +183,53 @@ func measure(ctx context.Context, c *client.Client, img client.Image, p peer, gu
 		task.Delete(ctx)
 	}()
 	if err := task.Start(ctx); err != nil {
-		return result{}, 0, 0, err
+		return result{}, memory{}, err
 	}
 	if p.nat {
 		time.Sleep(time.Second) // let start-up settle
 		pid, err := natPid(id)
 		if err != nil {
-			return result{}, 0, 0, err
+			return result{}, memory{}, err
 		}
-		uss, pss, _ := harness.Smaps(pid)
-		fmt.Printf("(NAT process idle: USS %.1f MiB, PSS %.1f MiB)\n", float64(uss)/(1<<20), float64(pss)/(1<<20))
+		fmt.Printf("(NAT process idle: %s)\n", readMemory(pid))
 	}
 	var out, errb bytes.Buffer
 	proc, err := task.Exec(ctx, "guest", &specs.Process{Args: []string{"/bench/guest", target, fmt.Sprint(connects), fmt.Sprint(size)}, Cwd: "/"},
 		cio.NewCreator(cio.WithStreams(nil, &out, &errb)))
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, memory{}, err
 	}
 	ch, err := proc.Wait(ctx)
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, memory{}, err
 	}
 	if err := proc.Start(ctx); err != nil {
-		return result{}, 0, 0, err
+		return result{}, memory{}, err
 	}
 	st := <-ch
 	proc.Delete(ctx)
 	if st.ExitCode() != 0 {
-		return result{}, 0, 0, fmt.Errorf("guest exited %d: %s", st.ExitCode(), errb.String())
+		return result{}, memory{}, fmt.Errorf("guest exited %d: %s", st.ExitCode(), errb.String())
 	}
 	var r result
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		return result{}, 0, 0, fmt.Errorf("guest output %q: %w", out.String(), err)
+		return result{}, memory{}, fmt.Errorf("guest output %q: %w", out.String(), err)
 	}
-	var uss, pss int64
+	var m memory
 	if p.nat {
 		// The NAT returns the memory its flows grew 2 s after the last
 		// one ended (nat.idleRelease): measure after that.
 		time.Sleep(3 * time.Second)
 		pid, err := natPid(id)
 		if err != nil {
-			return result{}, 0, 0, err
+			return result{}, memory{}, err
 		}
-		uss, pss, _ = harness.Smaps(pid)
+		m = readMemory(pid)
 		if line := natIdleLine(id); line != "" {
 			fmt.Printf("(NAT's own account after the transfers: %s)\n", line)
 		}
 	}
-	return r, uss, pss, nil
+	return r, m, nil
 }
 
 // natIdleLine is the last "nat: idle" line of sandbox id's NAT log: its
@@ -313,4 +312,20 @@ func createExec(ctx context.Context, c *client.Client, img client.Image, runs in
 		}
 	}
 	return none, nat, nil
+}
+
+// memory is a process's: USS, PSS, and its anonymous memory — what each
+// further NAT sandbox on a node costs, the gvx-nat binary's pages being
+// shared by all of them (a lone sandbox's USS counts them too).
+type memory struct{ uss, pss, anon int64 }
+
+func readMemory(pid int) memory {
+	var m memory
+	m.uss, m.pss, _ = harness.Smaps(pid)
+	m.anon, _ = harness.SmapsAnonymous(pid)
+	return m
+}
+
+func (m memory) String() string {
+	return fmt.Sprintf("USS %.1f MiB, PSS %.1f MiB, anonymous %.1f MiB", float64(m.uss)/(1<<20), float64(m.pss)/(1<<20), float64(m.anon)/(1<<20))
 }

@@ -66,7 +66,7 @@ SYSTEMCTL=${SYSTEMCTL:-nsenter -t 1 -m -u -i -n -p -- systemctl}
 FORCE=${FORCE:-0}
 UNINSTALL_ON_STOP=${UNINSTALL_ON_STOP:-false}
 
-BINARIES="containerd-shim-gvx-v2 gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx"
+BINARIES="containerd-shim-gvx-v2 gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx-nat gvx"
 
 STATE=$HOST_ROOT$GVX_INSTALLER_STATE
 MANIFEST=$STATE/manifest

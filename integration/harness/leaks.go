@@ -119,7 +119,7 @@ func GVXProcs() []string {
 		}
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 		switch base {
-		case api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.ShimBinary, api.CLIBinary:
+		case api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.ShimBinary, api.CLIBinary, api.NATBinary:
 			out = append(out, fmt.Sprintf("%s %s", filepath.Base(d), exe))
 		}
 	}

@@ -112,3 +112,20 @@ func Smaps(pid int) (uss, pss int64, ok bool) {
 	}
 	return uss, pss, true
 }
+
+// SmapsAnonymous is process pid's anonymous memory (smaps_rollup's
+// Anonymous): what it costs beyond the file pages it may share with
+// other processes of the same binary.
+func SmapsAnonymous(pid int) (int64, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Anonymous:" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v * 1024, true
+		}
+	}
+	return 0, false
+}

@@ -4,25 +4,25 @@
 // api.AnnotationNAT): first the host side of its published ports is bound
 // (so that a port in use fails the create before any sandbox exists), then
 // gVisor creates the sandbox with --network=none, then Create makes a unix
-// datagram socketpair, starts the NAT process (Serve, gvx-sentry's
-// api.NATCommand) on one end and hands the other to the Sentry as eth0
+// datagram socketpair, starts the NAT process (the gvx-nat binary,
+// package natproc) on one end and hands the other to the Sentry as eth0
 // (containerManager.SetNetworkArgs, which gVisor applies when the sandbox
 // starts). See docs/network.md.
 package natsandbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
 	"syscall"
 
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd"
@@ -34,6 +34,7 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/nat"
+	"github.com/gvxrun/gvx/sentry/natproc"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
@@ -143,11 +144,11 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 		return err
 	}
 	defer logf.Close()
-	data, err := json.Marshal(cfg)
+	args, err := natproc.Args(uid, gid, cfg)
 	if err != nil {
 		return err
 	}
-	m := argv.Self(api.NATCommand, strconv.Itoa(uid), strconv.Itoa(gid), string(data))
+	m := natCommand(conf.RootDir, args)
 	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats}, listeners...)
 	m.Stdout, m.Stderr = logf, logf
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -166,6 +167,21 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 		return fmt.Errorf("give the sandbox its eth0: %w", err)
 	}
 	return nil
+}
+
+// natCommand is the NAT process with args: gvx-nat beside this
+// gvx-sentry, or where an install lacks it this gvx-sentry's
+// api.NATCommand (the same process, with gVisor's ≈ 2 MiB of start-up
+// memory; package natproc).
+func natCommand(root string, args []string) *exec.Cmd {
+	if self, err := os.Executable(); err == nil {
+		bin := filepath.Join(filepath.Dir(self), api.NATBinary)
+		if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return exec.Command(bin, natproc.Command(root, args)...)
+		}
+		log.Warningf("nat: %s not installed beside %s: the NAT runs as %s %s", bin, self, api.SentryBinary, api.NATCommand)
+	}
+	return argv.Self(append([]string{api.NATCommand}, args...)...)
 }
 
 // startInCgroup starts the NAT process in the sandbox's cgroup, so that

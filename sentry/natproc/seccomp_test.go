@@ -1,4 +1,4 @@
-package natsandbox
+package natproc
 
 import (
 	"fmt"
