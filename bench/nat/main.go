@@ -148,10 +148,18 @@ func run(size int64, connects, runs int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("create→exec (p50 of %d): network none %s, nat %s (+%s)\n", runs, ms(harness.Percentile(none, 50)), ms(harness.Percentile(nat, 50)),
-		ms(harness.Percentile(nat, 50)-harness.Percentile(none, 50)))
+	fmt.Printf("create→exec (p50 of %d): network none %s, nat %s (+%s)\n", runs, ms(harness.Percentile(none.total, 50)), ms(harness.Percentile(nat.total, 50)),
+		ms(harness.Percentile(nat.total, 50)-harness.Percentile(none.total, 50)))
+	fmt.Printf("  by phase (p50, none / nat): container %s / %s, task create %s / %s, start %s / %s, exec %s / %s\n",
+		ms(harness.Percentile(none.container, 50)), ms(harness.Percentile(nat.container, 50)),
+		ms(harness.Percentile(none.create, 50)), ms(harness.Percentile(nat.create, 50)),
+		ms(harness.Percentile(none.start, 50)), ms(harness.Percentile(nat.start, 50)),
+		ms(harness.Percentile(none.exec, 50)), ms(harness.Percentile(nat.exec, 50)))
 	return nil
 }
+
+// phases are create→exec cycles' times, whole and by phase.
+type phases struct{ total, container, create, start, exec []time.Duration }
 
 // measure runs the guest program in a sandbox of p and returns its
 // result and, for the NAT, the NAT process's memory afterwards.
@@ -262,7 +270,7 @@ func natPid(id string) (int, error) {
 
 // createExec times create→start→exec(true) of sandboxes with network
 // none and nat, alternately.
-func createExec(ctx context.Context, c *client.Client, img client.Image, runs int) (none, nat []time.Duration, err error) {
+func createExec(ctx context.Context, c *client.Client, img client.Image, runs int) (none, nat phases, err error) {
 	enc, _ := api.EncodeNAT(api.NAT{DNS: []string{"127.0.0.1:53"}})
 	for i := 0; i < runs; i++ {
 		for _, mode := range []string{api.NetworkNone, api.NetworkNAT} {
@@ -275,13 +283,17 @@ func createExec(ctx context.Context, c *client.Client, img client.Image, runs in
 			cont, err := c.NewContainer(ctx, id, client.WithImage(img), client.WithNewSnapshot(id, img), client.WithRuntime(api.RuntimeType, nil),
 				client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "60"), oci.WithAnnotations(ann)))
 			if err != nil {
-				return nil, nil, err
+				return none, nat, err
 			}
+			tc := time.Now()
+			var ts, te time.Time
 			task, err := cont.NewTask(ctx, cio.NullIO)
 			if err == nil {
+				ts = time.Now()
 				err = task.Start(ctx)
 			}
 			if err == nil {
+				te = time.Now()
 				var proc client.Process
 				proc, err = task.Exec(ctx, "e", &specs.Process{Args: []string{"/bin/true"}, Cwd: "/"}, cio.NullIO)
 				if err == nil {
@@ -292,7 +304,7 @@ func createExec(ctx context.Context, c *client.Client, img client.Image, runs in
 					proc.Delete(ctx)
 				}
 			}
-			d := time.Since(t0)
+			end := time.Now()
 			if task != nil {
 				task.Kill(ctx, syscall.SIGKILL)
 				if ch, werr := task.Wait(ctx); werr == nil {
@@ -302,13 +314,17 @@ func createExec(ctx context.Context, c *client.Client, img client.Image, runs in
 			}
 			cont.Delete(ctx, client.WithSnapshotCleanup)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", id, err)
+				return none, nat, fmt.Errorf("%s: %w", id, err)
 			}
-			if mode == api.NetworkNone {
-				none = append(none, d)
-			} else {
-				nat = append(nat, d)
+			p := &none
+			if mode == api.NetworkNAT {
+				p = &nat
 			}
+			p.total = append(p.total, end.Sub(t0))
+			p.container = append(p.container, tc.Sub(t0))
+			p.create = append(p.create, ts.Sub(tc))
+			p.start = append(p.start, te.Sub(ts))
+			p.exec = append(p.exec, end.Sub(te))
 		}
 	}
 	return none, nat, nil
