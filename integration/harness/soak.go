@@ -688,10 +688,31 @@ func (r *SoakResult) Grown(warmup, window int, bound Growth) (grown, measured []
 	return grown, measured
 }
 
+// janitorFindings is what a dry run of the janitor against c would
+// reclaim, one line each.
+func janitorFindings(ctx context.Context, c *Containerd) []string {
+	var out []string
+	r := janitor.Sweep(ctx, janitor.Options{Layout: State, Containerd: []string{c.Socket()}, DryRun: true})
+	for _, it := range r.Items {
+		out = append(out, fmt.Sprintf("janitor: %s %s (%s)", it.Kind, it.What, it.Why))
+	}
+	return out
+}
+
+// janitorKey names a finding without its reason (which may say how long
+// ago something was last used).
+func janitorKey(finding string) string {
+	k, _, _ := strings.Cut(finding, " (")
+	return k
+}
+
 // SoakLeaks waits up to wait for the host to be back at before (teardown
 // is asynchronous in places: shim exits) and lists what is left, with
-// what a dry run of the janitor against c would reclaim.
-func SoakLeaks(ctx context.Context, c *Containerd, ns string, before HostState, wait time.Duration, fifoDirs ...string) []string {
+// what a dry run of the janitor against c would reclaim that it would
+// not have reclaimed before the soak (preexisting, from janitorFindings:
+// e.g. a relay copy an earlier run left, unused for an hour since, is
+// not the soak's).
+func SoakLeaks(ctx context.Context, c *Containerd, ns string, before HostState, preexisting []string, wait time.Duration, fifoDirs ...string) []string {
 	var left []string
 	deadline := time.Now().Add(wait)
 	for {
@@ -701,9 +722,14 @@ func SoakLeaks(ctx context.Context, c *Containerd, ns string, before HostState, 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	r := janitor.Sweep(ctx, janitor.Options{Layout: State, Containerd: []string{c.Socket()}, DryRun: true})
-	for _, it := range r.Items {
-		left = append(left, fmt.Sprintf("janitor: %s %s (%s)", it.Kind, it.What, it.Why))
+	had := map[string]bool{}
+	for _, f := range preexisting {
+		had[janitorKey(f)] = true
+	}
+	for _, f := range janitorFindings(ctx, c) {
+		if !had[janitorKey(f)] {
+			left = append(left, f)
+		}
 	}
 	return left
 }
@@ -835,6 +861,12 @@ func RunSoak(ctx context.Context, bins Bins, images, ns string, o SoakOptions) (
 	}
 	fifos := filepath.Join(c.Dir, "fifo")
 	before := Snapshot(c, ns, fifos)
+	preexisting := janitorFindings(ctx, c)
+	for _, f := range preexisting {
+		if o.Logf != nil {
+			o.Logf("soak: on the host before the soak, not counted as its leak: %s", f)
+		}
+	}
 	var pools []*Pool
 	stop := func() error {
 		var errs []error
@@ -872,7 +904,7 @@ func RunSoak(ctx context.Context, bins Bins, images, ns string, o SoakOptions) (
 	if serr := stop(); serr != nil {
 		return res, errors.Join(err, serr)
 	}
-	res.Leaks = SoakLeaks(context.WithoutCancel(ctx), c, ns, before, 20*time.Second, fifos)
+	res.Leaks = SoakLeaks(context.WithoutCancel(ctx), c, ns, before, preexisting, 20*time.Second, fifos)
 	if len(res.Leaks) > 0 {
 		// containerd's log goes with its directory: keep a copy.
 		if data, rerr := os.ReadFile(filepath.Join(c.Dir, "containerd.log")); rerr == nil {
