@@ -43,9 +43,14 @@ all: build
 
 build: shim sentry cli
 
+# gvx-relay is built reproducibly (no build path, no VCS stamp): sandboxes
+# mount it by its sha256 and checkpoints keep it (shim/relaybin.go), so a
+# commit or checkout that does not change its code keeps the same build.
+RELAY_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o $(BIN)/gvx-relay ./cmd/gvx-relay
+
 shim:
 	$(GO) build -o $(BIN)/containerd-shim-gvx-v2 ./cmd/containerd-shim-gvx-v2
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/gvx-relay ./cmd/gvx-relay
+	$(RELAY_BUILD)
 
 cli:
 	$(GO) build -o $(BIN)/gvx ./cmd/gvx
@@ -147,7 +152,7 @@ demo: deps
 # packages they share compile once.
 demo-bin:
 	$(GO) build -o $(BIN)/ ./cmd/containerd-shim-gvx-v2 ./cmd/gvx ./examples/episode
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/gvx-relay ./cmd/gvx-relay
+	$(RELAY_BUILD)
 
 unit:
 	cd api && $(GO) test ./...
