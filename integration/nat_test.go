@@ -227,6 +227,12 @@ func TestNATEgress(t *testing.T) {
 			t.Errorf("guest network lacks %q:\n%s%s", want, r.stdout, r.stderr)
 		}
 	}
+	// The file is in the task's root filesystem (no mount of its own),
+	// the sandbox root's.
+	r = ctrExec(t, id, "resolv", "sh", "-c", "stat -c '%u:%g %a' /etc/resolv.conf; grep -c ' /etc/resolv.conf ' /proc/self/mountinfo")
+	if r.stdout != "0:0 644\n0\n" {
+		t.Errorf("guest /etc/resolv.conf: want owner 0:0, mode 644 and no mount; got\n%s%s", r.stdout, r.stderr)
+	}
 	r = ctrExec(t, id, "ns", "nslookup", "host.gvx.test", "10.0.2.3")
 	if !strings.Contains(r.stdout, "10.0.2.2") {
 		t.Errorf("nslookup through 10.0.2.3: code %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -16,6 +16,9 @@ import (
 // bundle.
 const ResolvConfFile = "gvx-resolv.conf"
 
+// ResolvConf is the NAT sandbox's /etc/resolv.conf: the NAT's DNS.
+func ResolvConf() []byte { return []byte("nameserver " + api.NATDNS.String() + "\n") }
+
 // NetworkMode is the task's network mode: its api.AnnotationNetwork, else
 // the config's. A task on the host's network (its spec has no network
 // namespace: `ctr run --net-host`, a CRI pod with hostNetwork) asking for
@@ -105,7 +108,7 @@ func PrepareNAT(s *specs.Spec, c config.NAT, bundle string) (api.NAT, error) {
 	}
 	s.Annotations[api.AnnotationNAT] = enc
 	resolv := filepath.Join(bundle, ResolvConfFile)
-	if err := os.WriteFile(resolv, []byte("nameserver "+api.NATDNS.String()+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(resolv, ResolvConf(), 0o644); err != nil {
 		return api.NAT{}, fmt.Errorf("nat resolv.conf: %w", err)
 	}
 	mounts := s.Mounts[:0]

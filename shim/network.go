@@ -1,7 +1,17 @@
 package shim
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/containerd/log"
+	securejoin "github.com/cyphar/filepath-securejoin"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
@@ -50,4 +60,65 @@ func setFlag(flags []string, prefix, value string) []string {
 		}
 	}
 	return append(out, prefix+value)
+}
+
+// inlineResolvConf gives a NAT sandbox's guest its /etc/resolv.conf in
+// the task's own root filesystem (mounted at rootfs by mountRootfs, a
+// container's writable snapshot) instead of the bind mount oci.PrepareNAT
+// added: one gofer-served mount fewer in gVisor's create and start
+// (≈ 4 ms, docs/benchmarks.md). The file belongs to the sandbox's root,
+// mode 0644. Where the image's /etc/resolv.conf is not a regular file
+// (a symlink, e.g. to systemd-resolved's) or /etc is missing, the mount
+// stays: nothing is written.
+func (t *gvxTask) inlineResolvConf(ctx context.Context, rootfs string) error {
+	if t.network != api.NetworkNAT || t.role == oci.RoleContainer {
+		return nil
+	}
+	src := filepath.Join(t.rec.Bundle, oci.ResolvConfFile)
+	i := slices.IndexFunc(t.spec.Mounts, func(m specs.Mount) bool {
+		return m.Destination == "/etc/resolv.conf" && m.Source == src
+	})
+	if i < 0 {
+		return nil
+	}
+	ok, err := writeResolvConf(rootfs, t.mapping)
+	if err != nil || !ok {
+		return err
+	}
+	t.spec.Mounts = slices.Delete(t.spec.Mounts, i, i+1)
+	log.G(ctx).Debug("gvx shim: resolv.conf written into the root filesystem")
+	return nil
+}
+
+// writeResolvConf writes oci.ResolvConf into rootfs's /etc/resolv.conf,
+// owned by the sandbox's root, and says whether it could: false, with
+// nothing changed, where /etc is not a directory of the rootfs or
+// /etc/resolv.conf is there and not a regular file.
+func writeResolvConf(rootfs string, m oci.Mapping) (bool, error) {
+	etc, err := securejoin.SecureJoin(rootfs, "/etc")
+	if err != nil {
+		return false, fmt.Errorf("resolv.conf: %w", err)
+	}
+	if st, err := os.Lstat(etc); err != nil || !st.IsDir() {
+		return false, nil
+	}
+	p := filepath.Join(etc, "resolv.conf")
+	if st, err := os.Lstat(p); err == nil && !st.Mode().IsRegular() {
+		return false, nil
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("resolv.conf in the root filesystem: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Write(oci.ResolvConf()); err != nil {
+		return false, fmt.Errorf("write resolv.conf in the root filesystem: %w", err)
+	}
+	if err := f.Chown(int(m.HostUID), int(m.HostGID)); err != nil {
+		return false, fmt.Errorf("chown resolv.conf in the root filesystem: %w", err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return false, fmt.Errorf("chmod resolv.conf in the root filesystem: %w", err)
+	}
+	return true, f.Close()
 }

@@ -405,6 +405,9 @@ func (t *gvxTask) prepareRootfs(ctx context.Context) error {
 		if err != nil {
 			return errgrpc.ToGRPC(err)
 		}
+		if err := t.inlineResolvConf(ctx, dir); err != nil {
+			return err
+		}
 		t.spec.Root.Path, t.req.Rootfs = dir, nil
 	default:
 		root := t.spec.Root.Path

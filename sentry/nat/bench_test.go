@@ -73,3 +73,42 @@ func BenchmarkUpload(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConnect times a guest stack's TCP connect through the NAT to a
+// real server on 127.0.0.1 (the NAT's share of a guest's connect latency,
+// without the Sentry and its host-process crossings).
+func BenchmarkConnect(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	fds, _ := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	n, err := New(Options{LinkFD: fds[1], MTU: 65520, Config: api.NAT{DNS: []string{"127.0.0.1:9"},
+		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	g := guestStackMTU(b, fds[0], 65520)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := gonet.DialContextTCP(ctx, g, full(api.NATGateway, port), ipv4.ProtocolNumber)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}
