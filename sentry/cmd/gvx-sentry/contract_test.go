@@ -30,7 +30,7 @@ func TestContract(t *testing.T) {
 			t.Errorf("create with %v: kind %v, want %v", tc.annotations, got, tc.want)
 		}
 	}
-	util.ErrorLogger = &verdict{why: func() string { return "the sandbox of container t1 is gone" }}
+	util.ErrorLogger = &verdict{why: func(string) string { return "the sandbox of container t1 is gone" }}
 	stderr := captureStderr(t, func() { util.Errorf("sandbox is not running") })
 	util.ErrorLogger = nil
 	if !strings.Contains(stderr, c.Name("not_running")) {

@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/container"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/internal/statetest"
 )
 
@@ -28,9 +31,39 @@ func TestNotRunning(t *testing.T) {
 		"running": "",
 		"none":    "",
 	} {
-		if got := notRunning(root, id); got != want {
+		if got := notRunning(root, id, "sandbox is not running"); got != want {
 			t.Errorf("notRunning(%s) = %q, want %q", id, got, want)
 		}
+	}
+}
+
+// TestNotRunningShuttingDown: a refused connection to the control server
+// of a sandbox whose process still runs is a sandbox on its way out —
+// not running, once the process is gone or the wait is over — while any
+// other error of a live sandbox is not a verdict.
+func TestNotRunningShuttingDown(t *testing.T) {
+	root := t.TempDir()
+	spec := &specs.Spec{Process: &specs.Process{Args: []string{"sleep"}}}
+	exiting := exec.Command("sleep", "0.3")
+	if err := exiting.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer exiting.Wait()
+	statetest.Save(t, root, "exiting", "exiting", exiting.Process.Pid, container.Running, spec)
+	refused := "connecting to control server at PID 42: connection refused"
+	if got := notRunning(root, "exiting", "signaling container: some other failure"); got != "" {
+		t.Errorf("another error of a live sandbox: %q, want none", got)
+	}
+	start := time.Now()
+	want := "the sandbox of container exiting is shutting down (its control server is closed)"
+	if got := notRunning(root, "exiting", refused); got != want {
+		t.Errorf("refused: %q, want %q", got, want)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d >= shutdownWait {
+		t.Errorf("refused: returned after %v, want once the sandbox's process exited (≈300 ms)", d)
+	}
+	if exiting.ProcessState != nil || procfs.Alive(exiting.Process.Pid) {
+		t.Errorf("the sandbox's process should be gone (a zombie) when notRunning returns")
 	}
 }
 
@@ -56,7 +89,7 @@ func captureStderr(t *testing.T, fn func()) string {
 func TestVerdict(t *testing.T) {
 	for _, why := range []string{"the sandbox of container c1 is gone", ""} {
 		var logFile bytes.Buffer
-		util.ErrorLogger = &verdict{next: &logFile, why: func() string { return why }}
+		util.ErrorLogger = &verdict{next: &logFile, why: func(string) string { return why }}
 		stderr := captureStderr(t, func() {
 			util.Errorf("sandbox is not running")
 			util.Errorf("a second error")
@@ -84,7 +117,7 @@ func TestVerdict(t *testing.T) {
 	}
 	util.ErrorLogger = nil
 	// Without --log: stderr only.
-	util.ErrorLogger = &verdict{why: func() string { return "container c1 has stopped" }}
+	util.ErrorLogger = &verdict{why: func(string) string { return "container c1 has stopped" }}
 	if got := captureStderr(t, func() { util.Errorf("signaling container") }); got != "signaling container\n"+api.NotRunning+": container c1 has stopped\n" {
 		t.Errorf("without a log file: stderr %q", got)
 	}
