@@ -10,13 +10,33 @@
 // BACKEND (where the init's dockerd listens, GVX_DOCKER_TCP), sends the
 // relay's Hello and relays the framed stream. The shim bind-mounts this
 // static binary into the sandbox read-only.
+//
+// Its connections leave nothing a restore of the sandbox trips over.
+// gVisor draws its TCP initial-sequence-number secret anew at each
+// restore, so a new connection whose address pair matches a TIME-WAIT
+// endpoint saved in the checkpoint has its SYN dropped half of the time,
+// until that endpoint expires (60 s); for the Sentry's port forwarding,
+// which connects with the sandbox's loader lock held, that stalls every
+// control call — execs, signals, other connections — for 63 s. So the
+// relay is never the first to close a stream (the endpoint that closes
+// first is the one left in TIME-WAIT): it waits for the shim's close
+// after its Done, and refuses a stream it cannot serve with
+// relay.Refuse rather than closing it. And it dials the backend from
+// source ports of its own sequence, saved and restored with it, so a
+// restored relay does not reuse a pair whose TIME-WAIT the checkpoint
+// holds (dockerd closes its connections first). Resetting streams
+// instead (SO_LINGER 0) was tried and dropped: with it, about one
+// session in 3000 lost its end — the client got the answer but never
+// EOF.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,11 +105,11 @@ func serve(listen, backend string) error {
 }
 
 // handle connects one stream to the backend; a backend that does not
-// answer (dockerd not up yet) closes the stream without a Hello.
+// answer (dockerd not up yet) has the stream refused.
 func handle(stream *net.TCPConn, backend string) {
-	b, err := net.DialTimeout("tcp", backend, 10*time.Second)
+	b, err := dialBackend(backend)
 	if err != nil {
-		stream.Close()
+		relay.Refuse(stream, refuseWait)
 		return
 	}
 	if err := relay.Hello(stream); err != nil {
@@ -98,4 +118,39 @@ func handle(stream *net.TCPConn, backend string) {
 		return
 	}
 	_ = relay.Guest(b.(*net.TCPConn), stream)
+}
+
+// refuseWait bounds the wait for the shim's close of a refused stream.
+const refuseWait = 10 * time.Second
+
+// Source ports of the backend's connections: the relay's own sequence
+// over [firstPort, firstPort+numPorts), which it keeps across a
+// checkpoint, so the connections after a restore do not reuse the
+// address pairs of those just before it (see the package comment).
+const (
+	firstPort = 40000
+	numPorts  = 20000
+)
+
+var nextPort atomic.Uint32
+
+func init() { nextPort.Store(uint32(time.Now().UnixNano() % numPorts)) }
+
+// dialBackend connects to backend from the next free port of the
+// sequence.
+func dialBackend(backend string) (net.Conn, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	for i := 0; i < 64 && time.Now().Before(deadline); i++ {
+		port := firstPort + int((nextPort.Add(1)-1)%numPorts)
+		d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{Port: port}}
+		var c net.Conn
+		if c, err = d.Dial("tcp", backend); err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil, err
+		}
+	}
+	return nil, err
 }

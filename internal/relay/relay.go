@@ -17,7 +17,20 @@
 // half-closed) and, last from the relay, Done (it delivered everything
 // and sends nothing more): the shim closes the stream only after Done,
 // so gVisor's close of its endpoint finds no unread data (which would
-// reset the connection and drop what the relay had yet to read).
+// reset the connection and drop what the relay had yet to read). A relay
+// that cannot reach dockerd sends Refused instead of Hello and waits for
+// the shim to close: the relay is never the first to close a stream, so
+// the guest keeps no TIME-WAIT endpoint of one (cmd/gvx-relay says why
+// that matters to a restore).
+//
+// The forwarder also misses a wakeup now and then: it reads the guest's
+// endpoint, and only when that finds nothing registers for readiness, so
+// a frame that lands in between waits for the next event (≈ 1 session in
+// 3000 lost its end so under load: the client had the answer, never its
+// EOF). While the relay waits on the shim for what its frames ask for —
+// credit for data in flight, the shim's EOF after its own, the close
+// after its Done — it sends an empty Credit frame now and then (nudge),
+// which is such an event; shims of any version take it.
 package relay
 
 import (
@@ -27,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -46,6 +60,11 @@ const (
 	headerLen   = 8
 	creditBatch = 64 << 10
 	helloTag    = 0x67767831 // "gvx1"
+
+	// nudgeFirst is the relay's first wait before a nudge; each nudge
+	// that the shim has not answered doubles it, up to nudgeMax.
+	nudgeFirst = 20 * time.Millisecond
+	nudgeMax   = 2 * time.Second
 )
 
 // Frame types.
@@ -55,6 +74,10 @@ const (
 	typeCredit byte = 'C'
 	typeEOF    byte = 'E'
 	typeDone   byte = 'Z'
+	// typeRefused stands in for Hello when the relay did not reach
+	// dockerd. A shim that predates it takes it for a peer that is not
+	// gvx-relay and closes too.
+	typeRefused byte = 'R'
 )
 
 // HalfConn is a connection whose write side closes alone
@@ -67,9 +90,40 @@ type HalfConn interface {
 // ErrNoHello is returned by Host when the stream's peer is not gvx-relay.
 var ErrNoHello = errors.New("the guest's end of the docker socket is not gvx-relay (a sandbox made before gvx-relay: rebuild its checkpoint)")
 
+// ErrRefused is returned by Host when gvx-relay could not reach dockerd
+// (it is not listening yet, or no more).
+var ErrRefused = errors.New("dockerd in the sandbox does not accept connections")
+
 // Hello is the relay's first frame on an accepted stream.
 func Hello(stream io.Writer) error {
 	return writeFrame(stream, typeHello, helloTag, nil)
+}
+
+// Refuse ends an accepted stream whose backend did not answer: it sends
+// Refused (again, as a nudge, while the shim has not closed), waits up to
+// timeout for the shim to close the stream, and closes it.
+func Refuse(stream net.Conn, timeout time.Duration) {
+	defer stream.Close()
+	end := time.Now().Add(timeout)
+	buf := make([]byte, 512)
+	for d := nudgeFirst; time.Now().Before(end); d = min(2*d, nudgeMax) {
+		if writeFrame(stream, typeRefused, 0, nil) != nil {
+			return
+		}
+		deadline := time.Now().Add(d)
+		if deadline.After(end) {
+			deadline = end
+		}
+		_ = stream.SetReadDeadline(deadline)
+		for {
+			if _, err := stream.Read(buf); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				return // the shim closed
+			}
+		}
+	}
 }
 
 // Host runs the shim's side: it waits up to timeout for the relay's
@@ -82,6 +136,11 @@ func Host(local HalfConn, stream net.Conn, timeout time.Duration) error {
 		local.Close()
 		stream.Close()
 		return fmt.Errorf("wait for gvx-relay: %w", err)
+	}
+	if h[0] == typeRefused {
+		local.Close()
+		stream.Close()
+		return ErrRefused
 	}
 	if h[0] != typeHello || binary.BigEndian.Uint32(h[4:]) != helloTag {
 		local.Close()
@@ -124,7 +183,9 @@ type splicer struct {
 	peerEOF   bool     // the peer's EOF frame arrived
 	peerDone  bool     // the relay's Done arrived (host side)
 	sentEOF   bool     // local's read side ended and EOF was sent
+	sentDone  bool     // the relay sent Done (guest side)
 	streamEnd bool     // the stream's read side ended
+	frames    int      // the peer's frames so far
 	err       error    // the first failure
 }
 
@@ -137,12 +198,18 @@ func splice(local HalfConn, stream net.Conn, guest bool) error {
 	go func() { defer wg.Done(); s.read() }()
 	go func() { defer wg.Done(); s.deliver() }()
 	go func() { defer wg.Done(); s.send() }()
+	stop := make(chan struct{})
+	if guest {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.nudge(stop) }()
+	}
 	s.mu.Lock()
 	for !s.finished() {
 		s.cond.Wait()
 	}
 	err := s.err
 	s.mu.Unlock()
+	close(stop)
 	local.Close()
 	stream.Close()
 	wg.Wait()
@@ -212,6 +279,7 @@ func (s *splicer) read() {
 			}
 		}
 		s.mu.Lock()
+		s.frames++
 		var err error
 		switch h[0] {
 		case typeData:
@@ -312,8 +380,38 @@ func (s *splicer) done() {
 		}
 	}
 	s.mu.Lock()
+	s.sentDone = s.guest
 	s.cond.Broadcast()
 	s.mu.Unlock()
+}
+
+// nudge sends the relay's nudges (see the package comment) until stop:
+// an empty Credit frame whenever the relay has waited d on the shim for
+// a first frame, credit, its EOF or its close, d doubling while the shim
+// sends nothing.
+// A nudge that fails is no failure of the stream (the shim may just have
+// closed it).
+func (s *splicer) nudge(stop <-chan struct{}) {
+	d := nudgeFirst
+	seen := -1
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(d):
+		}
+		s.mu.Lock()
+		waiting := s.err == nil && (s.frames == 0 || s.credit < Window || s.sentEOF && !s.peerEOF || s.sentDone && !s.streamEnd)
+		if s.frames != seen {
+			seen, d = s.frames, nudgeFirst
+		} else {
+			d = min(2*d, nudgeMax)
+		}
+		s.mu.Unlock()
+		if waiting {
+			_ = s.write(typeCredit, 0, nil)
+		}
+	}
 }
 
 // send reads local and sends its data as the peer's credit allows.

@@ -208,7 +208,7 @@ func TestLossyForwarderDrops(t *testing.T) {
 	client, fwdIn := tcpPair(t)
 	fwdOut, server := tcpPair(t)
 	dropped := lossy(fwdIn, fwdOut, 1<<20)
-	data := make([]byte, 8<<20)
+	data := make([]byte, 32<<20) // well beyond what the kernel's socket buffers hold
 	go func() {
 		client.Write(data)
 		client.CloseWrite()
@@ -232,6 +232,121 @@ func TestNoHello(t *testing.T) {
 	client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := client.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Errorf("client read %d, %v: want EOF", n, err)
+	}
+}
+
+// withholding copies from to to as gVisor's port forwarding does when it
+// misses every wakeup: what a read returns is written only once the next
+// read returns (or from ends, when to is closed).
+func withholding(from io.Reader, to io.WriteCloser) {
+	go func() {
+		buf := make([]byte, 16<<10)
+		var pending []byte
+		for {
+			n, err := from.Read(buf)
+			if n > 0 {
+				if pending != nil {
+					to.Write(pending)
+				}
+				pending = append([]byte(nil), buf[:n]...)
+			}
+			if err != nil {
+				if pending != nil {
+					to.Write(pending)
+				}
+				to.Close()
+				return
+			}
+		}
+	}()
+}
+
+// TestNudgeThroughWithholdingForwarder: a request and its answer, the
+// backend closing first, end at the client with the answer and EOF, and
+// on both sides cleanly, though the forwarder holds back the relay's
+// last frames until more come: the relay's nudges are what come.
+func TestNudgeThroughWithholdingForwarder(t *testing.T) {
+	client, hostLocal := tcpPair(t)
+	hostStream, fwdHost := tcpPair(t)
+	fwdGuest, guestStream := tcpPair(t)
+	guestLocal, backend := tcpPair(t)
+	lossy(fwdHost, fwdGuest, 1<<20)
+	withholding(fwdGuest, fwdHost)
+	hostErr, guestErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		if err := Hello(guestStream); err != nil {
+			guestErr <- err
+			return
+		}
+		guestErr <- Guest(guestLocal, guestStream)
+	}()
+	go func() { hostErr <- Host(hostLocal, hostStream, 5*time.Second) }()
+	go func() {
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(backend, buf); err != nil {
+			t.Errorf("backend read: %v", err)
+		}
+		backend.Write([]byte("pong\n"))
+		backend.Close()
+	}()
+	if _, err := client.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(client)
+	if string(got) != "pong\n" || err != nil {
+		t.Fatalf("client read %q, %v: want the answer, then EOF", got, err)
+	}
+	client.Close()
+	for name, ch := range map[string]chan error{"host": hostErr, "guest": guestErr} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Errorf("%s side: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s side did not end", name)
+		}
+	}
+}
+
+// TestRefused: a relay that did not reach dockerd refuses the stream and
+// the shim closes the client's connection; the relay repeats its refusal
+// (a nudge) and closes its end only after the shim closed (it is not the
+// first to close).
+func TestRefused(t *testing.T) {
+	client, hostLocal := tcpPair(t)
+	hostStream, guestStream := tcpPair(t)
+	go Refuse(guestStream, 5*time.Second)
+	if err := Host(hostLocal, hostStream, 5*time.Second); err != ErrRefused {
+		t.Fatalf("Host: %v, want ErrRefused", err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := client.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("client read %d, %v: want EOF", n, err)
+	}
+
+	shim, relayEnd := tcpPair(t)
+	refused := make(chan struct{})
+	go func() {
+		Refuse(relayEnd, 5*time.Second)
+		close(refused)
+	}()
+	buf := make([]byte, 2*headerLen)
+	shim.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(shim, buf); err != nil || buf[0] != typeRefused || buf[headerLen] != typeRefused {
+		t.Fatalf("the shim read %q, %v: want the refusal twice", buf, err)
+	}
+	select {
+	case <-refused:
+		t.Fatal("the relay closed its end before the shim")
+	case <-time.After(100 * time.Millisecond):
+	}
+	shim.Close()
+	select {
+	case <-refused:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Refuse did not return after the shim closed the stream")
 	}
 }
 
