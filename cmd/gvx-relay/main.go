@@ -136,6 +136,20 @@ var nextPort atomic.Uint32
 
 func init() { nextPort.Store(uint32(time.Now().UnixNano() % numPorts)) }
 
+// reuseAddr sets SO_REUSEADDR on a backend connection's socket, so that
+// a guest server binding a port of the sequence with SO_REUSEADDR too (as
+// most servers do; both sockets need it) may share it with one of the
+// relay's connections, as it may with any other bound connection.
+func reuseAddr(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
 // dialBackend connects to backend from the next free port of the
 // sequence.
 func dialBackend(backend string) (net.Conn, error) {
@@ -143,7 +157,7 @@ func dialBackend(backend string) (net.Conn, error) {
 	var err error
 	for i := 0; i < 64 && time.Now().Before(deadline); i++ {
 		port := firstPort + int((nextPort.Add(1)-1)%numPorts)
-		d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{Port: port}}
+		d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{Port: port}, Control: reuseAddr}
 		var c net.Conn
 		if c, err = d.Dial("tcp", backend); err == nil {
 			return c, nil
