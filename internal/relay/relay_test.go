@@ -125,11 +125,23 @@ func slowCopy(r io.Reader, pause time.Duration) (int64, [32]byte) {
 // chain is client ⇄ Host ⇄ lossy forwarder (both ways) ⇄ Guest ⇄ backend;
 // it returns the client's and the backend's ends and the drop counters.
 func chain(t *testing.T, capacity int) (client, backend *net.TCPConn, drops []*atomic.Int64, hostErr, guestErr chan error) {
+	drops = make([]*atomic.Int64, 2)
+	client, backend, hostErr, guestErr = chainThrough(t,
+		func(from io.Reader, to io.WriteCloser) { drops[0] = lossy(from, to, capacity) },
+		func(from io.Reader, to io.WriteCloser) { drops[1] = lossy(from, to, capacity) })
+	return client, backend, drops, hostErr, guestErr
+}
+
+// chainThrough is client ⇄ Host ⇄ a forwarder (toGuest, toHost start
+// its two directions) ⇄ Guest ⇄ backend; it returns the client's and
+// the backend's ends and where each side's error comes.
+func chainThrough(t *testing.T, toGuest, toHost func(from io.Reader, to io.WriteCloser)) (client, backend *net.TCPConn, hostErr, guestErr chan error) {
 	client, hostLocal := tcpPair(t)
 	hostStream, fwdHost := tcpPair(t)
 	fwdGuest, guestStream := tcpPair(t)
 	guestLocal, backend := tcpPair(t)
-	drops = []*atomic.Int64{lossy(fwdHost, fwdGuest, capacity), lossy(fwdGuest, fwdHost, capacity)}
+	toGuest(fwdHost, fwdGuest)
+	toHost(fwdGuest, fwdHost)
 	hostErr, guestErr = make(chan error, 1), make(chan error, 1)
 	go func() {
 		if err := Hello(guestStream); err != nil {
@@ -139,7 +151,22 @@ func chain(t *testing.T, capacity int) (client, backend *net.TCPConn, drops []*a
 		guestErr <- Guest(guestLocal, guestStream)
 	}()
 	go func() { hostErr <- Host(hostLocal, hostStream, 5*time.Second) }()
-	return client, backend, drops, hostErr, guestErr
+	return client, backend, hostErr, guestErr
+}
+
+// waitEnds waits up to timeout for each side to end, and cleanly.
+func waitEnds(t *testing.T, hostErr, guestErr chan error, timeout time.Duration) {
+	t.Helper()
+	for name, ch := range map[string]chan error{"host": hostErr, "guest": guestErr} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Errorf("%s side: %v", name, err)
+			}
+		case <-time.After(timeout):
+			t.Fatalf("%s side did not end", name)
+		}
+	}
 }
 
 // TestNoLossThroughLossyForwarder: 16 MiB each way, read slowly on both
@@ -190,16 +217,7 @@ func TestNoLossThroughLossyForwarder(t *testing.T) {
 			t.Errorf("forwarder direction %d dropped %d bytes", i, d.Load())
 		}
 	}
-	for name, ch := range map[string]chan error{"host": hostErr, "guest": guestErr} {
-		select {
-		case err := <-ch:
-			if err != nil {
-				t.Errorf("%s side: %v", name, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s side did not end", name)
-		}
-	}
+	waitEnds(t, hostErr, guestErr, 30*time.Second)
 }
 
 // TestLossyForwarderDrops: the model does drop without the framing (so
@@ -266,21 +284,9 @@ func withholding(from io.Reader, to io.WriteCloser) {
 // on both sides cleanly, though the forwarder holds back the relay's
 // last frames until more come: the relay's nudges are what come.
 func TestNudgeThroughWithholdingForwarder(t *testing.T) {
-	client, hostLocal := tcpPair(t)
-	hostStream, fwdHost := tcpPair(t)
-	fwdGuest, guestStream := tcpPair(t)
-	guestLocal, backend := tcpPair(t)
-	lossy(fwdHost, fwdGuest, 1<<20)
-	withholding(fwdGuest, fwdHost)
-	hostErr, guestErr := make(chan error, 1), make(chan error, 1)
-	go func() {
-		if err := Hello(guestStream); err != nil {
-			guestErr <- err
-			return
-		}
-		guestErr <- Guest(guestLocal, guestStream)
-	}()
-	go func() { hostErr <- Host(hostLocal, hostStream, 5*time.Second) }()
+	client, backend, hostErr, guestErr := chainThrough(t,
+		func(from io.Reader, to io.WriteCloser) { lossy(from, to, 1<<20) },
+		withholding)
 	go func() {
 		buf := make([]byte, 5)
 		if _, err := io.ReadFull(backend, buf); err != nil {
@@ -298,16 +304,7 @@ func TestNudgeThroughWithholdingForwarder(t *testing.T) {
 		t.Fatalf("client read %q, %v: want the answer, then EOF", got, err)
 	}
 	client.Close()
-	for name, ch := range map[string]chan error{"host": hostErr, "guest": guestErr} {
-		select {
-		case err := <-ch:
-			if err != nil {
-				t.Errorf("%s side: %v", name, err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s side did not end", name)
-		}
-	}
+	waitEnds(t, hostErr, guestErr, 10*time.Second)
 }
 
 // TestRefused: a relay that did not reach dockerd refuses the stream and
