@@ -24,10 +24,10 @@
 // relay.Refuse rather than closing it. And it dials the backend from
 // source ports of its own sequence, saved and restored with it, so a
 // restored relay does not reuse a pair whose TIME-WAIT the checkpoint
-// holds (dockerd closes its connections first). Resetting streams
-// instead (SO_LINGER 0) was tried and dropped: with it, about one
-// session in 3000 lost its end — the client got the answer but never
-// EOF.
+// holds (dockerd closes its connections first). Resetting streams on
+// close (SO_LINGER 0) was tried first and dropped: its timing made a
+// gVisor forwarder race show (about one session in 3000 lost its end),
+// which internal/relay's nudges now cover.
 package main
 
 import (
