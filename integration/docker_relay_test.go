@@ -330,8 +330,8 @@ func relayPing(sock, line string) (string, error) {
 // Sentry's port forwarding, which connects holding the sandbox's loader
 // lock, that stalls the socket and every control call for 63 s
 // (TestDockerRelayReplaced failed so in CI). gvx-relay leaves no such
-// pair: it resets the streams it closes and dials its backend from source
-// ports of its own, restored, sequence.
+// pair: it is never the first to close a stream, and it dials its backend
+// from source ports of its own, restored, sequence.
 func TestDockerRestoreTimeWait(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)

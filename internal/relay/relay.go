@@ -28,9 +28,10 @@
 // a frame that lands in between waits for the next event (≈ 1 session in
 // 3000 lost its end so under load: the client had the answer, never its
 // EOF). While the relay waits on the shim for what its frames ask for —
-// credit for data in flight, the shim's EOF after its own, the close
-// after its Done — it sends an empty Credit frame now and then (nudge),
-// which is such an event; shims of any version take it.
+// a first frame after its Hello, credit for data in flight, the shim's
+// EOF after its own, the close after its Done — it sends an empty Credit
+// frame now and then (nudge), which is such an event; shims of any
+// version take it.
 package relay
 
 import (
@@ -137,14 +138,12 @@ func Host(local HalfConn, stream net.Conn, timeout time.Duration) error {
 		stream.Close()
 		return fmt.Errorf("wait for gvx-relay: %w", err)
 	}
-	if h[0] == typeRefused {
-		local.Close()
-		stream.Close()
-		return ErrRefused
-	}
 	if h[0] != typeHello || binary.BigEndian.Uint32(h[4:]) != helloTag {
 		local.Close()
 		stream.Close()
+		if h[0] == typeRefused {
+			return ErrRefused
+		}
 		return ErrNoHello
 	}
 	_ = stream.SetReadDeadline(time.Time{})
@@ -388,9 +387,8 @@ func (s *splicer) done() {
 // nudge sends the relay's nudges (see the package comment) until stop:
 // an empty Credit frame whenever the relay has waited d on the shim for
 // a first frame, credit, its EOF or its close, d doubling while the shim
-// sends nothing.
-// A nudge that fails is no failure of the stream (the shim may just have
-// closed it).
+// sends nothing. A nudge that fails is no failure of the stream (the
+// shim may just have closed it).
 func (s *splicer) nudge(stop <-chan struct{}) {
 	d := nudgeFirst
 	seen := -1
