@@ -6,6 +6,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -155,6 +156,94 @@ func TestCheckpointFork(t *testing.T) {
 	for _, id := range []string{"ckf", "ckf-a", "ckf-b"} {
 		removeTask(t, id)
 	}
+}
+
+// TestCheckpointNAT: `ctr c checkpoint --task` of a task on gvx's NAT
+// (network = "nat") that publishes a host port; after the task is gone,
+// `ctr c restore --live` brings it back on a new NAT: its in-memory
+// counter as at the checkpoint, eth0 10.0.2.15, the host's server reached
+// through 10.0.2.2 under the same policy, and the published port bound
+// again and answered by the guest's server. A restore while the original
+// still holds the port fails naming it, and leaves nothing behind.
+func TestCheckpointNAT(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	srv := startNATHTTP(t, "nat-restored")
+	hostPort := freePort(t)
+	id, ref := "cknat", "gvx.test/cknat:1"
+	cleanupTask(t, id)
+	cleanupTask(t, id+"-2")
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	defer logNATOnFailure(t, id)()
+	nat := natAnnotations(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Ports: []string{fmt.Sprintf("%d:8080", hostPort)},
+		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
+	guest := `n=0; trap 'n=$((n+1)); echo $n > /tmp/n' USR1; echo 0 > /tmp/n
+mkdir -p /www; echo published > /www/index.html; httpd -p 8080 -h /www
+while true; do sleep 0.05; done`
+	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, nat...), busybox, id, "sh", "-c", guest)...)
+	waitIn(t, id, "cat /tmp/n", "0")
+	get := fmt.Sprintf("wget -q -O - http://10.0.2.2:%d/", srv.port)
+	hostGet := func(want string) {
+		t.Helper()
+		out, err := httpGetRetry(ctx, fmt.Sprintf("http://127.0.0.1:%d/", hostPort), 10*time.Second)
+		if err != nil || strings.TrimSpace(out) != want {
+			t.Fatalf("the published port 127.0.0.1:%d: %q, %v; want %q", hostPort, out, err, want)
+		}
+	}
+	hostGet("published")
+	inTask(t, id, "kill -USR1 1")
+	waitIn(t, id, "cat /tmp/n", "1")
+	mustCtr(t, "container", "checkpoint", "--task", id, ref)
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Fatalf("after its checkpoint the task is %s, want RUNNING", st)
+	}
+	// The original holds the port: a second restore of the checkpoint
+	// cannot publish it.
+	r, err := e.ctrResult(ctx, "container", "restore", "--live", id+"-2", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, strconv.Itoa(hostPort)) {
+		t.Errorf("a restore while the port is held: exit %d, %q; want it refused naming port %d", r.code, r.stderr, hostPort)
+	}
+	_, _ = e.ctrResult(ctx, "container", "rm", id+"-2")
+	inTask(t, id, "kill -USR1 1")
+	waitIn(t, id, "cat /tmp/n", "2")
+	removeTask(t, id)
+
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Fatalf("restored task is %s, want RUNNING", st)
+	}
+	inTask(t, id, "kill -USR1 1")
+	waitIn(t, id, "cat /tmp/n", "2") // 1 at the checkpoint, one more since
+	if got := inTask(t, id, "ip -4 -o addr show eth0"); !strings.Contains(got, "10.0.2.15/24") {
+		t.Errorf("restored eth0: %q", got)
+	}
+	if got := strings.TrimSpace(inTask(t, id, get)); got != "nat-restored" {
+		t.Errorf("restored task through 10.0.2.2: %q", got)
+	}
+	r, err = e.ctrResult(ctx, "task", "exec", "--exec-id", "denied", id, "wget", "-q", "-O", "-", "http://10.0.2.2:1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 {
+		t.Errorf("the restored NAT let a port its policy does not allow through")
+	}
+	hostGet("published")
+	// The NAT writes its counters within 20 ms of a change.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s := natStats(t, id)
+		if s.Allowed >= 1 && s.Published >= 1 && s.Refused >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the restored NAT's counters: %+v, want a flow allowed, one published and one refused", s)
+			break
+		}
+	}
+	removeTask(t, id)
 }
 
 // TestCheckpointRefused: what gvx cannot checkpoint is refused with an

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,14 +271,35 @@ func TestSDKCheckpointRefused(t *testing.T) {
 	}
 }
 
-// TestSDKCheckpointRefusedNAT: a NAT sandbox (SDK Network NetworkNAT) is
-// refused before it is paused, and keeps running with its network.
-func TestSDKCheckpointRefusedNAT(t *testing.T) {
+// TestSDKCheckpointNAT: a NAT sandbox (SDK Network NetworkNAT) is
+// checkpointed, rolled back and forked with its network: after a rollback
+// the file written after the checkpoint is gone, eth0 is 10.0.2.15 again
+// and the guest reaches the host's server through 10.0.2.2 (a new NAT
+// process, the same policy: a port it does not allow is still refused);
+// each fork has a NAT of its own. A checkpoint while the guest holds a TCP
+// connection through the NAT is refused naming the peer, and one of a NAT
+// publishing host ports naming the ports; the sandbox runs on after each.
+func TestSDKCheckpointNAT(t *testing.T) {
 	checkNoLeaks(t)
 	c, _ := ckClient(t, 0)
 	ctx := context.Background()
-	sb, err := c.New(ctx, sdk.Config{ID: "sdkcknat", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"},
-		Network: sdk.NetworkNAT, NAT: &sdk.NAT{DNS: []string{"127.0.0.1:9"}}})
+	srv := startNATHTTP(t, "through the nat")
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := hold.Accept(); err == nil {
+			held <- conn
+		}
+	}()
+	holdPort := hold.Addr().(*net.TCPAddr).Port
+	other := startNATHTTP(t, "not allowed")
+	sb, err := c.New(ctx, sdk.Config{ID: "sdkcknat", Image: busyboxArchive(), Cmd: []string{"sh", "-c", usr1Counter},
+		Network: sdk.NetworkNAT, NAT: &sdk.NAT{DNS: []string{"127.0.0.1:9"},
+			EgressAllow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port), fmt.Sprintf("10.0.2.2:%d", holdPort)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,14 +308,126 @@ func TestSDKCheckpointRefusedNAT(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if got := sh(t, sb, "ip -4 -o addr show eth0"); !strings.Contains(got, "10.0.2.15/24") {
-		t.Errorf("SDK NAT sandbox's eth0: %q", got)
+	get := fmt.Sprintf("wget -q -O - http://10.0.2.2:%d/", srv.port)
+	check := func(sb *sdk.Sandbox, when string) {
+		t.Helper()
+		if got := sh(t, sb, "ip -4 -o addr show eth0"); !strings.Contains(got, "10.0.2.15/24") {
+			t.Errorf("%s: eth0 of %s: %q", when, sb.ID(), got)
+		}
+		if got := sh(t, sb, get); got != "through the nat" {
+			t.Errorf("%s: %s through 10.0.2.2: %q", when, sb.ID(), got)
+		}
+		res, err := sb.Exec(ctx, []string{"wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", other.port)}, sdk.ExecOptions{Timeout: 30 * time.Second})
+		if err != nil || res.ExitCode == 0 {
+			t.Errorf("%s: %s reached a port its policy does not allow: %+v, %v", when, sb.ID(), res, err)
+		}
+	}
+	check(sb, "before the checkpoint")
+	before := srv.conns.Load()
+
+	// A connection out through the NAT: its host socket is the NAT's, so a
+	// restore could not bring it back.
+	nctx, stopNC := context.WithCancel(ctx)
+	ncDone := make(chan struct{})
+	go func() {
+		defer close(ncDone)
+		_, _ = sb.Exec(nctx, []string{"sh", "-c", fmt.Sprintf("sleep 600 | nc 10.0.2.2 %d", holdPort)}, sdk.ExecOptions{})
+	}()
+	var conn net.Conn
+	select {
+	case conn = <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the guest's nc never connected through the NAT")
 	}
 	_, err = sb.Checkpoint(ctx, sdk.CheckpointOptions{})
-	if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "userspace NAT") {
-		t.Errorf("checkpoint of a NAT sandbox: %v, want ErrUnsupported naming the NAT", err)
+	if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), fmt.Sprintf("10.0.2.2:%d", holdPort)) {
+		t.Errorf("checkpoint of a NAT sandbox holding a connection out: %v, want ErrUnsupported naming 10.0.2.2:%d", err, holdPort)
 	}
-	if got := sh(t, sb, "echo alive"); got != "alive" {
+	stopNC()
+	conn.Close()
+	<-ncDone
+	if cks, _ := c.Checkpoints(ctx); len(cks) != 0 {
+		t.Errorf("a refused checkpoint left handles: %+v", cks)
+	}
+
+	sh(t, sb, "echo 1 > /tmp/state; kill -USR1 1")
+	waitSh(t, sb, "cat /tmp/n", "1")
+	ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatalf("checkpoint of a NAT sandbox: %v", err)
+	}
+	sh(t, sb, "echo 2 > /tmp/state; kill -USR1 1")
+	waitSh(t, sb, "cat /tmp/n", "2")
+	if err := sb.Rollback(ctx, ck.ID); err != nil {
+		t.Fatalf("rollback of a NAT sandbox: %v", err)
+	}
+	if got := sh(t, sb, "cat /tmp/state"); got != "1" {
+		t.Errorf("after the rollback /tmp/state is %q, want 1", got)
+	}
+	sh(t, sb, "kill -USR1 1")
+	waitSh(t, sb, "cat /tmp/n", "2") // 1 at the checkpoint, one more since
+	check(sb, "after the rollback")
+	if srv.conns.Load() <= before {
+		t.Errorf("the server saw no connection after the rollback")
+	}
+
+	forks, err := c.Fork(ctx, ck.ID, 2)
+	if err != nil {
+		t.Fatalf("fork of a NAT sandbox: %v", err)
+	}
+	for i, f := range forks {
+		check(f, "a fork")
+		sh(t, f, fmt.Sprintf("echo fork%d > /tmp/state", i))
+	}
+	for i, f := range forks {
+		if got := sh(t, f, "cat /tmp/state"); got != fmt.Sprintf("fork%d", i) {
+			t.Errorf("fork %d sees %q", i, got)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	if got := sh(t, sb, "cat /tmp/state"); got != "1" {
+		t.Errorf("the forks' writes reached the sandbox: %q", got)
+	}
+	if err := c.ReleaseCheckpoint(ctx, ck.ID); err != nil {
+		t.Error(err)
+	}
+
+	// A NAT that publishes host ports: a rollback or fork would bind them
+	// twice.
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	pub, err := c.New(ctx, sdk.Config{ID: "sdkcknatpub", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"},
+		Network: sdk.NetworkNAT, NAT: &sdk.NAT{DNS: []string{"127.0.0.1:9"}, Ports: []string{"unix:" + sock + ":80"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := pub.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	_, err = pub.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "publishes host ports") || !strings.Contains(err.Error(), sock) {
+		t.Errorf("checkpoint of a NAT publishing a port: %v, want ErrUnsupported naming %s", err, sock)
+	}
+	if got := sh(t, pub, "echo alive"); got != "alive" {
 		t.Errorf("after the refusal: %q", got)
+	}
+}
+
+// waitSh waits until cmd's output in sb is want.
+func waitSh(t *testing.T, sb *sdk.Sandbox, cmd, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := sh(t, sb, cmd)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in %s, %q gave %q, want %q", sb.ID(), cmd, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

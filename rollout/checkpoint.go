@@ -69,10 +69,15 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if err := checkpointable(string(flags)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
-	if nat, _ := filepath.Glob(api.SentryRoot(filepath.Join(e.layout.SentryRoot(b.id), "*")).NATStats(b.id)); len(nat) > 0 {
-		return nil, fmt.Errorf("checkpoint %s: %w: it runs on gvx's userspace NAT (network = \"nat\"), whose eth0 is a host socket", sb.ID, ErrNotCheckpointable)
+	nat, onNAT, err := e.natOf(namespaceOf(ctx), b.id)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
-	if err := e.outsideTCP(ctx, b, string(flags), spec); err != nil {
+	if onNAT && len(nat.Ports) > 0 {
+		return nil, fmt.Errorf("checkpoint %s: %w: its NAT publishes host ports (%s), which a rollback or a fork would need a second time while this sandbox holds them; "+
+			"publish none (reach the guest through an exec, or a port of a sandbox that is not checkpointed), or checkpoint it through containerd (ctr c checkpoint) and restore once it is gone", sb.ID, ErrNotCheckpointable, strings.Join(nat.Ports, ", "))
+	}
+	if err := e.outsideTCP(ctx, b, string(flags), onNAT, spec); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
 	ctl, err := e.control(ctx, b)

@@ -369,20 +369,52 @@ type sandboxInfo struct {
 	Pid               int    `json:"pid"`
 }
 
-// sandboxState reads gVisor's state file of container id's sandbox.
-func (e *Engine) sandboxState(ns, id string) (sandboxInfo, error) {
+// sandboxFile is what the engine reads of gVisor's state file of a
+// sandbox's root container: its sandbox, and the annotations of the spec
+// gvx-sentry ran it with (the shim's rewrite).
+type sandboxFile struct {
+	Sandbox sandboxInfo `json:"sandbox"`
+	Spec    struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"spec"`
+}
+
+// readState reads gVisor's state file of container id's sandbox.
+func (e *Engine) readState(ns, id string) (sandboxFile, error) {
 	root := api.SentryRoot(filepath.Join(e.layout.SentryRoot(id), ns))
+	var st sandboxFile
 	data, err := os.ReadFile(root.SandboxState(id))
 	if err != nil {
-		return sandboxInfo{}, fmt.Errorf("sandbox state of %s: %w", id, err)
-	}
-	var st struct {
-		Sandbox sandboxInfo `json:"sandbox"`
+		return st, fmt.Errorf("sandbox state of %s: %w", id, err)
 	}
 	if err := json.Unmarshal(data, &st); err != nil {
-		return sandboxInfo{}, fmt.Errorf("sandbox state of %s: %w", id, err)
+		return st, fmt.Errorf("sandbox state of %s: %w", id, err)
 	}
-	return st.Sandbox, nil
+	return st, nil
+}
+
+// sandboxState reads gVisor's state file of container id's sandbox.
+func (e *Engine) sandboxState(ns, id string) (sandboxInfo, error) {
+	st, err := e.readState(ns, id)
+	return st.Sandbox, err
+}
+
+// natOf reports the NAT container id's sandbox runs on (network = "nat":
+// the NAT settings the shim merged into its spec), and whether it has one.
+func (e *Engine) natOf(ns, id string) (api.NAT, bool, error) {
+	st, err := e.readState(ns, id)
+	if err != nil {
+		return api.NAT{}, false, err
+	}
+	v, ok := st.Spec.Annotations[api.AnnotationNAT]
+	if !ok {
+		return api.NAT{}, false, nil
+	}
+	n, err := api.DecodeNAT(v)
+	if err != nil {
+		return api.NAT{}, true, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return n, true, nil
 }
 
 // controlSocket reads where container id's sandbox serves its control

@@ -18,23 +18,27 @@ import (
 )
 
 // outsideTCP refuses a sandbox with TCP connections to peers outside it
-// (checkpoint.ErrOutsideTCP). Only a sandbox whose network namespace has
-// an interface besides loopback can have any, so only such a sandbox is
-// asked: an exec of cat of the guest's /proc/net/tcp{,6} (an image
+// (checkpoint.ErrOutsideTCP). Only a sandbox on a NAT (onNAT), or whose
+// network namespace has an interface besides loopback, can have any, so
+// only such a sandbox is asked: an exec of cat of the guest's /proc/net/tcp{,6} (an image
 // without cat is not checked, with a warning).
-func (e *Engine) outsideTCP(ctx context.Context, b *backing, flags string, spec *specs.Spec) error {
-	for _, f := range strings.Fields(flags) {
-		if f == "--network=none" {
+func (e *Engine) outsideTCP(ctx context.Context, b *backing, flags string, onNAT bool, spec *specs.Spec) error {
+	if !onNAT {
+		// A NAT sandbox's gVisor network is "none" and its host network
+		// namespace may hold loopback alone, yet its guest has eth0.
+		for _, f := range strings.Fields(flags) {
+			if f == "--network=none" {
+				return nil
+			}
+		}
+		st, err := e.sandboxState(namespaceOf(ctx), b.id)
+		if err != nil || st.Pid <= 0 {
+			return nil // no sandbox process to look at: gVisor's save says what is wrong
+		}
+		dev, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/net/dev")
+		if err != nil || checkpoint.OnlyLoopback(dev) {
 			return nil
 		}
-	}
-	st, err := e.sandboxState(namespaceOf(ctx), b.id)
-	if err != nil || st.Pid <= 0 {
-		return nil // no sandbox process to look at: gVisor's save says what is wrong
-	}
-	dev, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/net/dev")
-	if err != nil || checkpoint.OnlyLoopback(dev) {
-		return nil
 	}
 	if spec.Process == nil {
 		return nil

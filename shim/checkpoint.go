@@ -113,8 +113,6 @@ func checkpointOptions(r *task.CheckpointTaskRequest) (*options.CheckpointOption
 // checkpointable refuses, naming why, a task gvx cannot checkpoint.
 func (t *gvxTask) checkpointable() error {
 	switch {
-	case t.network == api.NetworkNAT:
-		return fmt.Errorf("it runs on gvx's userspace NAT (network = \"nat\"), whose eth0 is a host socket gVisor cannot save")
 	case t.network == api.NetworkHost:
 		return fmt.Errorf("it uses the host's network stack (host network: network = \"host\", or no network namespace of its own): its sockets live in the host kernel, which gVisor cannot save")
 	case !oci.OwnNetNS(t.spec):

@@ -20,11 +20,14 @@ import (
 )
 
 // mayConnectOut says whether task's sandbox, whose host process is pid,
-// can hold TCP connections to peers outside it: only one whose network
-// namespace has an interface besides loopback can.
+// can hold TCP connections to peers outside it: only one on a NAT, or
+// whose network namespace has an interface besides loopback, can.
 func (t *gvxTask) mayConnectOut(pid uint32) bool {
 	if t.network == api.NetworkNone || pid == 0 || t.binary == "" || t.spec.Process == nil {
 		return false
+	}
+	if t.network == api.NetworkNAT {
+		return true // its eth0 is the guest's alone: the host namespace may hold lo only
 	}
 	dev, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/net/dev")
 	return err == nil && !checkpoint.OnlyLoopback(dev)

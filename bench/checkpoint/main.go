@@ -29,18 +29,21 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/rollout"
 )
 
 func main() {
 	runs := flag.Int("runs", 20, "timed repetitions of each operation")
+	nat := flag.Bool("nat", true, "also time checkpoint and rollback of a sandbox on gvx's userspace NAT (network = \"nat\")")
 	mems := flag.String("mem", "16,256", "MiB of dirty guest memory, comma separated")
 	steps := flag.Int("steps", 100, "expansions of the trajectory (0: skip it)")
 	think := flag.Duration("think", time.Second, "time per step the agent spends waiting for its model")
 	flag.Parse()
-	if err := run(*runs, *mems, *steps, *think); err != nil {
+	if err := run(*runs, *mems, *steps, *think, *nat); err != nil {
 		fmt.Fprintf(os.Stderr, "bench/checkpoint: %v\n", err)
 		os.Exit(1)
 	}
@@ -54,7 +57,7 @@ type env struct {
 	runsc string
 }
 
-func run(runs int, mems string, steps int, think time.Duration) error {
+func run(runs int, mems string, steps int, think time.Duration, nat bool) error {
 	ctx := namespaces.WithNamespace(context.Background(), "gvxckbench")
 	b, err := harness.StartBench(ctx)
 	if err != nil {
@@ -80,7 +83,7 @@ func run(runs int, mems string, steps int, think time.Duration) error {
 		if err != nil {
 			return fmt.Errorf("-mem %q: %w", mems, err)
 		}
-		if err := x.sizes(ctx, mib, runs); err != nil {
+		if err := x.sizes(ctx, mib, runs, nat); err != nil {
 			return fmt.Errorf("%d MiB: %w", mib, err)
 		}
 	}
@@ -102,14 +105,22 @@ func guest(mib int) []string {
 	return []string{"sh", "-c", fmt.Sprintf("dd if=/dev/urandom of=/dev/shm/fill bs=1M count=%d 2>/dev/null; echo ready > /tmp/ready; while true; do sleep 1; done", mib)}
 }
 
-// sizes measures everything at mib MiB.
-func (x *env) sizes(ctx context.Context, mib, runs int) error {
+// sizes measures everything at mib MiB (with nat, a NAT sandbox's
+// checkpoint and rollbacks too).
+func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 	for _, c := range []struct {
 		spares int
 		lazy   bool
 	}{{0, false}, {1, false}, {1, true}} {
 		if err := x.gvx(ctx, mib, runs, c.spares, c.lazy); err != nil {
 			return err
+		}
+	}
+	if nat {
+		for _, spares := range []int{0, 1} {
+			if err := x.gvxNAT(ctx, mib, runs, spares); err != nil {
+				return fmt.Errorf("NAT: %w", err)
+			}
 		}
 	}
 	return x.peer(ctx, mib, runs)
@@ -193,6 +204,64 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy bool) (retErr
 	}
 	row(mib, "gvx rollback (hot spare)", rollbacks)
 	return x.spareMemory(ctx, e, sb, mib)
+}
+
+// gvxNAT measures checkpoint and rollback (with spares hot spares) of a
+// sandbox on gvx's userspace NAT at mib MiB: each restore starts a new NAT
+// process and gives the guest its eth0 again (docs/checkpoint.md).
+func (x *env) gvxNAT(ctx context.Context, mib, runs, spares int) (retErr error) {
+	e, dir, err := x.engine(spares, false)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if err := e.Close(ctx); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	id := fmt.Sprintf("cknat%d-%d", mib, spares)
+	if err := x.start(ctx, id, guest(mib), nil, "", oci.WithAnnotations(map[string]string{api.AnnotationNetwork: api.NetworkNAT})); err != nil {
+		return err
+	}
+	sb, err := e.Adopt(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer e.Destroy(ctx, sb)
+	var cks, rollbacks []time.Duration
+	for i := 0; i < runs; i++ {
+		t0 := time.Now()
+		h, err := e.Checkpoint(ctx, sb)
+		if err != nil {
+			return err
+		}
+		cks = append(cks, time.Since(t0))
+		if spares > 0 {
+			for e.Spares(h.ID) == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		took, err := e.Rollback(ctx, sb, h.ID)
+		if err != nil {
+			return err
+		}
+		rollbacks = append(rollbacks, took)
+		if err := e.Release(ctx, h.ID); err != nil {
+			return err
+		}
+	}
+	// The guest's network works after the last rollback: eth0 is back.
+	if out, err := execOut(ctx, sb.Task(), "ip", "-4", "-o", "addr", "show", "eth0"); err != nil || !strings.Contains(out, api.NATGuest.String()) {
+		return fmt.Errorf("after its rollbacks %s has no NAT eth0: %q, %v", id, out, err)
+	}
+	if spares == 0 {
+		row(mib, "gvx NAT checkpoint (saved)", cks)
+		row(mib, "gvx NAT rollback (restore on demand)", rollbacks)
+		return nil
+	}
+	row(mib, "gvx NAT rollback (hot spare)", rollbacks)
+	return nil
 }
 
 // fork forks 8 sandboxes from a checkpoint of sb, and compares their

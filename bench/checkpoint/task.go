@@ -18,14 +18,14 @@ import (
 
 var nullIO = cio.NullIO
 
-// start runs args as container id (gvx's runtime unless given) and waits
-// until it has written /tmp/ready.
-func (x *env) start(ctx context.Context, id string, args []string, opts any, runtime string) error {
+// start runs args as container id (gvx's runtime unless given; more
+// added to its spec) and waits until it has written /tmp/ready.
+func (x *env) start(ctx context.Context, id string, args []string, opts any, runtime string, more ...oci.SpecOpts) error {
 	if runtime == "" {
 		runtime = api.RuntimeType
 	}
 	cont, err := x.c.NewContainer(ctx, id, client.WithNewSnapshot(id, x.img),
-		client.WithNewSpec(oci.WithImageConfig(x.img), oci.WithProcessArgs(args...)), client.WithRuntime(runtime, opts))
+		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(x.img), oci.WithProcessArgs(args...)}, more...)...), client.WithRuntime(runtime, opts))
 	if err != nil {
 		return err
 	}

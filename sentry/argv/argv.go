@@ -161,10 +161,11 @@ func (c Command) Retarget(id string) []string {
 	return append(append(append([]string(nil), c.Globals...), c.Sub), rest...)
 }
 
-// CreateSpec reads the spec of the bundle that create command line c names
-// (its --bundle, else the working directory).
+// CreateSpec reads the spec of the bundle that create (or restore: a
+// create from a checkpoint) command line c names (its --bundle, else the
+// working directory).
 func (c Command) CreateSpec() (*specs.Spec, error) {
-	if c.Sub != "create" {
+	if c.Sub != "create" && c.Sub != "restore" {
 		return nil, fmt.Errorf("not a create: %s", c.Sub)
 	}
 	f := c.SubFlags(runscCommand(c.Sub))

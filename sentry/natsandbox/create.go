@@ -113,50 +113,11 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 	if err != nil {
 		return fmt.Errorf("load sandbox: %w", err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	guestEnd, natPid, err := startNAT(conf, cont, spec, cfg, listeners)
 	if err != nil {
-		return fmt.Errorf("socketpair: %w", err)
+		return err
 	}
-	guestEnd, natEnd := os.NewFile(uintptr(fds[0]), "eth0"), os.NewFile(uintptr(fds[1]), "nat")
 	defer guestEnd.Close()
-	defer natEnd.Close()
-	for _, fd := range fds {
-		// As root: past net.core.wmem_max/rmem_max.
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, linkBuffer)
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, linkBuffer)
-	}
-	pid := int(cont.Sandbox.Pid.Load())
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return fmt.Errorf("pidfd of sandbox %d: %w", pid, err)
-	}
-	pidFile := os.NewFile(uintptr(pidfd), "sandbox")
-	defer pidFile.Close()
-	uid, gid := sandboxctl.HostRoot(spec)
-	root := api.SentryRoot(conf.RootDir)
-	stats, err := ownedFile(root.NATStats(id), uid, gid)
-	if err != nil {
-		return err
-	}
-	defer stats.Close()
-	logf, err := ownedFile(root.NATLog(id), uid, gid)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	args, err := natproc.Args(uid, gid, cfg)
-	if err != nil {
-		return err
-	}
-	m := natCommand(conf.RootDir, args)
-	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats}, listeners...)
-	m.Stdout, m.Stderr = logf, logf
-	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := startInCgroup(cont, m); err != nil {
-		return err
-	}
-	natPid := m.Process.Pid
-	_ = m.Process.Release()
 	conn, err := sandboxctl.Connect(cont)
 	if err == nil {
 		defer conn.Close()
@@ -167,6 +128,62 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 		return fmt.Errorf("give the sandbox its eth0: %w", err)
 	}
 	return nil
+}
+
+// startNAT starts the NAT process of sandbox cont (created, not yet
+// started or restored) on one end of a new datagram socketpair; the other
+// end, returned with the NAT's pid, is the sandbox's eth0 (linkArgs). The
+// caller closes it once the Sentry has its copy.
+func startNAT(conf *config.Config, cont *container.Container, spec *specs.Spec, cfg api.NAT, listeners []*os.File) (*os.File, int, error) {
+	id := cont.ID
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("socketpair: %w", err)
+	}
+	guestEnd, natEnd := os.NewFile(uintptr(fds[0]), "eth0"), os.NewFile(uintptr(fds[1]), "nat")
+	defer natEnd.Close()
+	fail := func(err error) (*os.File, int, error) {
+		guestEnd.Close()
+		return nil, 0, err
+	}
+	for _, fd := range fds {
+		// As root: past net.core.wmem_max/rmem_max.
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, linkBuffer)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, linkBuffer)
+	}
+	pid := int(cont.Sandbox.Pid.Load())
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fail(fmt.Errorf("pidfd of sandbox %d: %w", pid, err))
+	}
+	pidFile := os.NewFile(uintptr(pidfd), "sandbox")
+	defer pidFile.Close()
+	uid, gid := sandboxctl.HostRoot(spec)
+	root := api.SentryRoot(conf.RootDir)
+	stats, err := ownedFile(root.NATStats(id), uid, gid)
+	if err != nil {
+		return fail(err)
+	}
+	defer stats.Close()
+	logf, err := ownedFile(root.NATLog(id), uid, gid)
+	if err != nil {
+		return fail(err)
+	}
+	defer logf.Close()
+	args, err := natproc.Args(uid, gid, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	m := natCommand(conf.RootDir, args)
+	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats}, listeners...)
+	m.Stdout, m.Stderr = logf, logf
+	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := startInCgroup(cont, m); err != nil {
+		return fail(err)
+	}
+	natPid := m.Process.Pid
+	_ = m.Process.Release()
+	return guestEnd, natPid, nil
 }
 
 // natCommand is the NAT process with args: gvx-nat beside this

@@ -53,7 +53,8 @@ var table = map[string]map[kind]handler{
 		kindPlain: gvx(new(checkpoint.Checkpoint)), // runsc's save, taking runc's (CRIU's) flags
 	},
 	"restore": {
-		kindPlain: runsc, // in the mount namespace of its volumes (mountVolumes), like create
+		kindPlain: runsc,                        // in the mount namespace of its volumes (mountVolumes), like create
+		kindNAT:   gvx(new(natsandbox.Restore)), // runsc's, with a new NAT and eth0
 	},
 	"ps":     {kindTask: onSandbox(runsc)},
 	"pause":  {kindTask: onSandbox(runsc)},
@@ -86,8 +87,8 @@ const (
 	// kindTask is a task started as a process in a running sandbox's root
 	// container, an image pool's sandbox (package exectask).
 	kindTask
-	// kindNAT is the create or start of a sandbox of its own with gvx's
-	// userspace NAT (package natsandbox).
+	// kindNAT is the create, restore or start of a sandbox of its own
+	// with gvx's userspace NAT (package natsandbox).
 	kindNAT
 	// kindHelper is an internal command gvx-sentry runs itself as: a
 	// monitor, an exec's waiter, gVisor's boot and gofer.
@@ -113,6 +114,11 @@ func kindOf(c argv.Command) kind {
 		case subcontainer.IsSubcontainer(spec):
 			return kindSubcontainer
 		case natsandbox.Wants(spec):
+			return kindNAT
+		}
+		return kindPlain
+	case "restore":
+		if spec, err := c.CreateSpec(); err == nil && natsandbox.Wants(spec) {
 			return kindNAT
 		}
 		return kindPlain

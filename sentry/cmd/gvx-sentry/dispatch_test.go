@@ -53,6 +53,7 @@ func TestKindOf(t *testing.T) {
 	pod := map[string]string{api.CRIContainerType: api.CRIRoleContainer, api.CRISandboxID: "sb"}
 	sub, own := writeBundle(t, pod), writeBundle(t, nil)
 	task := writeBundle(t, map[string]string{api.AnnotationPoolExec: "gvxpool-1"})
+	nat := writeBundle(t, map[string]string{api.AnnotationNAT: "{}"})
 	if err := (&record.Record{ID: "task1", Sandbox: "gvxpool-1", Bundle: task}).Save(root); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +69,9 @@ func TestKindOf(t *testing.T) {
 		{[]string{"create", "--bundle", own, "c3"}, kindPlain},
 		{[]string{"create", "--bundle", task, "--pid-file", "/pid", "task2"}, kindTask},
 		{[]string{"create", "--bundle", t.TempDir(), "c4"}, kindPlain}, // no spec: runsc says so
+		{[]string{"create", "--bundle", nat, "n1"}, kindNAT},
+		{[]string{"restore", "--bundle", nat, "--image-path", "/ck", "--detach", "n2"}, kindNAT},
+		{[]string{"restore", "--bundle", own, "--image-path", "/ck", "c5"}, kindPlain},
 		{[]string{"start", "c1"}, kindSubcontainer},
 		{[]string{"start", "task1"}, kindTask},
 		{[]string{"start", "c3"}, kindPlain},
