@@ -63,6 +63,13 @@ func (l Layout) DockerSocket(ns, id string) string {
 // and in the guest.
 const DockerSocketName = "docker.sock"
 
+// DockerRelaySocket is where, for a docker-mode task id on gvx's NAT, the
+// NAT publishes gvx-relay's guest port: the shim's docker socket
+// connects each of its connections there (docs/checkpoint.md).
+func (l Layout) DockerRelaySocket(ns, id string) string {
+	return filepath.Join(l.Docker(ns, id), "relay.sock")
+}
+
 // RelaysDir holds the copies of gvx-relay that proxied docker-mode
 // sandboxes run, one per build, named by the sha256 of its bytes (Relay).
 func (l Layout) RelaysDir() string { return filepath.Join(l.Dir, "relay") }

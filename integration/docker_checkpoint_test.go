@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -186,5 +187,82 @@ func TestDockerGoldenCheckpoint(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(ckDir, "volumes", "*", "*")); len(left) > 0 {
 		t.Errorf("episode rm left volume copies: %v", left)
+	}
+}
+
+// TestDockerCheckpointNAT: a docker-mode sandbox on gvx's NAT (dockerd's
+// host socket relayed through a unix socket the NAT publishes, not a host
+// socket of the guest's) is checkpointed with dockerd up and rolled back
+// through a hot spare: the host socket keeps its path and dockerd answers
+// through it, the image removed after the checkpoint is back, an inner
+// container reaches the host's server through the NAT (its policy kept),
+// and a fork has a docker socket and a NAT of its own.
+func TestDockerCheckpointNAT(t *testing.T) {
+	_, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	srv := startNATHTTP(t, "inner-through-the-nat")
+	r, dir := ckDockerRunner(t, 1)
+	r.Network = sdk.NetworkNAT
+	r.NAT = &sdk.NAT{DNS: []string{"127.0.0.1:9"}, EgressAllow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}
+	id := "dkcknat"
+	ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = ep.Close(context.Background(), false)
+		}
+	})
+	sock := ep.Docker.Socket
+	inner := fmt.Sprintf("docker run --rm gvx.test/busybox:latest wget -q -O - http://10.0.2.2:%d/", srv.port)
+	if out := sbRun(t, ctx, ep.Sandbox, inner); strings.TrimSpace(out) != "inner-through-the-nat" {
+		t.Fatalf("inner container through the NAT before the checkpoint: %q", out)
+	}
+	sbRun(t, ctx, ep.Sandbox, "docker tag gvx.test/busybox:latest gvx-test/before:1")
+	ck, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatalf("checkpoint of a docker-mode NAT sandbox: %v", err)
+	}
+	sbRun(t, ctx, ep.Sandbox, "docker rmi gvx-test/before:1 >/dev/null")
+	if err := ep.SDK.Rollback(ctx, ck.ID); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if got := ep.SDK.DockerSocket(); got != sock {
+		t.Errorf("docker socket after the rollback %s, want %s", got, sock)
+	}
+	imgs, err := dind.NewDocker(sock).Images(ctx)
+	if err != nil {
+		t.Fatalf("dockerd through %s after the rollback: %v", sock, err)
+	}
+	if !strings.Contains(strings.Join(imgs, " "), "gvx-test/before:1") {
+		t.Errorf("images after the rollback %v, want gvx-test/before:1 back", imgs)
+	}
+	if out := sbRun(t, ctx, ep.Sandbox, inner); strings.TrimSpace(out) != "inner-through-the-nat" {
+		t.Errorf("inner container through the NAT after the rollback: %q", out)
+	}
+	refused := "docker run --rm gvx.test/busybox:latest wget -q -O - http://10.0.2.2:1/ >/dev/null 2>&1 && echo through || echo refused"
+	if out := sbRun(t, ctx, ep.Sandbox, refused); strings.TrimSpace(out) != "refused" {
+		t.Errorf("a port the restored NAT's policy does not allow: %q", out)
+	}
+
+	forks, err := r.Client.Fork(ctx, ck.ID, 1)
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	f := forks[0]
+	defer f.Close(ctx)
+	if fs := f.DockerSocket(); fs == sock || fs == "" {
+		t.Errorf("the fork's docker socket %q, want one of its own (the sandbox's is %s)", fs, sock)
+	} else if fimgs, err := dind.NewDocker(fs).Images(ctx); err != nil || !strings.Contains(strings.Join(fimgs, " "), "gvx-test/before:1") {
+		t.Errorf("the fork's dockerd through %s: %v, %v", fs, fimgs, err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	closed = true
+	if err := ep.Close(ctx, false); err != nil {
+		t.Errorf("close %s: %v", id, err)
 	}
 }

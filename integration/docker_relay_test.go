@@ -331,15 +331,25 @@ func relayPing(sock, line string) (string, error) {
 // lock, that stalls the socket and every control call for 63 s
 // (TestDockerRelayReplaced failed so in CI). gvx-relay leaves no such
 // pair: it is never the first to close a stream, and it dials its backend
-// from source ports of its own, restored, sequence.
+// from source ports of its own, restored, sequence. The same on gvx's NAT
+// (subtest nat), where the streams come through the NAT's published
+// socket of the relay's port: the NAT closes first, and its TIME-WAIT
+// endpoints go with its process.
 func TestDockerRestoreTimeWait(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	srv := buildTestdata(t, "lineserver")
-	const id, ref = "dkrestoretw", "gvx.test/dkrestoretw:1"
+	for _, network := range []string{api.NetworkSandbox, api.NetworkNAT} {
+		t.Run(network, func(t *testing.T) { restoreTimeWait(t, srv, network) })
+	}
+}
+
+func restoreTimeWait(t *testing.T, srv, network string) {
+	id, ref := "dkrestoretw-"+network, "gvx.test/dkrestoretw-"+network+":1"
 	cleanupTask(t, id)
 	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
 	mustCtr(t, "run", "-d", "--runtime", runtime, "--annotation", api.AnnotationDocker+"=true",
+		"--annotation", api.AnnotationNetwork+"="+network,
 		"--mount", "type=bind,src="+filepath.Dir(srv)+",dst=/t,options=rbind:ro",
 		busybox, id, "sh", "-c", `exec /t/lineserver "$GVX_DOCKER_TCP" /tmp/listen`)
 	sock := harness.State.DockerSocket(testNS, id)

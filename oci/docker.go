@@ -122,9 +122,15 @@ func EnableDocker(s *specs.Spec, hostDir string) {
 // DockerRelay puts gvx-relay (the host's binary relay) in front of the
 // task's init in proxied docker mode: bind-mounted read-only at
 // DockerRelayGuest, it starts its server on 127.0.0.1:DockerGuestPort
-// (relaying to dockerd on DockerBackendPort) and executes the init.
-func DockerRelay(s *specs.Spec, relay string) {
+// (relaying to dockerd on DockerBackendPort) and executes the init. On
+// gvx's NAT (nat) the server listens on every address instead and serves
+// only the NAT's connections (from api.NATGateway), which reach the
+// guest's eth0: the NAT publishes its port on the host.
+func DockerRelay(s *specs.Spec, relay string, nat bool) {
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: DockerRelayGuest, Type: "bind", Source: relay, Options: []string{"rbind", "ro"}})
 	args := []string{DockerRelayGuest, fmt.Sprintf("127.0.0.1:%d", DockerGuestPort), fmt.Sprintf("127.0.0.1:%d", DockerBackendPort), "--"}
+	if nat {
+		args = []string{DockerRelayGuest, "-peer", api.NATGateway.String(), fmt.Sprintf("0.0.0.0:%d", DockerGuestPort), fmt.Sprintf("127.0.0.1:%d", DockerBackendPort), "--"}
+	}
 	s.Process.Args = append(args, s.Process.Args...)
 }

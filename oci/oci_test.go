@@ -308,10 +308,16 @@ func TestEnableDockerDropsSeccomp(t *testing.T) {
 func TestDockerRelay(t *testing.T) {
 	s := specs.Spec{Process: &specs.Process{Args: []string{"/usr/local/bin/gvx-dind", "x"}}}
 	EnableDocker(&s, "")
-	DockerRelay(&s, "/opt/gvx/bin/gvx-relay")
+	DockerRelay(&s, "/opt/gvx/bin/gvx-relay", false)
 	want := []string{DockerRelayGuest, "127.0.0.1:2375", "127.0.0.1:2374", "--", "/usr/local/bin/gvx-dind", "x"}
 	if !slices.Equal(s.Process.Args, want) {
 		t.Errorf("args %q, want %q", s.Process.Args, want)
+	}
+	// On the NAT: every address, the NAT's connections alone.
+	n := specs.Spec{Process: &specs.Process{Args: []string{"/init"}}}
+	DockerRelay(&n, "/opt/gvx/bin/gvx-relay", true)
+	if want := []string{DockerRelayGuest, "-peer", "10.0.2.2", "0.0.0.0:2375", "127.0.0.1:2374", "--", "/init"}; !slices.Equal(n.Process.Args, want) {
+		t.Errorf("NAT args %q, want %q", n.Process.Args, want)
 	}
 	if !slices.Contains(s.Process.Env, DockerTCPEnv+"=127.0.0.1:2374") {
 		t.Errorf("env %q lacks %s for dockerd's port", s.Process.Env, DockerTCPEnv)

@@ -73,9 +73,9 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
-	if onNAT && len(nat.Ports) > 0 {
+	if ports := userPorts(nat.Ports, e.layout.DockerRelaySocket(namespaceOf(ctx), b.id)); onNAT && len(ports) > 0 {
 		return nil, fmt.Errorf("checkpoint %s: %w: its NAT publishes host ports (%s), which a rollback or a fork would need a second time while this sandbox holds them; "+
-			"publish none (reach the guest through an exec, or a port of a sandbox that is not checkpointed), or checkpoint it through containerd (ctr c checkpoint) and restore once it is gone", sb.ID, ErrNotCheckpointable, strings.Join(nat.Ports, ", "))
+			"publish none (reach the guest through an exec, or a port of a sandbox that is not checkpointed), or checkpoint it through containerd (ctr c checkpoint) and restore once it is gone", sb.ID, ErrNotCheckpointable, strings.Join(ports, ", "))
 	}
 	if err := e.outsideTCP(ctx, b, string(flags), onNAT, spec); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
@@ -120,6 +120,19 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		return err
 	})
 	return h, nil
+}
+
+// userPorts is the ports a NAT publishes but the one the shim adds for a
+// docker-mode sandbox's gvx-relay (unix socket relay): that one is the
+// backing's own, and each restored backing publishes its own.
+func userPorts(ports []string, relay string) []string {
+	var out []string
+	for _, p := range ports {
+		if !strings.HasPrefix(p, "unix:"+relay+":") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ErrNotCheckpointable means a sandbox holds what gVisor cannot save.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,19 @@ func TestGate(t *testing.T) {
 	big.open(&b, &b)
 	if b.Len() != maxHeld || strings.Contains(b.String(), "dropped") {
 		t.Errorf("held %d bytes, want at most %d", b.Len(), maxHeld)
+	}
+}
+
+// TestUserPorts: a NAT's ports but a docker-mode backing's own relay
+// socket are the user's, which refuse a checkpoint.
+func TestUserPorts(t *testing.T) {
+	relay := "/run/gvx/docker/ns/sb/relay.sock"
+	ports := []string{"8080:80", "unix:" + relay + ":2375", "unix:/srv/a.sock:22", "unix:" + relay + "x:1"}
+	got := userPorts(ports, relay)
+	if want := []string{"8080:80", "unix:/srv/a.sock:22", "unix:" + relay + "x:1"}; !slices.Equal(got, want) {
+		t.Errorf("userPorts = %q, want %q", got, want)
+	}
+	if got := userPorts([]string{"unix:" + relay + ":2375"}, relay); len(got) != 0 {
+		t.Errorf("the relay's socket alone: %q", got)
 	}
 }

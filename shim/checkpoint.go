@@ -121,7 +121,7 @@ func (t *gvxTask) checkpointable() error {
 		return fmt.Errorf("it runs in a warm-pool sandbox; checkpoint a task that boots its own sandbox")
 	case t.rec.Docker && t.rec.DockerSocket == nil:
 		return fmt.Errorf("it runs in docker mode with dockerd's socket published as a host socket (gVisor's --host-uds=create: network %q, a pool or a pod), which gVisor cannot save; "+
-			"docker mode on network \"sandbox\" in a sandbox of its own publishes it through the shim and can be checkpointed", t.network)
+			"docker mode on network \"sandbox\" or \"nat\" in a sandbox of its own publishes it through the shim and can be checkpointed", t.network)
 	case t.role != oci.RoleNone:
 		return fmt.Errorf("it is a member of CRI pod %s; pods are checkpointed as a whole (not yet supported)", t.pod)
 	}

@@ -31,8 +31,12 @@ import (
 // (gVisor's port forwarding on its netstack); gvx-relay connects to
 // dockerd, and the shim and the relay speak internal/relay's
 // flow-controlled frames over the pair (gVisor's forwarder drops what
-// its writes do not take). The guest holds no host socket, so gVisor can
-// save the sandbox; a restored sandbox's shim publishes its own listener.
+// its writes do not take). On gvx's NAT, whose gVisor network has no
+// port forwarding, the NAT publishes the relay's port (on the guest's
+// eth0, serving the NAT's address alone) on a unix socket beside the
+// shim's (api.Layout.DockerRelaySocket), and each connection is a
+// connection to it. The guest holds no host socket, so gVisor can save
+// the sandbox; a restored sandbox's shim publishes its own listener.
 
 // socketFile is a unix socket the shim bound on the host, known by its
 // inode so that a release removes it only while the path is still its
@@ -64,6 +68,9 @@ type dockerProxy struct {
 	ln    *net.UnixListener
 	id    string // the sandbox's root container
 	state string // gVisor's state file of the sandbox
+	// relay, on gvx's NAT, is the unix socket where the NAT publishes
+	// gvx-relay's guest port; "" on gVisor's netstack (port forwarding).
+	relay string
 
 	mu   sync.Mutex
 	sock string // the sandbox's control socket, once read
@@ -163,8 +170,12 @@ const streamBuffer = 8 << 20
 // a control call on a connection of its own: gVisor's control server
 // outlives the sandbox's kernel by up to its --control-rpc-stop-timeout
 // (15 s) while a connection is open, so the proxy keeps none open between
-// connections); the other end is returned.
-func (p *dockerProxy) forward() (*net.UnixConn, error) {
+// connections); the other end is returned. On the NAT it is a connection
+// to the NAT's socket of the relay's port.
+func (p *dockerProxy) forward() (net.Conn, error) {
+	if p.relay != "" {
+		return dialUnix(p.relay)
+	}
 	p.mu.Lock()
 	sock := p.sock
 	p.mu.Unlock()
@@ -207,6 +218,26 @@ func (p *dockerProxy) forward() (*net.UnixConn, error) {
 		return nil, err
 	}
 	return stream, nil
+}
+
+// dialUnix connects to the unix socket at path, which may be longer
+// than a socket address holds (reached through its directory's
+// descriptor then).
+func dialUnix(path string) (net.Conn, error) {
+	addr := path
+	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
+		dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("socket %s: %w", path, err)
+		}
+		defer unix.Close(dir)
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	}
+	c, err := net.Dial("unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("docker stream through the NAT: %w", err)
+	}
+	return c, nil
 }
 
 // close stops accepting (the socket file is the record's to remove).

@@ -250,7 +250,18 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 		}
 		t.docker = &dockerProxy{ln: ln, id: r.ID}
 		oci.EnableDocker(t.spec, "")
-		oci.DockerRelay(t.spec, relay)
+		nat := t.network == api.NetworkNAT
+		if nat {
+			// No port forwarding on the NAT's gVisor network ("none"):
+			// the NAT publishes gvx-relay's guest port on a socket of
+			// the shim's directory, which the proxy connects to.
+			sock := t.layout.DockerRelaySocket(r.Namespace, r.ID)
+			if err := t.publishRelayNAT(sock); err != nil {
+				return err
+			}
+			t.docker.relay = sock
+		}
+		oci.DockerRelay(t.spec, relay, nat)
 		t.flags = append(t.flags, oci.DockerProxySentryFlags...)
 		return nil
 	}
@@ -266,12 +277,32 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 
 // dockerProxied says whether the task's dockerd is published through the
 // shim (a sandbox of its own on gVisor's netstack, which gVisor's port
-// forwarding needs) rather than as a host socket the guest creates: pool
-// sandboxes boot before their task and pod members share one, and gVisor
-// forwards no port on network "none" (nor "nat", whose gVisor side is
-// "none").
+// forwarding needs, or on gvx's NAT, which publishes the guest's port)
+// rather than as a host socket the guest creates: pool sandboxes boot
+// before their task and pod members share one, and gVisor forwards no
+// port on network "none".
 func (t *gvxTask) dockerProxied() bool {
-	return t.role == oci.RoleNone && t.network == api.NetworkSandbox && t.cfg.Pool.Size == 0
+	return t.role == oci.RoleNone && (t.network == api.NetworkSandbox || t.network == api.NetworkNAT) && t.cfg.Pool.Size == 0
+}
+
+// publishRelayNAT has the task's NAT publish gvx-relay's guest port on
+// unix socket sock (in the shim's docker directory, root's alone), added
+// to the NAT settings on the spec and, for its removal at release, to the
+// record.
+func (t *gvxTask) publishRelayNAT(sock string) error {
+	n, err := api.DecodeNAT(t.spec.Annotations[api.AnnotationNAT])
+	if err != nil {
+		return grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("docker mode on the NAT: %w", err))
+	}
+	n.Ports = append(n.Ports, fmt.Sprintf("unix:%s:%d", sock, oci.DockerGuestPort))
+	n.Owner = append(n.Owner, api.Owner{Path: sock, UID: 0, GID: 0})
+	enc, err := api.EncodeNAT(n)
+	if err != nil {
+		return err
+	}
+	t.spec.Annotations[api.AnnotationNAT] = enc
+	t.rec.Sockets = append(t.rec.Sockets, sock)
+	return t.rec.save()
 }
 
 // adoptPool claims a warm pool's sandbox when the task can run in one

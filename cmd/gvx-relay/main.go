@@ -2,14 +2,19 @@
 // the connections gVisor's port forwarding makes for the host's docker
 // socket and dockerd (package internal/relay says why).
 //
-//	gvx-relay LISTEN BACKEND -- INIT [ARG...]
+//	gvx-relay [-peer ADDR] LISTEN BACKEND -- INIT [ARG...]
 //
-// starts `gvx-relay serve LISTEN BACKEND` as its child and then executes
-// INIT in its place, so the image's init stays the container's first
-// process. The server accepts TCP connections on LISTEN, connects each to
-// BACKEND (where the init's dockerd listens, GVX_DOCKER_TCP), sends the
-// relay's Hello and relays the framed stream. The shim bind-mounts this
-// static binary into the sandbox read-only.
+// starts `gvx-relay serve LISTEN BACKEND [ADDR]` as its child and then
+// executes INIT in its place, so the image's init stays the container's
+// first process. The server accepts TCP connections on LISTEN, connects
+// each to BACKEND (where the init's dockerd listens, GVX_DOCKER_TCP),
+// sends the relay's Hello and relays the framed stream. The shim
+// bind-mounts this static binary into the sandbox read-only.
+//
+// With -peer the server serves only connections from address ADDR and
+// closes the others at once: on gvx's NAT (network = "nat") the streams
+// come from the NAT (10.0.2.2) to the guest's eth0, which the inner
+// containers reach too, rather than from the Sentry to its loopback.
 //
 // Its connections leave nothing a restore of the sandbox trips over.
 // gVisor draws its TCP initial-sequence-number secret anew at each
@@ -44,25 +49,37 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 4 && os.Args[1] == "serve" {
-		if err := serve(os.Args[2], os.Args[3]); err != nil {
+	if (len(os.Args) == 4 || len(os.Args) == 5) && os.Args[1] == "serve" {
+		peer := ""
+		if len(os.Args) == 5 {
+			peer = os.Args[4]
+		}
+		if err := serve(os.Args[2], os.Args[3], peer); err != nil {
 			fmt.Fprintf(os.Stderr, "gvx-relay: %v\n", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if len(os.Args) < 5 || os.Args[3] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: gvx-relay LISTEN BACKEND -- INIT [ARG...]")
+	args, peer := os.Args[1:], ""
+	if len(args) > 1 && args[0] == "-peer" {
+		peer, args = args[1], args[2:]
+		if net.ParseIP(peer) == nil {
+			fmt.Fprintf(os.Stderr, "gvx-relay: -peer %q: want an IP address\n", peer)
+			os.Exit(2)
+		}
+	}
+	if len(args) < 4 || args[2] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: gvx-relay [-peer ADDR] LISTEN BACKEND -- INIT [ARG...]")
 		os.Exit(2)
 	}
-	if err := start(os.Args[1], os.Args[2], os.Args[4:]); err != nil {
+	if err := start(args[0], args[1], peer, args[3:]); err != nil {
 		fmt.Fprintf(os.Stderr, "gvx-relay: %v\n", err)
 		os.Exit(127)
 	}
 }
 
 // start starts the server and executes the init.
-func start(listen, backend string, init []string) error {
+func start(listen, backend, peer string, init []string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("own path: %w", err)
@@ -71,7 +88,11 @@ func start(listen, backend string, init []string) error {
 	if err != nil {
 		return fmt.Errorf("init %s: %w", init[0], err)
 	}
-	srv := exec.Command(self, "serve", listen, backend)
+	sargs := []string{"serve", listen, backend}
+	if peer != "" {
+		sargs = append(sargs, peer)
+	}
+	srv := exec.Command(self, sargs...)
 	srv.Stdout, srv.Stderr = os.Stderr, os.Stderr
 	// Its own process group: a signal to the init's group is not its.
 	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -85,8 +106,10 @@ func start(listen, backend string, init []string) error {
 	return nil
 }
 
-// serve relays the connections accepted on listen to backend.
-func serve(listen, backend string) error {
+// serve relays the connections accepted on listen to backend; with peer
+// ("" for any), only those from that address.
+func serve(listen, backend, peer string) error {
+	want := net.ParseIP(peer)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -99,6 +122,10 @@ func serve(listen, backend string) error {
 				continue
 			}
 			return fmt.Errorf("accept: %w", err)
+		}
+		if want != nil && !c.RemoteAddr().(*net.TCPAddr).IP.Equal(want) {
+			c.Close()
+			continue
 		}
 		go handle(c.(*net.TCPConn), backend)
 	}

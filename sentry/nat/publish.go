@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -82,7 +84,18 @@ func listenUnix(path string, owners []api.Owner) (*os.File, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return nil, fmt.Errorf("%s already exists: remove it or publish on another path", path)
 	}
-	l, err := net.Listen("unix", path)
+	addr := path
+	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
+		// Longer than a socket address holds: bound through its
+		// directory's descriptor.
+		dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("socket %s: %w", path, err)
+		}
+		defer unix.Close(dir)
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	}
+	l, err := net.Listen("unix", addr)
 	if err != nil {
 		return nil, err
 	}
