@@ -214,14 +214,14 @@ func (n *NAT) admit(proto string, dst netip.AddrPort) bool {
 		log.Infof("nat: refused %s to %s: max_connections (%d) flows are open", proto, dst, n.lim.max)
 		return false
 	}
-	n.stats.add(func(s *api.NATStats) { s.Open++ })
+	n.stats.open(1)
 	return true
 }
 
 // done gives back the slot admit took.
 func (n *NAT) done() {
 	n.lim.release()
-	n.stats.add(func(s *api.NATStats) { s.Open-- })
+	n.stats.open(-1)
 }
 
 // hostAddr is where on the host a flow to dst goes: the gateway is the

@@ -59,10 +59,25 @@ func (st *Stats) add(fn func(*api.NATStats)) {
 	}
 }
 
+// open counts a flow opened (+1) or ended (-1) and writes the file at
+// once, before the flow's first packet to the guest (or after its last):
+// a checkpoint that pauses the guest and then reads Open 0 knows no flow
+// of the guest's has a host side (rollout's checkpoint of a NAT sandbox).
+func (st *Stats) open(delta int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.s.Open += delta
+	st.flushLocked()
+}
+
 // Flush writes the file now.
 func (st *Stats) Flush() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.flushLocked()
+}
+
+func (st *Stats) flushLocked() {
 	st.pending = false
 	if st.f == nil {
 		return
