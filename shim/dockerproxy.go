@@ -79,15 +79,11 @@ type dockerProxy struct {
 // listenUnix binds a unix socket at path, which may be longer than a
 // socket address holds (bound through its directory's descriptor then).
 func listenUnix(path string) (*net.UnixListener, error) {
-	addr := path
-	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
-		dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("socket %s: %w", path, err)
-		}
-		defer unix.Close(dir)
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	addr, release, err := api.UnixAddr(path)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
@@ -224,15 +220,11 @@ func (p *dockerProxy) forward() (net.Conn, error) {
 // than a socket address holds (reached through its directory's
 // descriptor then).
 func dialUnix(path string) (net.Conn, error) {
-	addr := path
-	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
-		dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("socket %s: %w", path, err)
-		}
-		defer unix.Close(dir)
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	addr, release, err := api.UnixAddr(path)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	c, err := net.Dial("unix", addr)
 	if err != nil {
 		return nil, fmt.Errorf("docker stream through the NAT: %w", err)

@@ -112,13 +112,13 @@ func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 		spares int
 		lazy   bool
 	}{{0, false}, {1, false}, {1, true}} {
-		if err := x.gvx(ctx, mib, runs, c.spares, c.lazy); err != nil {
+		if err := x.gvx(ctx, mib, runs, c.spares, c.lazy, false); err != nil {
 			return err
 		}
 	}
 	if nat {
 		for _, spares := range []int{0, 1} {
-			if err := x.gvxNAT(ctx, mib, runs, spares); err != nil {
+			if err := x.gvx(ctx, mib, runs, spares, false, true); err != nil {
 				return fmt.Errorf("NAT: %w", err)
 			}
 		}
@@ -137,8 +137,10 @@ func (x *env) engine(spares int, lazy bool) (*rollout.Engine, string, error) {
 }
 
 // gvx measures the engine at mib MiB with the given number of spares
-// (and, with lazy, Options.LazyLabels).
-func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy bool) (retErr error) {
+// (and, with lazy, Options.LazyLabels); with nat, of a sandbox on gvx's
+// userspace NAT, each restore a new NAT process giving the guest its eth0
+// again (docs/checkpoint.md), timing checkpoints and rollbacks alone.
+func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy, nat bool) (retErr error) {
 	e, dir, err := x.engine(spares, lazy)
 	if err != nil {
 		return err
@@ -149,8 +151,13 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy bool) (retErr
 			retErr = err
 		}
 	}()
-	id := fmt.Sprintf("ck%d-%d-%v", mib, spares, lazy)
-	if err := x.start(ctx, id, guest(mib), nil, ""); err != nil {
+	id, what := fmt.Sprintf("ck%d-%d-%v", mib, spares, lazy), "gvx"
+	var more []oci.SpecOpts
+	if nat {
+		id, what = fmt.Sprintf("cknat%d-%d", mib, spares), "gvx NAT"
+		more = append(more, oci.WithAnnotations(map[string]string{api.AnnotationNetwork: api.NetworkNAT}))
+	}
+	if err := x.start(ctx, id, guest(mib), nil, "", more...); err != nil {
 		return err
 	}
 	sb, err := e.Adopt(ctx, id)
@@ -190,83 +197,32 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy bool) (retErr
 			return err
 		}
 	}
-	if spares == 0 {
-		row(mib, "gvx checkpoint (saved)", syncT)
-		row(mib, "gvx checkpoint (caller, async)", asyncT)
+	if nat {
+		// The guest's network works after the last rollback: eth0 is back.
+		if out, err := execOut(ctx, sb.Task(), "ip", "-4", "-o", "addr", "show", "eth0"); err != nil || !strings.Contains(out, api.NATGuest.String()) {
+			return fmt.Errorf("after its rollbacks %s has no NAT eth0: %q, %v", id, out, err)
+		}
+	}
+	switch {
+	case spares == 0:
+		row(mib, what+" checkpoint (saved)", syncT)
+		row(mib, what+" checkpoint (caller, async)", asyncT)
+		row(mib, what+" rollback (restore on demand)", rollbacks)
+		if nat {
+			return nil
+		}
 		row(mib, "gvx sandbox paused by a checkpoint", paused)
-		row(mib, "gvx rollback (restore on demand)", rollbacks)
 		fmt.Printf("%-7s %-36s %10.1f MiB\n", fmt.Sprintf("%d MiB", mib), "disk per checkpoint", float64(disk)/(1<<20))
 		return x.fork(ctx, e, sb, mib)
-	}
-	if lazy {
-		row(mib, "gvx rollback (hot spare, lazy labels)", rollbacks)
+	case lazy:
+		row(mib, what+" rollback (hot spare, lazy labels)", rollbacks)
+		return nil
+	case nat:
+		row(mib, what+" rollback (hot spare)", rollbacks)
 		return nil
 	}
-	row(mib, "gvx rollback (hot spare)", rollbacks)
+	row(mib, what+" rollback (hot spare)", rollbacks)
 	return x.spareMemory(ctx, e, sb, mib)
-}
-
-// gvxNAT measures checkpoint and rollback (with spares hot spares) of a
-// sandbox on gvx's userspace NAT at mib MiB: each restore starts a new NAT
-// process and gives the guest its eth0 again (docs/checkpoint.md).
-func (x *env) gvxNAT(ctx context.Context, mib, runs, spares int) (retErr error) {
-	e, dir, err := x.engine(spares, false)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	defer func() {
-		if err := e.Close(ctx); err != nil && retErr == nil {
-			retErr = err
-		}
-	}()
-	id := fmt.Sprintf("cknat%d-%d", mib, spares)
-	if err := x.start(ctx, id, guest(mib), nil, "", oci.WithAnnotations(map[string]string{api.AnnotationNetwork: api.NetworkNAT})); err != nil {
-		return err
-	}
-	sb, err := e.Adopt(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer e.Destroy(ctx, sb)
-	var cks, asyncT, rollbacks []time.Duration
-	for i := 0; i < runs; i++ {
-		t0 := time.Now()
-		h, err := e.CheckpointAsync(ctx, sb)
-		if err != nil {
-			return err
-		}
-		asyncT = append(asyncT, time.Since(t0))
-		if err := e.Wait(ctx, h.ID); err != nil {
-			return err
-		}
-		cks = append(cks, time.Since(t0))
-		if spares > 0 {
-			for e.Spares(h.ID) == 0 {
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-		took, err := e.Rollback(ctx, sb, h.ID)
-		if err != nil {
-			return err
-		}
-		rollbacks = append(rollbacks, took)
-		if err := e.Release(ctx, h.ID); err != nil {
-			return err
-		}
-	}
-	// The guest's network works after the last rollback: eth0 is back.
-	if out, err := execOut(ctx, sb.Task(), "ip", "-4", "-o", "addr", "show", "eth0"); err != nil || !strings.Contains(out, api.NATGuest.String()) {
-		return fmt.Errorf("after its rollbacks %s has no NAT eth0: %q, %v", id, out, err)
-	}
-	if spares == 0 {
-		row(mib, "gvx NAT checkpoint (saved)", cks)
-		row(mib, "gvx NAT checkpoint (caller, async)", asyncT)
-		row(mib, "gvx NAT rollback (restore on demand)", rollbacks)
-		return nil
-	}
-	row(mib, "gvx NAT rollback (hot spare)", rollbacks)
-	return nil
 }
 
 // fork forks 8 sandboxes from a checkpoint of sb, and compares their

@@ -7,12 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -84,17 +82,11 @@ func listenUnix(path string, owners []api.Owner) (*os.File, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return nil, fmt.Errorf("%s already exists: remove it or publish on another path", path)
 	}
-	addr := path
-	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
-		// Longer than a socket address holds: bound through its
-		// directory's descriptor.
-		dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("socket %s: %w", path, err)
-		}
-		defer unix.Close(dir)
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	addr, release, err := api.UnixAddr(path) // a path too long for an address too
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	l, err := net.Listen("unix", addr)
 	if err != nil {
 		return nil, err

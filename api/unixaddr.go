@@ -1,0 +1,22 @@
+package api
+
+import (
+	"fmt"
+	"path/filepath"
+	"syscall"
+)
+
+// UnixAddr is the address to bind or connect the unix socket at path
+// with: path itself, or, when path is longer than a socket address holds
+// (108 bytes), its base name under /proc/self/fd/N, N a descriptor of its
+// directory. Call release once the socket is bound or connected.
+func UnixAddr(path string) (addr string, release func(), err error) {
+	if len(path) < len(syscall.RawSockaddrUnix{}.Path) {
+		return path, func() {}, nil
+	}
+	dir, err := syscall.Open(filepath.Dir(path), syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path)), func() { syscall.Close(dir) }, nil
+}
