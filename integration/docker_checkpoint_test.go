@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	sdk "github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/integration/harness"
 )
@@ -112,10 +114,18 @@ docker rmi gvx-test/before:1 >/dev/null`)
 // restores episodes from it instead of booting dockerd: dockerd answers on
 // the episode's documented socket at once, with the preloaded image, and
 // `docker run` works; two episodes of one checkpoint diverge; `gvx episode
-// rm` removes an episode with its volume copy.
+// rm` removes an episode with its volume copy. The same on gvx's NAT
+// (a runtime config with network = "nat"): the seed and each episode run
+// a NAT of their own, the episodes' dockerd reached through it.
 func TestDockerGoldenCheckpoint(t *testing.T) {
 	_, ctx := dindEnv(t)
 	checkNoLeaks(t)
+	for _, network := range []string{api.NetworkSandbox, api.NetworkNAT} {
+		t.Run(network, func(t *testing.T) { goldenCheckpoint(t, ctx, network) })
+	}
+}
+
+func goldenCheckpoint(t *testing.T, ctx context.Context, network string) {
 	dir := loopFS(t, "xfs")
 	gold := filepath.Join(dir, "golden.ext4")
 	ckDir := dind.GoldenCheckpointDir(gold)
@@ -129,6 +139,15 @@ func TestDockerGoldenCheckpoint(t *testing.T) {
 		return r.stdout
 	}
 	cflags := []string{"--address", e.Socket(), "--namespace", testNS}
+	eps := []string{"dkgc1", "dkgc2"}
+	if network == api.NetworkNAT {
+		cfg := filepath.Join(dir, "nat.toml")
+		if err := os.WriteFile(cfg, []byte("network = \"nat\"\n[nat]\ndns = [\"127.0.0.1:9\"]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cflags = append(cflags, "--runtime-config", cfg)
+		eps = []string{"dkgcnat1", "dkgcnat2"}
+	}
 	out := gvxCmd(append(append([]string{"golden", "build"}, cflags...), "--image", dindImage, "--load", filepath.Join(e.images, "busybox.tar"),
 		"--size", "1G", "--checkpoint", gold)...)
 	if !strings.Contains(out, "checkpoint") {
@@ -154,7 +173,7 @@ func TestDockerGoldenCheckpoint(t *testing.T) {
 	}
 
 	// Two episodes by the CLI, restored from the checkpoint.
-	for _, id := range []string{"dkgc1", "dkgc2"} {
+	for _, id := range eps {
 		out := gvxCmd(append(append([]string{"episode", "start"}, cflags...), "--golden", gold, id)...)
 		want := "DOCKER_HOST=unix://" + harness.State.DockerSocket(testNS, id)
 		if strings.TrimSpace(out) != want {
@@ -164,7 +183,7 @@ func TestDockerGoldenCheckpoint(t *testing.T) {
 			_, _ = e.run(context.Background(), "", filepath.Join(e.gvxBin, "gvx"), append(append([]string{"episode", "rm"}, cflags...), id)...)
 		})
 	}
-	for _, id := range []string{"dkgc1", "dkgc2"} {
+	for _, id := range eps {
 		imgs, err := dind.NewDocker(harness.State.DockerSocket(testNS, id)).Images(ctx)
 		if err != nil {
 			t.Fatalf("dockerd of restored episode %s: %v", id, err)
@@ -173,16 +192,26 @@ func TestDockerGoldenCheckpoint(t *testing.T) {
 			t.Errorf("images of restored episode %s: %v, want the preloaded busybox", id, imgs)
 		}
 	}
-	if out := ctrSh(t, "dkgc1", "docker run --name only-in-1 gvx.test/busybox:latest echo ok"); !strings.Contains(out, "ok") {
+	if out := ctrSh(t, eps[0], "docker run --name only-in-1 gvx.test/busybox:latest echo ok"); !strings.Contains(out, "ok") {
 		t.Errorf("docker run in a restored episode: %q", out)
 	}
-	if ps := ctrSh(t, "dkgc2", "docker ps -a --format '{{.Names}}'"); strings.Contains(ps, "only-in-1") {
-		t.Errorf("episode dkgc2 sees dkgc1's container:\n%s", ps)
+	if ps := ctrSh(t, eps[1], "docker ps -a --format '{{.Names}}'"); strings.Contains(ps, "only-in-1") {
+		t.Errorf("episode %s sees %s's container:\n%s", eps[1], eps[0], ps)
 	}
-	if out := ctrSh(t, "dkgc2", "docker run --rm gvx.test/busybox:latest echo ok2"); !strings.Contains(out, "ok2") {
+	if out := ctrSh(t, eps[1], "docker run --rm gvx.test/busybox:latest echo ok2"); !strings.Contains(out, "ok2") {
 		t.Errorf("docker run in the second restored episode: %q", out)
 	}
-	for _, id := range []string{"dkgc1", "dkgc2"} {
+	if network == api.NetworkNAT {
+		for _, id := range eps {
+			if out := ctrSh(t, id, "ip -4 -o addr show eth0"); !strings.Contains(out, "10.0.2.15/24") {
+				t.Errorf("restored NAT episode %s's eth0: %q", id, out)
+			}
+			if _, err := os.Stat(api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), testNS)).NATStats(id)); err != nil {
+				t.Errorf("restored NAT episode %s has no NAT of its own: %v", id, err)
+			}
+		}
+	}
+	for _, id := range eps {
 		gvxCmd(append(append([]string{"episode", "rm"}, cflags...), id)...)
 	}
 	if left, _ := filepath.Glob(filepath.Join(ckDir, "volumes", "*", "*")); len(left) > 0 {
