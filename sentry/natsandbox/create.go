@@ -63,16 +63,9 @@ func (c *Create) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 	if err != nil {
 		return util.Errorf("reading spec: %v", err)
 	}
-	cfg, err := api.DecodeNAT(spec.Annotations[api.AnnotationNAT])
+	cfg, listeners, err := listen(conf, id, spec)
 	if err != nil {
-		return util.Errorf("container %s: %v", id, err)
-	}
-	if conf.Network != config.NetworkNone {
-		return util.Errorf("container %s asks for a NAT (%s) but gVisor's network is %q: the shim runs NAT sandboxes with --network=none", id, api.AnnotationNAT, conf.Network)
-	}
-	listeners, err := nat.Listen(cfg.Ports, cfg.Owner)
-	if err != nil {
-		return util.Errorf("container %s: %v", id, err)
+		return util.Errorf("%v", err)
 	}
 	closeAll := func(remove bool) {
 		for _, l := range listeners {
@@ -95,6 +88,23 @@ func (c *Create) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 		return util.Errorf("container %s: NAT: %v", id, err)
 	}
 	return subcommands.ExitSuccess
+}
+
+// listen reads sandbox id's NAT settings from spec and binds the host
+// side of its published ports, before the sandbox exists.
+func listen(conf *config.Config, id string, spec *specs.Spec) (api.NAT, []*os.File, error) {
+	if conf.Network != config.NetworkNone {
+		return api.NAT{}, nil, fmt.Errorf("container %s asks for a NAT (%s) but gVisor's network is %q: the shim runs NAT sandboxes with --network=none", id, api.AnnotationNAT, conf.Network)
+	}
+	cfg, err := api.DecodeNAT(spec.Annotations[api.AnnotationNAT])
+	if err != nil {
+		return api.NAT{}, nil, fmt.Errorf("container %s: %w", id, err)
+	}
+	listeners, err := nat.Listen(cfg.Ports, cfg.Owner)
+	if err != nil {
+		return api.NAT{}, nil, fmt.Errorf("container %s: %w", id, err)
+	}
+	return cfg, listeners, nil
 }
 
 // RemoveSockets removes the unix sockets cfg publishes.

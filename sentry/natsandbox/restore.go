@@ -13,10 +13,8 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/specutils"
 
-	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
-	"github.com/gvxrun/gvx/sentry/nat"
 )
 
 // Restore is runsc's restore (a create from a checkpoint) of a sandbox
@@ -29,7 +27,7 @@ import (
 // restores with eth0 on it. The guest's TCP connections through the NAT
 // at the checkpoint are not carried over (their host sockets were the old
 // NAT's): a checkpoint of a sandbox holding one is refused before the
-// save (shim/outside.go, rollout/outside.go).
+// save (the shim's outside.go, the rollout engine's natQuiet).
 type Restore struct {
 	cmd.Restore
 }
@@ -47,21 +45,14 @@ func (r *Restore) Execute(_ context.Context, f *flag.FlagSet, args ...any) subco
 	if imagePath == "" {
 		return util.Errorf("image-path flag must be provided")
 	}
-	if conf.Network != config.NetworkNone {
-		return util.Errorf("container %s asks for a NAT (%s) but gVisor's network is %q: the shim runs NAT sandboxes with --network=none", id, api.AnnotationNAT, conf.Network)
-	}
 	dir := bundle.Dir(argv.Flag(f, "bundle"))
 	spec, err := specutils.ReadSpec(dir, conf)
 	if err != nil {
 		return util.Errorf("reading spec: %v", err)
 	}
-	cfg, err := api.DecodeNAT(spec.Annotations[api.AnnotationNAT])
+	cfg, listeners, err := listen(conf, id, spec)
 	if err != nil {
-		return util.Errorf("container %s: %v", id, err)
-	}
-	listeners, err := nat.Listen(cfg.Ports, cfg.Owner)
-	if err != nil {
-		return util.Errorf("container %s: %v", id, err)
+		return util.Errorf("%v", err)
 	}
 	ok := false
 	defer func() {
