@@ -7,10 +7,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/typeurl/v2"
 
 	sdk "github.com/gvxrun/gvx"
 )
@@ -324,6 +331,7 @@ func TestSDKCheckpointNAT(t *testing.T) {
 	}
 	check(sb, "before the checkpoint")
 	before := srv.conns.Load()
+	tcpChecks := watchTCPChecks(t)
 
 	// A connection out through the NAT: its host socket is the NAT's, so a
 	// restore could not bring it back.
@@ -349,12 +357,21 @@ func TestSDKCheckpointNAT(t *testing.T) {
 	if cks, _ := c.Checkpoints(ctx); len(cks) != 0 {
 		t.Errorf("a refused checkpoint left handles: %+v", cks)
 	}
+	// With a flow open the engine asked the guest for its TCP table.
+	if n := tcpChecks(sb); n == 0 {
+		t.Errorf("the refused checkpoint ran no TCP-table exec")
+	}
 
 	sh(t, sb, "echo 1 > /tmp/state; kill -USR1 1")
 	waitSh(t, sb, "cat /tmp/n", "1")
+	tcpChecks(sb) // the refused one's, counted above
 	ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
 	if err != nil {
 		t.Fatalf("checkpoint of a NAT sandbox: %v", err)
+	}
+	// No flow open: the NAT's count said so, and no exec was needed.
+	if n := tcpChecks(sb); n != 0 {
+		t.Errorf("a checkpoint with no flow open through the NAT ran %d TCP-table execs, want none", n)
 	}
 	sh(t, sb, "echo 2 > /tmp/state; kill -USR1 1")
 	waitSh(t, sb, "cat /tmp/n", "2")
@@ -413,6 +430,76 @@ func TestSDKCheckpointNAT(t *testing.T) {
 	}
 	if got := sh(t, pub, "echo alive"); got != "alive" {
 		t.Errorf("after the refusal: %q", got)
+	}
+}
+
+// watchTCPChecks counts the rollout engine's TCP-table execs
+// (checkpoint.TCPTablesCmd, exec ids gvx-ck-tcp-…) from containerd's
+// exec-added events. The function it returns gives the count since its
+// last call, once an exec of its own in sb has been seen after them
+// (events come in order).
+func watchTCPChecks(t *testing.T) func(sb *sdk.Sandbox) int {
+	t.Helper()
+	cc, err := client.New(e.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), testNS))
+	t.Cleanup(func() { cancel(); cc.Close() })
+	ch, errs := cc.Subscribe(evctx, `topic=="/tasks/exec-added"`)
+	var mu sync.Mutex
+	var ids []string
+	go func() {
+		for {
+			select {
+			case env := <-ch:
+				if v, err := typeurl.UnmarshalAny(env.Event); err == nil {
+					if ev, ok := v.(*apievents.TaskExecAdded); ok {
+						mu.Lock()
+						ids = append(ids, ev.ExecID)
+						mu.Unlock()
+					}
+				}
+			case <-errs:
+				return
+			case <-evctx.Done():
+				return
+			}
+		}
+	}()
+	seen := 0
+	return func(sb *sdk.Sandbox) int {
+		t.Helper()
+		// An exec of our own, after the engine's: once its event is in,
+		// so are theirs. (The sandbox's container is its ID until a
+		// rollback.)
+		mark := fmt.Sprintf("mark%d", execSeq.Add(1))
+		if r := ctrExec(t, sb.ID(), mark, "true"); r.code != 0 {
+			t.Fatalf("exec %s in %s: %d %s", mark, sb.ID(), r.code, r.stderr)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			in := slices.Contains(ids[seen:], mark)
+			mu.Unlock()
+			if in {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no exec-added event for exec %s", mark)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		count := 0
+		for _, id := range ids[seen:] {
+			if strings.HasPrefix(id, "gvx-ck-tcp-") {
+				count++
+			}
+		}
+		seen = len(ids)
+		return count
 	}
 }
 
