@@ -70,7 +70,11 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if err := checkpointable(string(flags)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
-	nat, onNAT, err := e.natOf(namespaceOf(ctx), b.id)
+	st, err := e.readState(namespaceOf(ctx), b.id)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+	}
+	nat, onNAT, err := st.nat(b.id)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
@@ -78,9 +82,9 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		return nil, fmt.Errorf("checkpoint %s: %w: its NAT publishes host ports (%s), which a rollback or a fork would need a second time while this sandbox holds them; "+
 			"publish none (reach the guest through an exec, or a port of a sandbox that is not checkpointed), or checkpoint it through containerd (ctr c checkpoint) and restore once it is gone", sb.ID, ErrNotCheckpointable, strings.Join(ports, ", "))
 	}
-	if !onNAT {
-		// A NAT sandbox is checked once paused (natQuiet).
-		if err := e.outsideTCP(ctx, b, string(flags), false, spec); err != nil {
+	// A NAT sandbox is checked once paused (natQuiet).
+	if !onNAT && mayConnectOut(string(flags), st.Sandbox.Pid) {
+		if err := e.outsideTCP(ctx, b, spec); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 		}
 	}
@@ -102,7 +106,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
 	if onNAT {
-		if err := e.natQuiet(ctx, b, string(flags), spec); err != nil {
+		if err := e.natQuiet(ctx, b, spec); err != nil {
 			_ = e.store.remove(h.ID)
 			return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 		}
@@ -140,7 +144,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 // open flow holds none and is not asked (an exec: ≈ 100 ms on a 2-core
 // machine). Otherwise — flows open (UDP ones too), or no readable count —
 // the guest runs again for the check and is paused after it.
-func (e *Engine) natQuiet(ctx context.Context, b *backing, flags string, spec *specs.Spec) error {
+func (e *Engine) natQuiet(ctx context.Context, b *backing, spec *specs.Spec) error {
 	root := api.SentryRoot(filepath.Join(e.layout.SentryRoot(b.id), namespaceOf(ctx)))
 	if data, err := os.ReadFile(root.NATStats(b.id)); err == nil {
 		var st api.NATStats
@@ -151,7 +155,7 @@ func (e *Engine) natQuiet(ctx context.Context, b *backing, flags string, spec *s
 	if err := e.resume(ctx, b); err != nil {
 		return err
 	}
-	if err := e.outsideTCP(ctx, b, flags, true, spec); err != nil {
+	if err := e.outsideTCP(ctx, b, spec); err != nil {
 		return err
 	}
 	return e.pause(ctx, b)
@@ -162,9 +166,9 @@ func (e *Engine) natQuiet(ctx context.Context, b *backing, flags string, spec *s
 // backing's own, and each restored backing publishes its own.
 func userPorts(ports []string, relay string) []string {
 	var out []string
-	for _, p := range ports {
-		if !strings.HasPrefix(p, "unix:"+relay+":") {
-			out = append(out, p)
+	for _, s := range ports {
+		if p, err := api.ParsePort(s); err != nil || p.Unix != relay {
+			out = append(out, s)
 		}
 	}
 	return out

@@ -399,13 +399,9 @@ func (e *Engine) sandboxState(ns, id string) (sandboxInfo, error) {
 	return st.Sandbox, err
 }
 
-// natOf reports the NAT container id's sandbox runs on (network = "nat":
-// the NAT settings the shim merged into its spec), and whether it has one.
-func (e *Engine) natOf(ns, id string) (api.NAT, bool, error) {
-	st, err := e.readState(ns, id)
-	if err != nil {
-		return api.NAT{}, false, err
-	}
+// nat reports the NAT sandbox id runs on (network = "nat": the NAT
+// settings the shim merged into its spec), and whether it has one.
+func (st sandboxFile) nat(id string) (api.NAT, bool, error) {
 	v, ok := st.Spec.Annotations[api.AnnotationNAT]
 	if !ok {
 		return api.NAT{}, false, nil

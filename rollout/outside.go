@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,29 +18,26 @@ import (
 	"github.com/gvxrun/gvx/checkpoint"
 )
 
-// outsideTCP refuses a sandbox with TCP connections to peers outside it
-// (checkpoint.ErrOutsideTCP). Only a sandbox on a NAT (onNAT), or whose
-// network namespace has an interface besides loopback, can have any, so
-// only such a sandbox is asked: an exec of cat of the guest's /proc/net/tcp{,6} (an image
-// without cat is not checked, with a warning).
-func (e *Engine) outsideTCP(ctx context.Context, b *backing, flags string, onNAT bool, spec *specs.Spec) error {
-	if !onNAT {
-		// A NAT sandbox's gVisor network is "none" and its host network
-		// namespace may hold loopback alone, yet its guest has eth0.
-		for _, f := range strings.Fields(flags) {
-			if f == "--network=none" {
-				return nil
-			}
-		}
-		st, err := e.sandboxState(namespaceOf(ctx), b.id)
-		if err != nil || st.Pid <= 0 {
-			return nil // no sandbox process to look at: gVisor's save says what is wrong
-		}
-		dev, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/net/dev")
-		if err != nil || checkpoint.OnlyLoopback(dev) {
-			return nil
-		}
+// mayConnectOut says whether a sandbox that is not on a NAT, with
+// gvx-sentry flags flags and host process pid, can hold TCP connections
+// to peers outside it: only one whose network namespace has an interface
+// besides loopback can. (A NAT sandbox's gVisor network is "none" and its
+// host namespace may hold loopback alone, yet its guest has eth0: the
+// caller asks it, natQuiet.)
+func mayConnectOut(flags string, pid int) bool {
+	if slices.Contains(strings.Fields(flags), "--network=none") || pid <= 0 {
+		return false // no sandbox process to look at: gVisor's save says what is wrong
 	}
+	dev, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/dev")
+	return err == nil && !checkpoint.OnlyLoopback(dev)
+}
+
+// outsideTCP refuses a sandbox with TCP connections to peers outside it
+// (checkpoint.ErrOutsideTCP), asking through an exec of cat of the
+// guest's /proc/net/tcp{,6} (an image without cat is not checked, with a
+// warning). Callers ask only a sandbox that may hold one (mayConnectOut,
+// natQuiet).
+func (e *Engine) outsideTCP(ctx context.Context, b *backing, spec *specs.Spec) error {
 	if spec.Process == nil {
 		return nil
 	}

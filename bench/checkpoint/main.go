@@ -217,11 +217,11 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy, nat bool) (r
 	case lazy:
 		row(mib, what+" rollback (hot spare, lazy labels)", rollbacks)
 		return nil
-	case nat:
-		row(mib, what+" rollback (hot spare)", rollbacks)
-		return nil
 	}
 	row(mib, what+" rollback (hot spare)", rollbacks)
+	if nat {
+		return nil
+	}
 	return x.spareMemory(ctx, e, sb, mib)
 }
 
