@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -90,6 +91,14 @@ func OnlyLoopback(dev []byte) bool {
 		}
 	}
 	return true
+}
+
+// BeyondLoopback says whether host process pid's network namespace has an
+// interface besides lo (OnlyLoopback of its /proc/<pid>/net/dev); false
+// when it cannot be read.
+func BeyondLoopback(pid int) bool {
+	dev, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/dev")
+	return err == nil && !OnlyLoopback(dev)
 }
 
 // TCPTablesCmd is the guest command that prints the tables OutsidePeers

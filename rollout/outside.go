@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,8 +27,7 @@ func mayConnectOut(flags string, pid int) bool {
 	if slices.Contains(strings.Fields(flags), "--network=none") || pid <= 0 {
 		return false // no sandbox process to look at: gVisor's save says what is wrong
 	}
-	dev, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/dev")
-	return err == nil && !checkpoint.OnlyLoopback(dev)
+	return checkpoint.BeyondLoopback(pid)
 }
 
 // outsideTCP refuses a sandbox with TCP connections to peers outside it

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,8 +28,7 @@ func (t *gvxTask) mayConnectOut(pid uint32) bool {
 	if t.network == api.NetworkNAT {
 		return true // its eth0 is the guest's alone: the host namespace may hold lo only
 	}
-	dev, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/net/dev")
-	return err == nil && !checkpoint.OnlyLoopback(dev)
+	return checkpoint.BeyondLoopback(int(pid))
 }
 
 // outsideTCP refuses the checkpoint of running task id when its sandbox
