@@ -2,9 +2,11 @@ package gvx
 
 import (
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/config"
 )
 
 // Config describes a sandbox: what it runs, on what, with what.
@@ -138,6 +140,14 @@ type NAT struct {
 	// are rules: CIDR, address or DNS name, each with an optional :PORT.
 	EgressDefault           string
 	EgressAllow, EgressDeny []string
+	// NarrowDefault, NarrowAllow and NarrowDeny narrow that policy (the
+	// one above, or the gvx config's when the three above are empty): a
+	// flow it admits must pass these as well, in E2B's order — an allow
+	// rule admits, else a deny rule refuses, else NarrowDefault ("allow"
+	// unless "deny"). A narrowing opens nothing the policy refuses. All
+	// empty: no narrowing.
+	NarrowDefault           string
+	NarrowAllow, NarrowDeny []string
 	// DNS lists resolvers (ADDR:PORT) the NAT's 10.0.2.3 forwards to.
 	DNS []string
 	// MaxConnections caps the flows open at once; a new one over it is
@@ -154,7 +164,34 @@ func (n *NAT) api() api.NAT {
 	if n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil {
 		out.Egress = &api.Egress{Default: n.EgressDefault, Allow: n.EgressAllow, Deny: n.EgressDeny}
 	}
+	if n.NarrowDefault != "" || n.NarrowAllow != nil || n.NarrowDeny != nil {
+		if out.Egress == nil {
+			out.Egress = &api.Egress{}
+		}
+		out.Egress.Narrow = &api.Narrow{Default: n.NarrowDefault, Allow: n.NarrowAllow, Deny: n.NarrowDeny}
+	}
 	return out
+}
+
+// config is n over c, the gvx config's [nat]: each field n sets replaces
+// c's.
+func (n *NAT) config(c config.NAT) config.NAT {
+	if n.Ports != nil {
+		c.Ports = n.Ports
+	}
+	if n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil {
+		c.Egress = config.Egress{Default: n.EgressDefault, Allow: n.EgressAllow, Deny: n.EgressDeny}
+	}
+	if n.DNS != nil {
+		c.DNS = n.DNS
+	}
+	if n.MaxConnections != 0 {
+		c.MaxConnections = n.MaxConnections
+	}
+	if n.Bandwidth != 0 {
+		c.Bandwidth = strconv.FormatInt(n.Bandwidth, 10)
+	}
+	return c
 }
 
 // Publish makes a Unix socket that the guest creates at GuestPath

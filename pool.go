@@ -130,6 +130,17 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 	rc.Docker.Enabled = t.Docker
 	rc.Resources.MemoryBytes, rc.Resources.CPUMillis = t.Resources.MemoryBytes, t.Resources.CPUMillis
 	rc.SentryFlags = append(slices.Clone(rc.SentryFlags), sandboxFlags(c.cfg, t)...)
+	if t.Network == NetworkNAT {
+		// The pool boots NAT sandboxes with the template's NAT, which
+		// its acquires then share (the shim's adoption compares them).
+		rc.Network = api.NetworkNAT
+		if t.NAT != nil {
+			if t.NAT.NarrowDefault != "" || t.NAT.NarrowAllow != nil || t.NAT.NarrowDeny != nil {
+				return nil, errorf("new pool", pc.Name, ErrInvalid, "Template.NAT narrows the egress policy: a pool's sandboxes boot with one policy; set it with EgressDefault, EgressAllow and EgressDeny")
+			}
+			rc.NAT = t.NAT.config(rc.NAT)
+		}
+	}
 	if t.Resources.DiskBytes > 0 {
 		// The pool boots its sandboxes with the template's root
 		// filesystem cap (the shim lets a task adopt only such a sandbox).

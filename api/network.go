@@ -93,6 +93,43 @@ type Egress struct {
 	// with an optional :port ([v6]:port for IPv6).
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	// Narrow, if set, is a second policy every flow must pass as well:
+	// what the one who asked for the sandbox made of the operator's
+	// policy above (gvx serve puts an E2B create's allow_internet_access
+	// and network.allowOut/denyOut here). It can only refuse more.
+	Narrow *Narrow `json:"narrow,omitempty"`
+}
+
+// Narrow is a narrowing of an egress policy, in E2B's order: an allow
+// rule admits, else a deny rule refuses, else Default decides. It has no
+// built-in ranges (the policy it narrows has them), so its allow rules
+// open nothing that policy refuses.
+type Narrow struct {
+	// Default is "allow" (the default) or "deny".
+	Default string `json:"default,omitempty"`
+	// Allow and Deny are rules, as Egress's.
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// Check validates n's default and rules.
+func (n *Narrow) Check() error {
+	if n == nil {
+		return nil
+	}
+	switch n.Default {
+	case "", "allow", "deny":
+	default:
+		return fmt.Errorf("egress.narrow.default %q: want allow or deny", n.Default)
+	}
+	for _, list := range [][]string{n.Allow, n.Deny} {
+		for _, r := range list {
+			if _, err := ParseRule(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // DecodeNAT parses an AnnotationNAT value, refusing unknown keys and
@@ -102,7 +139,7 @@ func DecodeNAT(v string) (NAT, error) {
 	dec := json.NewDecoder(bytes.NewReader([]byte(v)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&n); err != nil {
-		return NAT{}, fmt.Errorf("annotation %s: %w (known keys: ports, egress.default, egress.allow, egress.deny, dns, max_connections, bandwidth)", AnnotationNAT, err)
+		return NAT{}, fmt.Errorf("annotation %s: %w (known keys: ports, egress.default, egress.allow, egress.deny, egress.narrow.{default,allow,deny}, dns, max_connections, bandwidth)", AnnotationNAT, err)
 	}
 	if err := n.Check(); err != nil {
 		return NAT{}, fmt.Errorf("annotation %s: %w", AnnotationNAT, err)
@@ -145,6 +182,9 @@ func (n NAT) Check() error {
 					return err
 				}
 			}
+		}
+		if err := e.Narrow.Check(); err != nil {
+			return err
 		}
 	}
 	if n.MaxConnections < 0 {

@@ -55,7 +55,9 @@ func OwnNetNS(s *specs.Spec) bool {
 	return false
 }
 
-// PrepareNAT merges the task's api.AnnotationNAT over the config's [nat],
+// PrepareNAT merges the task's api.AnnotationNAT over the config's [nat]
+// (each field set replaces the config's; an egress with only a narrowing
+// narrows the config's policy),
 // checks every mapping and rule, resolves the owner of each published
 // unix socket (the owner of its directory, which must exist), writes the
 // merged NAT back into the annotation for gvx-sentry and points the
@@ -71,8 +73,15 @@ func PrepareNAT(s *specs.Spec, c config.NAT, bundle string) (api.NAT, error) {
 		if over.Ports != nil {
 			n.Ports = over.Ports
 		}
-		if over.Egress != nil {
-			n.Egress = over.Egress
+		if e := over.Egress; e != nil {
+			if e.Default != "" || e.Allow != nil || e.Deny != nil || n.Egress == nil {
+				n.Egress = e
+			} else {
+				// A narrowing alone narrows the config's policy.
+				merged := *n.Egress
+				merged.Narrow = e.Narrow
+				n.Egress = &merged
+			}
 		}
 		if over.DNS != nil {
 			n.DNS = over.DNS

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,7 +257,25 @@ func TestPrepareNAT(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(bundle, ResolvConfFile)); string(data) != "nameserver 10.0.2.3\n" {
 		t.Errorf("resolv.conf %q", data)
 	}
+	// A narrowing alone narrows the config's policy; a policy of the
+	// task's replaces it.
+	cfg.Egress.Allow = []string{"10.0.2.2:5000"}
+	for ann, want := range map[string]string{
+		`{"egress":{"narrow":{"default":"deny","allow":["1.1.1.1"]}}}`:     `{"default":"deny","allow":["10.0.2.2:5000"],"narrow":{"default":"deny","allow":["1.1.1.1"]}}`,
+		`{"egress":{"allow":["8.8.8.8"],"narrow":{"deny":["1.0.0.0/8"]}}}`: `{"allow":["8.8.8.8"],"narrow":{"deny":["1.0.0.0/8"]}}`,
+	} {
+		s := baseSpec()
+		s.Annotations = map[string]string{api.AnnotationNAT: ann}
+		n, err := PrepareNAT(s, cfg, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := json.Marshal(n.Egress); string(got) != want {
+			t.Errorf("PrepareNAT(%s): egress %s, want %s", ann, got, want)
+		}
+	}
 	for ann, why := range map[string]string{
+		`{"egress":{"narrow":{"default":"no"}}}`:                      "egress.narrow.default",
 		`{"ports":["unix:/nonexistent-gvx/x.sock:80"]}`:               "create it first",
 		`{"ports":["unix:` + bundle + `/` + ResolvConfFile + `:80"]}`: "already exists",
 		`{"egress":{"allow":["bad rule!"]}}`:                          "egress rule",

@@ -296,7 +296,7 @@ func (s *Service) forkHandler(w http.ResponseWriter, r *http.Request, key string
 	out := make([]sandboxJSON, 0, len(sbs))
 	s.mu.Lock()
 	for _, sb := range sbs {
-		rec := record{ID: newID(), Key: key, Template: parent.Template, Metadata: parent.Metadata, EnvVars: parent.EnvVars,
+		rec := record{ID: newID(), Key: key, Template: parent.Template, Metadata: parent.Metadata, EnvVars: parent.EnvVars, Network: parent.Network,
 			Token: newToken(), StartedAt: now.UTC(), EndAt: now.Add(d).UTC(), State: Running, OnTimeout: parent.OnTimeout}
 		if id, ok := sb.(backend.Identified); ok {
 			rec.Backing = id.BackendID()

@@ -13,13 +13,17 @@ import (
 const ClientID = "gvx"
 
 // newSandbox is E2B's NewSandbox (v1) and NewSandboxV2 body; the fields
-// gvx has no use for (network, mcp, volumes, …) are accepted and ignored.
+// gvx has no use for (mcp, volumes, …) are accepted and ignored.
 type newSandbox struct {
 	TemplateID string            `json:"templateID"`
 	Timeout    *int64            `json:"timeout"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 	AutoPause  bool              `json:"autoPause"`
+	// AllowInternetAccess and Network narrow a NAT template's egress
+	// policy (networkRequest).
+	AllowInternetAccess *bool        `json:"allow_internet_access"`
+	Network             *networkJSON `json:"network"`
 }
 
 // sandboxJSON is E2B's Sandbox (the create and connect answer).
@@ -51,6 +55,10 @@ type detailJSON struct {
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	Domain          *string           `json:"domain,omitempty"`
 	Lifecycle       *lifecycleJSON    `json:"lifecycle,omitempty"`
+	// AllowInternetAccess says whether the sandbox's flows may leave at
+	// all (a NAT template's, not narrowed to nothing by the create).
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkJSON `json:"network,omitempty"`
 }
 
 type lifecycleJSON struct {
@@ -79,11 +87,12 @@ func (s *Service) detail(e *entry, rec record, full bool) detailJSON {
 	d := detailJSON{TemplateID: rec.Template, Alias: rec.Template, SandboxID: rec.ID, ClientID: ClientID,
 		StartedAt: rec.StartedAt.Format(time.RFC3339Nano), EndAt: rec.EndAt.Format(time.RFC3339Nano),
 		CPUCount: cpus, MemoryMB: e.tmpl.MemoryMB, DiskSizeMB: e.tmpl.DiskMB, State: rec.State,
-		EnvdVersion: envd.Version, Metadata: rec.Metadata}
+		EnvdVersion: envd.Version, Metadata: rec.Metadata, AllowInternetAccess: rec.Network.internet(e.tmpl)}
 	if full {
 		d.EnvdAccessToken = rec.Token
 		d.Domain = s.domain()
 		d.Lifecycle = &lifecycleJSON{OnTimeout: rec.OnTimeout}
+		d.Network = rec.Network.json()
 	}
 	return d
 }
@@ -134,7 +143,12 @@ func (s *Service) createHandler(def time.Duration) func(http.ResponseWriter, *ht
 		if req.AutoPause {
 			onTimeout = "pause"
 		}
-		e, err := s.create(r.Context(), key, createSpec{Template: req.TemplateID, Timeout: d, Metadata: req.Metadata, EnvVars: req.EnvVars, OnTimeout: onTimeout})
+		nw, err := parseNetwork(req.AllowInternetAccess, req.Network)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		e, err := s.create(r.Context(), key, createSpec{Template: req.TemplateID, Timeout: d, Metadata: req.Metadata, EnvVars: req.EnvVars, OnTimeout: onTimeout, Network: nw})
 		if err != nil {
 			writeError(w, err)
 			return

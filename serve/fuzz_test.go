@@ -29,7 +29,7 @@ type inertSandbox struct{}
 
 var errInert = errors.New("inert sandbox runs nothing")
 
-func (b *inertBackend) Create(_ context.Context, id string, _ backend.Template, _ []string) (backend.Sandbox, error) {
+func (b *inertBackend) Create(_ context.Context, id string, _ backend.Template, _ backend.CreateOptions) (backend.Sandbox, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.boxes[id] = true

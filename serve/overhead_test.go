@@ -22,7 +22,7 @@ import (
 // measures the service alone (HTTP, JSON, Connect framing, the table).
 type instant struct{}
 
-func (instant) Create(context.Context, string, backend.Template, []string) (backend.Sandbox, error) {
+func (instant) Create(context.Context, string, backend.Template, backend.CreateOptions) (backend.Sandbox, error) {
 	return instantBox{}, nil
 }
 func (instant) Attach(context.Context, string, backend.Template) (backend.Sandbox, error) {

@@ -190,7 +190,7 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 		_ = s.cfg.Backend.Destroy(ctx, rec.backing())
 	}
 	t0 := time.Now()
-	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, envList(rec.EnvVars))
+	sb, err := s.cfg.Backend.Create(ctx, rec.ID, e.tmpl, rec.createOptions(e.tmpl))
 	s.metrics.Observe(metrics.OpReset, t0, err)
 	if err != nil {
 		s.mu.Lock()

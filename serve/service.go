@@ -75,6 +75,14 @@ type record struct {
 	// Backing is the backend's id of the sandbox when it is not ID (a
 	// fork's, or a hot sandbox's handed over at its create).
 	Backing string `json:"backing,omitempty"`
+	// Network is what the create asked of the network (E2B's
+	// allow_internet_access and network), kept for resets and details.
+	Network *networkRequest `json:"network,omitempty"`
+}
+
+// createOptions are the backend's options of a create (or a reset) of r.
+func (r record) createOptions(t backend.Template) backend.CreateOptions {
+	return backend.CreateOptions{Env: envList(r.EnvVars), Narrow: r.Network.narrow(t)}
 }
 
 // backingOf is the Backing of sandbox sb made for id: the backend's id
@@ -373,6 +381,7 @@ type createSpec struct {
 	Metadata  map[string]string
 	EnvVars   map[string]string
 	OnTimeout string
+	Network   *networkRequest
 }
 
 // create makes a sandbox for key.
@@ -385,6 +394,7 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 	e := &entry{tmpl: t, rec: record{
 		ID: newID(), Key: key, Template: t.Name, Metadata: spec.Metadata, EnvVars: spec.EnvVars,
 		Token: newToken(), StartedAt: now.UTC(), EndAt: now.Add(spec.Timeout).UTC(), State: Running, OnTimeout: spec.OnTimeout,
+		Network: spec.Network,
 	}}
 	// The row is saved before the sandbox exists, so that a crash in
 	// between leaves a row the next start removes.
@@ -394,7 +404,7 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 	s.mu.Unlock()
 	s.save()
 	t0 := time.Now()
-	sb, err := s.cfg.Backend.Create(ctx, e.rec.ID, t, envList(spec.EnvVars))
+	sb, err := s.cfg.Backend.Create(ctx, e.rec.ID, t, e.rec.createOptions(t))
 	s.metrics.Observe(metrics.OpCreate, t0, err)
 	if err != nil {
 		s.mu.Lock()

@@ -275,7 +275,7 @@ func TestRestart(t *testing.T) {
 	// One sandbox died while the service was down; one the table does not
 	// know appeared.
 	f.b.Get(lost.SandboxID).Close(context.Background())
-	f.b.Create(context.Background(), "istray", f.svc.cfg.Templates.List()[0], nil)
+	f.b.Create(context.Background(), "istray", f.svc.cfg.Templates.List()[0], backend.CreateOptions{})
 	f.start()
 	var d detailJSON
 	if c, _ := f.do("GET", "/sandboxes/"+live.SandboxID, f.key, "", &d); c != 200 || d.EnvdAccessToken != live.EnvdAccessToken {
@@ -501,5 +501,72 @@ func TestTemplateHot(t *testing.T) {
 	var f templatesFile
 	if _, err := toml.Decode("[[template]]\nname = \"a\"\nimage = \"i\"\npool_size = 2\nhot = 0\n", &f); err != nil || f.Template[0].HotSize() != 0 {
 		t.Fatalf("hot = 0 in TOML: %v %+v", err, f.Template)
+	}
+}
+
+// TestNetwork: E2B's allow_internet_access and network narrow a NAT
+// template's egress policy, for the sandbox's life (resets included);
+// bad rules and an egress proxy are refused by name; a template's network
+// settings are checked.
+func TestNetwork(t *testing.T) {
+	f := newFixture(t)
+	var e apiErr
+	if c, _ := f.do("POST", "/gvx/v1/templates", f.key, `{"name":"net","image":"gvx.test/py:1","network":"nat","nat":{"egress":{"allow":["10.0.2.2:5000"]},"bandwidth":"8M"}}`, nil); c != 201 {
+		t.Fatalf("add a NAT template: %d", c)
+	}
+	for body, why := range map[string]string{
+		`{"name":"n1","image":"x","network":"bridge"}`:                                 `network "bridge"`,
+		`{"name":"n2","image":"x","nat":{"dns":["127.0.0.1:53"]}}`:                     `need network = "nat"`,
+		`{"name":"n3","image":"x","network":"nat","nat":{"egress":{"allow":["a b"]}}}`: `egress rule "a b"`,
+		`{"name":"n4","image":"x","network":"nat","nat":{"bandwidth":"fast"}}`:         "nat.bandwidth",
+	} {
+		if c, _ := f.do("POST", "/gvx/v1/templates", f.key, body, &e); c != 400 || !strings.Contains(e.Message, why) {
+			t.Errorf("template %s: %d %q, want 400 saying %q", body, c, e.Message, why)
+		}
+	}
+	for _, tc := range []struct {
+		body     string
+		narrow   string // the backend's narrowing, as JSON
+		internet bool
+	}{
+		{`{"templateID":"net"}`, "null", true},
+		{`{"templateID":"net","allow_internet_access":true}`, "null", true},
+		{`{"templateID":"net","allow_internet_access":false}`, `{"default":"deny"}`, false},
+		{`{"templateID":"net","network":{"denyOut":["0.0.0.0/0"],"allowOut":["1.1.1.1","pypi.org"]}}`, `{"allow":["1.1.1.1","pypi.org"],"deny":["0.0.0.0/0"]}`, true},
+		{`{"templateID":"base","allow_internet_access":false}`, "null", false}, // no network to narrow
+		{`{"templateID":"base"}`, "null", false},
+	} {
+		sb := f.create(f.key, tc.body)
+		got, _ := json.Marshal(f.b.Get(sb.SandboxID).Narrow)
+		if string(got) != tc.narrow {
+			t.Errorf("create %s: narrowing %s, want %s", tc.body, got, tc.narrow)
+		}
+		var d detailJSON
+		if c, _ := f.do("GET", "/sandboxes/"+sb.SandboxID, f.key, "", &d); c != 200 || d.AllowInternetAccess != tc.internet {
+			t.Errorf("create %s: detail %d allowInternetAccess %v, want %v", tc.body, c, d.AllowInternetAccess, tc.internet)
+		}
+		if strings.Contains(tc.body, "allowOut") && (d.Network == nil || len(d.Network.AllowOut) != 2) {
+			t.Errorf("create %s: detail's network %+v", tc.body, d.Network)
+		}
+		// A reset keeps what the create asked.
+		if c, _ := f.do("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/reset", f.key, "", nil); c != 200 {
+			t.Fatalf("reset: %d", c)
+		}
+		if again, _ := json.Marshal(f.b.Get(sb.SandboxID).Narrow); string(again) != tc.narrow {
+			t.Errorf("create %s, reset: narrowing %s, want %s", tc.body, again, tc.narrow)
+		}
+	}
+	creates := f.b.Creates
+	for body, why := range map[string]string{
+		`{"templateID":"net","network":{"denyOut":["10.0.0.0/99"]}}`:                      "network.denyOut[0]",
+		`{"templateID":"net","network":{"allowOut":["ok.example.com","bad name"]}}`:       "network.allowOut[1]",
+		`{"templateID":"net","network":{"egressProxy":{"address":"proxy.example:1080"}}}`: "network.egressProxy",
+	} {
+		if c, _ := f.do("POST", "/v2/sandboxes", f.key, body, &e); c != 400 || !strings.Contains(e.Message, why) {
+			t.Errorf("create %s: %d %q, want 400 saying %q", body, c, e.Message, why)
+		}
+	}
+	if f.b.Creates != creates {
+		t.Errorf("refused creates reached the backend: %d creates", f.b.Creates-creates)
 	}
 }

@@ -57,7 +57,7 @@ func CheckTemplate(t backend.Template) error {
 	if t.Golden != "" && !t.Docker {
 		return fmt.Errorf("template %s: a golden volume is docker mode's /var/lib/docker: set docker = true", t.Name)
 	}
-	return nil
+	return checkNetwork(t)
 }
 
 // LoadTemplates reads the TOML file (if file is set) and the API's

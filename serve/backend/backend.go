@@ -9,9 +9,13 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"syscall"
 	"time"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/volume"
 )
 
 // Template is how a sandbox is made: an image and what it runs with.
@@ -36,12 +40,57 @@ type Template struct {
 	// ext4lite volume cloned per sandbox to /var/lib/docker.
 	Docker bool   `json:"docker,omitempty" toml:"docker"`
 	Golden string `json:"golden,omitempty" toml:"golden"`
+	// Network is the sandboxes' network: "none" (the default: loopback
+	// only) or "nat" (eth0 behind each sandbox's own userspace NAT:
+	// docs/network.md); NAT, with "nat", its settings (unset fields: the
+	// gvx config's [nat]).
+	Network string `json:"network,omitempty" toml:"network"`
+	NAT     *NAT   `json:"nat,omitempty" toml:"nat"`
 	// PoolSize sandboxes are kept booted for this template (0: none).
 	PoolSize int `json:"poolSize,omitempty" toml:"pool_size"`
 	// Hot of the pool's sandboxes are kept acquired ahead of creates, so
 	// that a create is a hand-over, not a pool's acquire. Nil: 1 when the
 	// template has a pool; 0: none.
 	Hot *int `json:"hot,omitempty" toml:"hot"`
+}
+
+// Network modes of a Template.
+const (
+	NetworkNone = "none"
+	NetworkNAT  = "nat"
+)
+
+// NAT is a template's NAT: the egress policy, resolvers and limits
+// (docs/network.md). Templates publish no ports: every sandbox of a
+// template would want the same host port.
+type NAT struct {
+	Egress *Egress `json:"egress,omitempty" toml:"egress"`
+	// DNS lists the resolvers (ADDR:PORT) 10.0.2.3 forwards to.
+	DNS []string `json:"dns,omitempty" toml:"dns"`
+	// MaxConnections caps each sandbox's open flows; 0: the config's.
+	MaxConnections int `json:"max_connections,omitempty" toml:"max_connections"`
+	// Bandwidth caps each sandbox's bytes per second each way ("8M");
+	// empty: the config's.
+	Bandwidth string `json:"bandwidth,omitempty" toml:"bandwidth"`
+}
+
+// BandwidthBytes is n.Bandwidth in bytes per second (0: unset).
+func (n *NAT) BandwidthBytes() (int64, error) {
+	if n == nil || n.Bandwidth == "" {
+		return 0, nil
+	}
+	b, err := volume.ParseSize(n.Bandwidth)
+	if err != nil {
+		return 0, fmt.Errorf("nat.bandwidth: %w (bytes per second, e.g. \"8M\")", err)
+	}
+	return b, nil
+}
+
+// Egress is a template's egress policy (api.Egress).
+type Egress struct {
+	Default string   `json:"default,omitempty" toml:"default"`
+	Allow   []string `json:"allow,omitempty" toml:"allow"`
+	Deny    []string `json:"deny,omitempty" toml:"deny"`
 }
 
 // HotSize is how many sandboxes of t are kept acquired ahead of creates
@@ -58,9 +107,9 @@ func (t Template) HotSize() int {
 
 // Backend makes and finds sandboxes.
 type Backend interface {
-	// Create starts sandbox id ([a-z0-9]+) from t with env (K=V) added to
-	// the template's, and returns once it runs commands.
-	Create(ctx context.Context, id string, t Template, env []string) (Sandbox, error)
+	// Create starts sandbox id ([a-z0-9]+) from t, as o asks, and
+	// returns once it runs commands.
+	Create(ctx context.Context, id string, t Template, o CreateOptions) (Sandbox, error)
 	// Attach returns sandbox id, made by an earlier process of the
 	// service from t, if it still runs; ErrNotFound if it does not.
 	Attach(ctx context.Context, id string, t Template) (Sandbox, error)
@@ -72,6 +121,15 @@ type Backend interface {
 	List(ctx context.Context) ([]string, error)
 	// Close releases the backend (not its sandboxes).
 	Close() error
+}
+
+// CreateOptions are what one create asks beyond its template.
+type CreateOptions struct {
+	// Env (K=V) is added to the template's.
+	Env []string
+	// Narrow, if set, narrows a NAT template's egress policy for this
+	// sandbox (E2B's allow_internet_access and network.allowOut/denyOut).
+	Narrow *api.Narrow
 }
 
 // Sandbox is one running sandbox.

@@ -27,7 +27,7 @@ func newServer(t *testing.T) *httptest.Server {
 
 func newServerOn(t *testing.T, b *fakebackend.Backend) *httptest.Server {
 	t.Helper()
-	sb, err := b.Create(context.Background(), "t1", backend.Template{Name: "base"}, nil)
+	sb, err := b.Create(context.Background(), "t1", backend.Template{Name: "base"}, backend.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/rollout"
 	"github.com/gvxrun/gvx/serve/backend"
 )
@@ -67,8 +68,9 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 // Client is the SDK client the backend uses.
 func (b *Backend) Client() *gvx.Client { return b.c }
 
-// config is the sandbox Config of template t.
-func config(id string, t backend.Template, env []string) gvx.Config {
+// config is the sandbox Config of template t, with o's env and narrowing.
+func config(id string, t backend.Template, o backend.CreateOptions) gvx.Config {
+	env := o.Env
 	cmd := t.Cmd
 	if len(cmd) == 0 {
 		cmd = []string{"sleep", "infinity"}
@@ -82,18 +84,48 @@ func config(id string, t backend.Template, env []string) gvx.Config {
 	if t.Golden != "" {
 		cfg.Mounts = []gvx.Mount{{Type: gvx.MountVolume, Source: t.Golden, Target: "/var/lib/docker", Clone: true}}
 	}
+	if t.Network == backend.NetworkNAT {
+		cfg.Network = gvx.NetworkNAT
+		cfg.NAT = natConfig(t.NAT, o.Narrow)
+	}
 	return cfg
 }
 
+// natConfig is the SDK's NAT of a template's NAT settings n (nil: the
+// gvx config's) narrowed by narrow; nil when both are nil.
+func natConfig(n *backend.NAT, narrow *api.Narrow) *gvx.NAT {
+	if n == nil && narrow == nil {
+		return nil
+	}
+	out := &gvx.NAT{}
+	if n != nil {
+		// CheckTemplate checked the bandwidth.
+		bw, _ := n.BandwidthBytes()
+		out.DNS, out.MaxConnections, out.Bandwidth = n.DNS, n.MaxConnections, bw
+		if e := n.Egress; e != nil {
+			out.EgressDefault, out.EgressAllow, out.EgressDeny = e.Default, e.Allow, e.Deny
+		}
+	}
+	if narrow != nil {
+		out.NarrowDefault, out.NarrowAllow, out.NarrowDeny = narrow.Default, narrow.Allow, narrow.Deny
+	}
+	return out
+}
+
 // Create starts sandbox id from t: a hot sandbox of t's when one is
-// ready and env is empty (its id is the backend's own: BackendID), else
-// from t's pool if it has one (a booted sandbox, or one booted now when
-// none is ready), else booted now.
-func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env []string) (backend.Sandbox, error) {
+// ready and o asks nothing of its own (its id is the backend's own:
+// BackendID), else from t's pool if it has one and o narrows no egress
+// policy (a booted sandbox, or one booted now when none is ready), else
+// booted now.
+func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o backend.CreateOptions) (backend.Sandbox, error) {
 	b.mu.Lock()
 	p, h := b.pools[t.Name], b.hot[t.Name]
 	b.mu.Unlock()
-	if h != nil && len(env) == 0 {
+	if o.Narrow != nil {
+		// The pool's sandboxes run their NAT with the template's policy.
+		p, h = nil, nil
+	}
+	if h != nil && len(o.Env) == 0 {
 		if sb := h.take(); sb != nil {
 			return &sandbox{sb: sb}, nil
 		}
@@ -102,9 +134,9 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env
 	var sb *gvx.Sandbox
 	var err error
 	if p != nil {
-		sb, err = p.Acquire(ctx, gvx.AcquireOptions{ID: id, Env: env})
+		sb, err = p.Acquire(ctx, gvx.AcquireOptions{ID: id, Env: o.Env})
 	} else {
-		sb, err = b.c.New(ctx, config(id, t, env))
+		sb, err = b.c.New(ctx, config(id, t, o))
 	}
 	if err != nil {
 		return nil, err
@@ -184,7 +216,7 @@ func (b *Backend) Prepare(ctx context.Context, t backend.Template) error {
 		}
 		return nil
 	}
-	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, nil), Size: t.PoolSize})
+	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, backend.CreateOptions{}), Size: t.PoolSize})
 	if err != nil {
 		if errors.Is(err, gvx.ErrInvalid) {
 			return err

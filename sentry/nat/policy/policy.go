@@ -8,7 +8,9 @@
 // allow rule admits, except that a built-in range (host loopback, private,
 // link-local with the metadata address, multicast…) yields only to an
 // address rule that lies inside it; then the built-in ranges refuse; then
-// the default decides.
+// the default decides. A flow that policy admits must then pass the
+// narrowing, if the policy has one (api.Narrow: allow rules first, then
+// deny rules, then its default).
 package policy
 
 import (
@@ -58,6 +60,7 @@ var builtin = []struct {
 type Policy struct {
 	defaultAllow bool
 	allow, deny  []api.Rule
+	narrow       *narrow
 
 	mu    sync.RWMutex
 	names map[netip.Addr]map[string]bool // addresses the NAT's DNS handed out, by name
@@ -76,19 +79,40 @@ func New(e *api.Egress) (*Policy, error) {
 	default:
 		return nil, fmt.Errorf("egress.default %q: want allow or deny", e.Default)
 	}
-	for _, l := range []struct {
-		in  []string
-		out *[]api.Rule
-	}{{e.Allow, &p.allow}, {e.Deny, &p.deny}} {
-		for _, s := range l.in {
-			r, err := api.ParseRule(s)
-			if err != nil {
-				return nil, err
-			}
-			*l.out = append(*l.out, r)
+	var err error
+	if p.allow, err = parseRules(e.Allow); err != nil {
+		return nil, err
+	}
+	if p.deny, err = parseRules(e.Deny); err != nil {
+		return nil, err
+	}
+	if n := e.Narrow; n != nil {
+		if err := n.Check(); err != nil {
+			return nil, err
 		}
+		p.narrow = &narrow{defaultAllow: n.Default != "deny"}
+		p.narrow.allow, _ = parseRules(n.Allow) // Check parsed them
+		p.narrow.deny, _ = parseRules(n.Deny)
 	}
 	return p, nil
+}
+
+// narrow is an api.Narrow, parsed.
+type narrow struct {
+	defaultAllow bool
+	allow, deny  []api.Rule
+}
+
+func parseRules(in []string) ([]api.Rule, error) {
+	var out []api.Rule
+	for _, s := range in {
+		r, err := api.ParseRule(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // Learn records that the NAT's DNS answered name with addrs, so that name
@@ -110,6 +134,28 @@ func (p *Policy) Learn(name string, addrs []netip.Addr) {
 // network.
 func (p *Policy) Decide(dst netip.Addr, port uint16) Decision {
 	dst = dst.Unmap()
+	d := p.decide(dst, port)
+	if !d.Allow || p.narrow == nil {
+		return d
+	}
+	for _, r := range p.narrow.allow {
+		if p.match(r, dst, port) {
+			return d
+		}
+	}
+	for _, r := range p.narrow.deny {
+		if p.match(r, dst, port) {
+			return Decision{false, "narrowed: deny rule " + ruleString(r)}
+		}
+	}
+	if !p.narrow.defaultAllow {
+		return Decision{false, "narrowed: default deny"}
+	}
+	return d
+}
+
+// decide is the operator's policy's decision, before any narrowing.
+func (p *Policy) decide(dst netip.Addr, port uint16) Decision {
 	for _, r := range p.deny {
 		if p.match(r, dst, port) {
 			return Decision{false, "deny rule " + ruleString(r)}

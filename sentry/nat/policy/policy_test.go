@@ -95,11 +95,52 @@ func TestBadPolicy(t *testing.T) {
 		{Deny: []string{"exa mple.com"}},
 		{Allow: []string{"1.2.3.4:99999"}},
 		{Allow: []string{"[::1"}},
+		{Narrow: &api.Narrow{Default: "never"}},
+		{Narrow: &api.Narrow{Deny: []string{"0.0.0.0/99"}}},
 	} {
 		if _, err := New(&e); err == nil {
 			t.Errorf("New(%+v) accepted a bad policy", e)
 		} else if !strings.Contains(err.Error(), "want") {
 			t.Errorf("New(%+v): %v does not say what it wants", e, err)
+		}
+	}
+}
+
+// TestNarrow: a narrowing refuses more, in E2B's order (its allow rules
+// win over its deny rules), and never admits what the policy refuses.
+func TestNarrow(t *testing.T) {
+	base := api.Egress{Allow: []string{"10.0.2.2:8080"}, Deny: []string{"198.51.100.0/24"}}
+	for _, tc := range []struct {
+		name   string
+		narrow api.Narrow
+		dst    string
+		port   uint16
+		allow  bool
+		reason string
+	}{
+		{"none narrows nothing", api.Narrow{}, "1.1.1.1", 443, true, "default allow"},
+		{"no internet", api.Narrow{Default: "deny"}, "1.1.1.1", 443, false, "narrowed: default deny"},
+		{"no internet, the host's port", api.Narrow{Default: "deny"}, "10.0.2.2", 8080, false, "narrowed: default deny"},
+		{"deny all but one", api.Narrow{Deny: []string{"0.0.0.0/0"}, Allow: []string{"1.1.1.1"}}, "1.1.1.1", 443, true, "default allow"},
+		{"deny all but one: another", api.Narrow{Deny: []string{"0.0.0.0/0"}, Allow: []string{"1.1.1.1"}}, "8.8.8.8", 53, false, "narrowed: deny rule 0.0.0.0/0"},
+		{"allow wins over deny", api.Narrow{Deny: []string{"8.8.0.0/16"}, Allow: []string{"8.8.8.8"}}, "8.8.8.8", 53, true, "default allow"},
+		{"deny one", api.Narrow{Deny: []string{"8.8.0.0/16"}}, "8.8.4.4", 53, false, "narrowed: deny rule 8.8.0.0/16"},
+		{"allow opens no built-in range", api.Narrow{Allow: []string{"169.254.169.254", "10.0.2.2"}}, "169.254.169.254", 80, false, "metadata"},
+		{"allow opens no operator's deny", api.Narrow{Allow: []string{"198.51.100.7"}}, "198.51.100.7", 80, false, "deny rule 198.51.100.0/24"},
+		{"allow by name", api.Narrow{Default: "deny", Allow: []string{"pypi.org"}}, "151.101.0.223", 443, true, "default allow"},
+		{"the host's port kept", api.Narrow{Deny: []string{"1.0.0.0/8"}}, "10.0.2.2", 8080, true, "allow rule 10.0.2.2/32:8080"},
+	} {
+		e := base
+		n := tc.narrow
+		e.Narrow = &n
+		p, err := New(&e)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		p.Learn("pypi.org", []netip.Addr{addr("151.101.0.223")})
+		d := p.Decide(addr(tc.dst), tc.port)
+		if d.Allow != tc.allow || !strings.Contains(d.Reason, tc.reason) {
+			t.Errorf("%s: Decide(%s:%d) = %+v, want allow=%v reason ~ %q", tc.name, tc.dst, tc.port, d, tc.allow, tc.reason)
 		}
 	}
 }

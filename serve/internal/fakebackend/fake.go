@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/serve/backend"
 )
 
@@ -48,6 +49,8 @@ type Sandbox struct {
 	b   *Backend
 	ID  string
 	Env []string
+	// Narrow is the create's narrowing of the template's egress policy.
+	Narrow *api.Narrow
 	// Lineage is the sandbox its checkpoint tree started with (a fork's
 	// parent; "" for ID), Parent its last checkpoint, Rollbacks how many
 	// it had.
@@ -61,7 +64,7 @@ type Sandbox struct {
 }
 
 // Create makes a fake sandbox.
-func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env []string) (backend.Sandbox, error) {
+func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o backend.CreateOptions) (backend.Sandbox, error) {
 	time.Sleep(b.CreateDelay)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -75,7 +78,7 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, env
 	if _, ok := b.boxes[id]; ok {
 		return nil, fmt.Errorf("sandbox %s exists", id)
 	}
-	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), env...), procs: map[*execCmd]bool{}}
+	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), o.Env...), Narrow: o.Narrow, procs: map[*execCmd]bool{}}
 	b.boxes[id] = s
 	return s, nil
 }

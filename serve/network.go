@@ -1,0 +1,115 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/serve/backend"
+)
+
+// networkJSON is E2B's network object of a create (NewSandbox) and of a
+// SandboxDetail. gvx serve honours allowOut and denyOut; it refuses an
+// egress proxy (it has none, and traffic meant to be audited there must
+// not leave another way) and ignores the fields about traffic into the
+// sandbox (allowPublicTraffic, maskRequestHost, httpsPorts) and request
+// rewriting (rules).
+type networkJSON struct {
+	AllowOut    []string        `json:"allowOut,omitempty"`
+	DenyOut     []string        `json:"denyOut,omitempty"`
+	EgressProxy json.RawMessage `json:"egressProxy,omitempty"`
+}
+
+// networkRequest is what a create asked of the sandbox's network, kept in
+// its record: E2B's allow_internet_access: false, and network.allowOut /
+// denyOut. On a template of network "nat" it narrows the template's
+// egress policy (an allowOut rule wins over a denyOut one, as in E2B);
+// it opens nothing the template's policy refuses. A template without a
+// network has none to narrow.
+type networkRequest struct {
+	NoInternet bool     `json:"noInternet,omitempty"`
+	AllowOut   []string `json:"allowOut,omitempty"`
+	DenyOut    []string `json:"denyOut,omitempty"`
+}
+
+// parseNetwork checks a create's allow_internet_access and network: nil
+// when they narrow nothing.
+func parseNetwork(allowInternet *bool, n *networkJSON) (*networkRequest, error) {
+	r := &networkRequest{NoInternet: allowInternet != nil && !*allowInternet}
+	if n != nil {
+		if len(n.EgressProxy) > 0 && string(n.EgressProxy) != "null" {
+			return nil, httpErrorf(http.StatusBadRequest, "network.egressProxy: gvx serve has no egress proxy; the template's NAT policy with network.allowOut and network.denyOut decides what leaves the sandbox")
+		}
+		for _, l := range []struct {
+			name  string
+			rules []string
+		}{{"allowOut", n.AllowOut}, {"denyOut", n.DenyOut}} {
+			for i, rule := range l.rules {
+				if _, err := api.ParseRule(rule); err != nil {
+					return nil, httpErrorf(http.StatusBadRequest, "network.%s[%d]: %v", l.name, i, err)
+				}
+			}
+		}
+		r.AllowOut, r.DenyOut = n.AllowOut, n.DenyOut
+	}
+	if !r.NoInternet && len(r.AllowOut) == 0 && len(r.DenyOut) == 0 {
+		return nil, nil
+	}
+	return r, nil
+}
+
+// narrow is r as a narrowing of template t's egress policy: nil when t
+// has no NAT or r narrows nothing.
+func (r *networkRequest) narrow(t backend.Template) *api.Narrow {
+	if r == nil || t.Network != backend.NetworkNAT {
+		return nil
+	}
+	n := &api.Narrow{Allow: r.AllowOut, Deny: r.DenyOut}
+	if r.NoInternet {
+		n.Default = "deny"
+	}
+	return n
+}
+
+// internet is SandboxDetail's allowInternetAccess of a sandbox of t that
+// r was asked of: whether its flows may leave at all.
+func (r *networkRequest) internet(t backend.Template) bool {
+	return t.Network == backend.NetworkNAT && (r == nil || !r.NoInternet)
+}
+
+// json is r as SandboxDetail's network (nil: nothing asked).
+func (r *networkRequest) json() *networkJSON {
+	if r == nil || len(r.AllowOut)+len(r.DenyOut) == 0 {
+		return nil
+	}
+	return &networkJSON{AllowOut: r.AllowOut, DenyOut: r.DenyOut}
+}
+
+// checkNetwork checks template t's network settings.
+func checkNetwork(t backend.Template) error {
+	switch t.Network {
+	case "", backend.NetworkNone:
+		if t.NAT != nil {
+			return fmt.Errorf("template %s: nat settings need network = %q", t.Name, backend.NetworkNAT)
+		}
+		return nil
+	case backend.NetworkNAT:
+	default:
+		return fmt.Errorf("template %s: network %q: want %q (loopback only, the default) or %q (eth0 behind the sandbox's own NAT)", t.Name, t.Network, backend.NetworkNone, backend.NetworkNAT)
+	}
+	if t.NAT == nil {
+		return nil
+	}
+	n := api.NAT{DNS: t.NAT.DNS, MaxConnections: t.NAT.MaxConnections}
+	if e := t.NAT.Egress; e != nil {
+		n.Egress = &api.Egress{Default: e.Default, Allow: e.Allow, Deny: e.Deny}
+	}
+	if err := n.Check(); err != nil {
+		return fmt.Errorf("template %s: nat: %w", t.Name, err)
+	}
+	if _, err := t.NAT.BandwidthBytes(); err != nil {
+		return fmt.Errorf("template %s: %w", t.Name, err)
+	}
+	return nil
+}
