@@ -107,16 +107,18 @@ func loadRecord(bundle string) (*record, error) {
 // "create rootfs dir: mkdir …: no such file or directory").
 func mkdirInNamespaceDir(dir string, mode os.FileMode) error {
 	for try := 1; ; try++ {
-		if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-			return err
+		err := os.MkdirAll(filepath.Dir(dir), 0o711)
+		if err == nil {
+			err = os.Mkdir(dir, mode)
+			if err == nil || errors.Is(err, os.ErrExist) {
+				return nil
+			}
 		}
-		err := os.Mkdir(dir, mode)
-		if err == nil || errors.Is(err, os.ErrExist) {
-			return nil
-		}
-		// A release empties it at most once per task: 100 tries is
-		// far beyond a real race.
-		if !errors.Is(err, os.ErrNotExist) || try == 100 {
+		// Removed between two steps: between MkdirAll and Mkdir
+		// (ENOENT), or between MkdirAll's own mkdir, which found it,
+		// and its stat, which did not (EEXIST). A release empties it at
+		// most once per task: 100 tries is far beyond a real race.
+		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrExist) || try == 100 {
 			return err
 		}
 	}

@@ -1,9 +1,12 @@
 package shim
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gvxrun/gvx/api"
@@ -83,40 +86,41 @@ func TestTaskSentry(t *testing.T) {
 // A namespace directory removed by another task's release between the
 // two steps of a create does not fail the create.
 func TestMkdirInNamespaceDirRace(t *testing.T) {
+	// Tasks of one namespace, each made and released over and over: a
+	// release removes its dir, then the namespace dir if it is empty
+	// (once per task, as the shim's release does), racing the others'
+	// creates in it.
 	parent := filepath.Join(t.TempDir(), "ns")
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	removed := 0
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				if os.Remove(parent) == nil { // as a release does, when empty
-					removed++
+	const workers, cycles = 4, 500
+	var removed, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < cycles; i++ {
+				dir := filepath.Join(parent, fmt.Sprintf("task-%d-%d", w, i))
+				if err := mkdirInNamespaceDir(dir, 0o711); err != nil {
+					if failed.Add(1) == 1 {
+						t.Logf("first failure: %v", err)
+					}
+					continue
+				}
+				if err := os.Remove(dir); err != nil {
+					t.Error(err)
+					return
+				}
+				if os.Remove(parent) == nil {
+					removed.Add(1)
 				}
 			}
-		}
-	}()
-	failed := 0
-	for i := 0; i < 1000; i++ {
-		dir := filepath.Join(parent, "task")
-		if err := mkdirInNamespaceDir(dir, 0o711); err != nil {
-			failed++
-			continue
-		}
-		if err := os.Remove(dir); err != nil {
-			t.Fatal(err)
-		}
+		}()
 	}
-	close(stop)
-	<-done
-	if removed == 0 {
-		t.Fatal("the namespace dir was never removed during the creates: the race did not run")
+	wg.Wait()
+	if removed.Load() < workers {
+		t.Fatalf("the namespace dir was removed %d times during the creates: the race hardly ran", removed.Load())
 	}
-	if failed > 0 {
-		t.Errorf("%d of 1000 creates failed while the namespace dir was being removed", failed)
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d creates failed while the namespace dir was being removed", n, workers*cycles)
 	}
 }
