@@ -38,6 +38,7 @@ func (s *Service) apiMux() *http.ServeMux {
 	a("POST /sandboxes/{id}/fork", s.forkHandler)
 	a("POST /sandboxes/{id}/snapshots", s.snapshotsHandler)
 	a("GET /snapshots", func(w http.ResponseWriter, r *http.Request, _ string) { noSnapshots(w) })
+	a("PUT /sandboxes/{id}/network", s.updateNetworkHandler)
 	// gvx's own routes.
 	a("GET /gvx/v1/templates", s.listTemplates)
 	a("POST /gvx/v1/templates", s.putTemplate)
@@ -73,6 +74,17 @@ func (s *Service) snapshotsHandler(w http.ResponseWriter, r *http.Request, key s
 		return
 	}
 	noSnapshots(w)
+}
+
+// updateNetworkHandler is E2B's PUT /sandboxes/{id}/network
+// (updateNetwork): a 404 for a foreign id, else 501 — a sandbox's egress
+// policy is its NAT's, set when the NAT starts.
+func (s *Service) updateNetworkHandler(w http.ResponseWriter, r *http.Request, key string) {
+	if _, _, err := s.lookup(key, r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeError(w, httpErrorf(http.StatusNotImplemented, "updating a running sandbox's network is not served: its egress policy is set at create (the template's, narrowed by allow_internet_access and network.allowOut/denyOut: docs/serve.md#network)"))
 }
 
 func noSnapshots(w http.ResponseWriter) {

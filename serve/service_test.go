@@ -556,6 +556,13 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("create %s, reset: narrowing %s, want %s", tc.body, again, tc.narrow)
 		}
 	}
+	sb := f.create(f.key, `{"templateID":"net"}`)
+	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.key, `{"allow_internet_access":false}`, &e); c != 501 || !strings.Contains(e.Message, "set at create") {
+		t.Errorf("updateNetwork: %d %q, want 501 saying the policy is set at create", c, e.Message)
+	}
+	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.other, `{}`, nil); c != 404 {
+		t.Errorf("updateNetwork of another key's sandbox: %d, want 404", c)
+	}
 	creates := f.b.Creates
 	for body, why := range map[string]string{
 		`{"templateID":"net","network":{"denyOut":["10.0.0.0/99"]}}`:                      "network.denyOut[0]",
