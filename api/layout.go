@@ -202,6 +202,16 @@ func (r SentryRoot) NATStats(id string) string {
 	return filepath.Join(string(r), "gvx-nat-"+id+".json")
 }
 
+// NATControl is the NAT of sandbox id's control socket (NATControl
+// requests), root's alone.
+func (r SentryRoot) NATControl(id string) string {
+	return filepath.Join(string(r), "gvx-nat-"+id+".sock")
+}
+
+// NATControlGlob matches the control socket of the NAT in a sentry root
+// (one per sandbox).
+const NATControlGlob = "gvx-nat-*.sock"
+
 // NATLog is the log of the NAT of sandbox id (its refusals).
 func (r SentryRoot) NATLog(id string) string {
 	return filepath.Join(string(r), "gvx-nat-"+id+".log")

@@ -631,3 +631,32 @@ func TestPoolNAT(t *testing.T) {
 		t.Errorf("a task with its own NAT policy adopted pool sandbox %s", sb)
 	}
 }
+
+// TestPoolNATReset: a task narrows its pool NAT sandbox's egress (as
+// gvx serve's updateNetwork does, on the NAT's control socket); deleted,
+// its sandbox is reset and goes back to the pool with the narrowing
+// lifted, and the next task, in the same sandbox, has the pool's policy.
+func TestPoolNATReset(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	srv := startNATHTTP(t, "hello-pool-nat")
+	p := startNATPool(t, srv)
+	get := []string{"wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", srv.port)}
+	sb := runAdopted(t, p, "poolnatr1", nil, "sleep", "120")
+	ctl := harness.SandboxDir(sb).Root().NATControl(sb)
+	if err := api.SetNATNarrow(context.Background(), ctl, &api.Narrow{Default: "deny"}); err != nil {
+		t.Fatalf("narrow the pool sandbox's NAT: %v", err)
+	}
+	if r := ctrExec(t, "poolnatr1", "get", get...); r.code == 0 || srv.conns.Load() != 0 {
+		t.Fatalf("a narrowed NAT let the task out: code %d %q, %d host connections", r.code, r.stdout, srv.conns.Load())
+	}
+	deleteTask(t, "poolnatr1")
+	waitResets(t, p, 1)
+	if sb2 := runAdopted(t, p, "poolnatr2", nil, "sleep", "120"); sb2 != sb {
+		t.Fatalf("the next task adopted %s, not the reset %s", sb2, sb)
+	}
+	if r := ctrExec(t, "poolnatr2", "get", get...); r.code != 0 || r.stdout != "hello-pool-nat" {
+		t.Errorf("the next task in the reset sandbox: code %d %q %q, want the pool's policy", r.code, r.stdout, r.stderr)
+	}
+	deleteTask(t, "poolnatr2")
+}

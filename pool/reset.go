@@ -101,6 +101,14 @@ func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) 
 	} else {
 		err = sb.Verify(st)
 	}
+	if err == nil && s.cfg.Network == api.NetworkNAT {
+		// The task may have narrowed the NAT's policy (gvx serve's
+		// updateNetwork, Sandbox.NarrowEgress): the next one gets the
+		// pool's.
+		if nerr := api.SetNATNarrow(ctx, sb.Root.NATControl(sb.ID), nil); nerr != nil {
+			err = &sandbox.ResetError{Reason: sandbox.ResetNetwork, Detail: nerr.Error()}
+		}
+	}
 	if err == nil {
 		sb.Uses++
 		err = sb.Save(api.SandboxDir(sb.Dir).Record())

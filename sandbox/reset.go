@@ -43,6 +43,7 @@ const (
 	ResetMemory    = "memory"         // guest memory well above its baseline
 	ResetHostProcs = "host_processes" // host processes beyond the baseline's
 	ResetHost      = "host"           // the task's host resources not all released
+	ResetNetwork   = "network"        // the NAT's policy could not be put back
 	ResetLimits    = "cgroup_limits"  // the sandbox's cgroup limits changed
 )
 

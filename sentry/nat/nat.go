@@ -70,6 +70,10 @@ type Options struct {
 	// Listeners are the host sockets of Config.Ports, in order, bound by
 	// the privileged parent (Listen).
 	Listeners []*os.File
+	// Control, if set, is the listening socket (ListenControl) on which
+	// root changes the policy's narrowing while the NAT runs
+	// (api.NATControl).
+	Control *os.File
 	// Stats receives the counters.
 	Stats *Stats
 	// Dial opens host sockets; nil is net.Dialer's.
@@ -109,6 +113,12 @@ func New(o Options) (*NAT, error) {
 	if err := n.publish(o.Config.Ports, o.Listeners); err != nil {
 		n.Close()
 		return nil, err
+	}
+	if o.Control != nil {
+		if err := n.serveControl(o.Control); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	return n, nil
 }

@@ -30,7 +30,8 @@ const (
 	FDLink      = 3 // the NAT's end of the socketpair
 	FDSandbox   = 4 // a pidfd of the sandbox's process
 	FDStats     = 5 // api.NATStats's file
-	FDListeners = 6 // the published ports' sockets, in order
+	FDControl   = 6 // the control socket (api.NATControl), listening
+	FDListeners = 7 // the published ports' sockets, in order
 )
 
 // Usage is the NAT process's command line after its name.
@@ -96,7 +97,8 @@ func Run(args []string) error {
 	// nat.New: gVisor sizes its processors from it.
 	runtime.GOMAXPROCS(1)
 	stats := nat.NewStats(os.NewFile(FDStats, "stats"), os.Getpid())
-	n, err := nat.New(nat.Options{LinkFD: FDLink, Config: cfg, Listeners: listeners, Stats: stats})
+	n, err := nat.New(nat.Options{LinkFD: FDLink, Config: cfg, Listeners: listeners, Stats: stats,
+		Control: os.NewFile(FDControl, "control")})
 	if err != nil {
 		return fmt.Errorf("nat: %w", err)
 	}

@@ -184,11 +184,19 @@ func startNAT(conf *config.Config, cont *container.Container, spec *specs.Spec, 
 	if err != nil {
 		return fail(err)
 	}
+	// Root's alone: the SDK and gvx serve change the policy's narrowing
+	// through it while the sandbox runs (it goes with the sentry root).
+	ctl, err := nat.ListenControl(root.NATControl(id))
+	if err != nil {
+		return fail(err)
+	}
+	defer ctl.Close()
 	m := natCommand(conf.RootDir, args)
-	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats}, listeners...)
+	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats, ctl}, listeners...)
 	m.Stdout, m.Stderr = logf, logf
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := startInCgroup(cont, m); err != nil {
+		os.Remove(root.NATControl(id))
 		return fail(err)
 	}
 	natPid := m.Process.Pid

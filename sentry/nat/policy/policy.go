@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gvxrun/gvx/api"
 )
@@ -60,7 +61,7 @@ var builtin = []struct {
 type Policy struct {
 	defaultAllow bool
 	allow, deny  []api.Rule
-	narrow       *narrow
+	narrow       atomic.Pointer[narrow] // SetNarrow replaces it
 
 	mu    sync.RWMutex
 	names map[netip.Addr]map[string]bool // addresses the NAT's DNS handed out, by name
@@ -86,15 +87,27 @@ func New(e *api.Egress) (*Policy, error) {
 	if p.deny, err = parseRules(e.Deny); err != nil {
 		return nil, err
 	}
-	if n := e.Narrow; n != nil {
-		if err := n.Check(); err != nil {
-			return nil, err
-		}
-		p.narrow = &narrow{defaultAllow: n.Default != "deny"}
-		p.narrow.allow, _ = parseRules(n.Allow) // Check parsed them
-		p.narrow.deny, _ = parseRules(n.Deny)
+	if err := p.SetNarrow(e.Narrow); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// SetNarrow replaces the policy's narrowing (nil: none). Flows decided
+// from then on obey it.
+func (p *Policy) SetNarrow(n *api.Narrow) error {
+	if n == nil {
+		p.narrow.Store(nil)
+		return nil
+	}
+	if err := n.Check(); err != nil {
+		return err
+	}
+	nw := &narrow{defaultAllow: n.Default != "deny"}
+	nw.allow, _ = parseRules(n.Allow) // Check parsed them
+	nw.deny, _ = parseRules(n.Deny)
+	p.narrow.Store(nw)
+	return nil
 }
 
 // narrow is an api.Narrow, parsed.
@@ -135,20 +148,21 @@ func (p *Policy) Learn(name string, addrs []netip.Addr) {
 func (p *Policy) Decide(dst netip.Addr, port uint16) Decision {
 	dst = dst.Unmap()
 	d := p.decide(dst, port)
-	if !d.Allow || p.narrow == nil {
+	nw := p.narrow.Load()
+	if !d.Allow || nw == nil {
 		return d
 	}
-	for _, r := range p.narrow.allow {
+	for _, r := range nw.allow {
 		if p.match(r, dst, port) {
 			return d
 		}
 	}
-	for _, r := range p.narrow.deny {
+	for _, r := range nw.deny {
 		if p.match(r, dst, port) {
 			return Decision{false, "narrowed: deny rule " + ruleString(r)}
 		}
 	}
-	if !p.narrow.defaultAllow {
+	if !nw.defaultAllow {
 		return Decision{false, "narrowed: default deny"}
 	}
 	return d

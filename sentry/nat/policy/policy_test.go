@@ -144,3 +144,31 @@ func TestNarrow(t *testing.T) {
 		}
 	}
 }
+
+// TestSetNarrow: a narrowing set later decides the flows after it, and
+// nil lifts it; a bad one is refused and the one before stays.
+func TestSetNarrow(t *testing.T) {
+	p, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := addr("1.1.1.1")
+	if !p.Decide(dst, 443).Allow {
+		t.Fatal("refused before any narrowing")
+	}
+	if err := p.SetNarrow(&api.Narrow{Default: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Decide(dst, 443); d.Allow || d.Reason != "narrowed: default deny" {
+		t.Fatalf("after SetNarrow(deny): %+v", d)
+	}
+	if err := p.SetNarrow(&api.Narrow{Allow: []string{"bad rule!"}}); err == nil {
+		t.Fatal("a bad narrowing was taken")
+	}
+	if p.Decide(dst, 443).Allow {
+		t.Fatal("a refused narrowing replaced the one before")
+	}
+	if err := p.SetNarrow(nil); err != nil || !p.Decide(dst, 443).Allow {
+		t.Fatalf("SetNarrow(nil): %v, %+v", err, p.Decide(dst, 443))
+	}
+}

@@ -1,0 +1,95 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/gvxrun/gvx"
+)
+
+// TestSDKNarrowEgress: Sandbox.NarrowEgress narrows a running NAT
+// sandbox's policy at once (a refused flow opens no host connection) and
+// lifts it again; a checkpoint taken meanwhile keeps it, so a fork has
+// it; a sandbox without a NAT and a bad rule are refused by kind.
+func TestSDKNarrowEgress(t *testing.T) {
+	checkNoLeaks(t)
+	c, _ := ckClient(t, 0)
+	ctx := context.Background()
+	srv := startNATHTTP(t, "through the nat")
+	sb, err := c.New(ctx, sdk.Config{ID: "sdknarrow", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"},
+		Network: sdk.NetworkNAT, NAT: &sdk.NAT{DNS: []string{"127.0.0.1:9"}, EgressAllow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	get := []string{"wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", srv.port)}
+	reaches := func(sb *sdk.Sandbox, want bool, when string) {
+		t.Helper()
+		before := srv.conns.Load()
+		res, err := sb.Exec(ctx, get, sdk.ExecOptions{Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatalf("%s: wget in %s: %v", when, sb.ID(), err)
+		}
+		got := res.ExitCode == 0 && string(res.Stdout) == "through the nat"
+		if got != want {
+			t.Errorf("%s: %s reached the host's server: %v, want %v (%+v)", when, sb.ID(), got, want, res)
+		}
+		if opened := srv.conns.Load() - before; !want && opened != 0 {
+			t.Errorf("%s: a refused flow of %s opened %d host connections", when, sb.ID(), opened)
+		}
+	}
+	reaches(sb, true, "before any narrowing")
+	if err := sb.NarrowEgress(ctx, "deny", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	reaches(sb, false, "narrowed to nothing")
+
+	ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ReleaseCheckpoint(ctx, ck.ID)
+	forks, err := c.Fork(ctx, ck.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := forks[0]
+	defer fork.Close(ctx)
+	reaches(fork, false, "a fork of a checkpoint taken narrowed")
+	if err := fork.NarrowEgress(ctx, "", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	reaches(fork, true, "the fork, its narrowing lifted")
+	reaches(sb, false, "the sandbox, after its fork's was lifted")
+
+	// E2B's order: an allow rule wins over a deny rule.
+	if err := sb.NarrowEgress(ctx, "", []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}, []string{"0.0.0.0/0"}); err != nil {
+		t.Fatal(err)
+	}
+	reaches(sb, true, "denied all but the server")
+	if err := sb.NarrowEgress(ctx, "", nil, []string{"10.0.2.2"}); err != nil {
+		t.Fatal(err)
+	}
+	reaches(sb, false, "the host denied")
+	if err := sb.NarrowEgress(ctx, "sometimes", nil, nil); !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "sometimes") {
+		t.Errorf("a bad default: %v, want ErrInvalid naming it", err)
+	}
+	reaches(sb, false, "after a refused narrowing")
+
+	plain, err := c.New(ctx, sdk.Config{ID: "sdknarrownone", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	if err := plain.NarrowEgress(ctx, "deny", nil, nil); !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "no NAT") {
+		t.Errorf("NarrowEgress of a sandbox without a NAT: %v, want ErrUnsupported", err)
+	}
+}
