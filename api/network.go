@@ -117,12 +117,18 @@ func (n *Narrow) Check() error {
 	if n == nil {
 		return nil
 	}
-	switch n.Default {
+	return checkPolicy("egress.narrow", n.Default, n.Allow, n.Deny)
+}
+
+// checkPolicy validates a policy's default and rules (what names the
+// policy in errors).
+func checkPolicy(what, def string, allow, deny []string) error {
+	switch def {
 	case "", "allow", "deny":
 	default:
-		return fmt.Errorf("egress.narrow.default %q: want allow or deny", n.Default)
+		return fmt.Errorf("%s.default %q: want allow or deny", what, def)
 	}
-	for _, list := range [][]string{n.Allow, n.Deny} {
+	for _, list := range [][]string{allow, deny} {
 		for _, r := range list {
 			if _, err := ParseRule(r); err != nil {
 				return err
@@ -171,17 +177,8 @@ func (n NAT) Check() error {
 		}
 	}
 	if e := n.Egress; e != nil {
-		switch e.Default {
-		case "", "allow", "deny":
-		default:
-			return fmt.Errorf("egress.default %q: want allow or deny", e.Default)
-		}
-		for _, list := range [][]string{e.Allow, e.Deny} {
-			for _, r := range list {
-				if _, err := ParseRule(r); err != nil {
-					return err
-				}
-			}
+		if err := checkPolicy("egress", e.Default, e.Allow, e.Deny); err != nil {
+			return err
 		}
 		if err := e.Narrow.Check(); err != nil {
 			return err

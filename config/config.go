@@ -132,11 +132,15 @@ type NAT struct {
 }
 
 // bandwidth is n.Bandwidth in bytes per second.
-func (n NAT) bandwidth() (int64, error) {
-	if n.Bandwidth == "" {
+func (n NAT) bandwidth() (int64, error) { return ParseBandwidth(n.Bandwidth) }
+
+// ParseBandwidth parses a NAT's bandwidth cap ("8M": bytes per second,
+// binary units); "" is 0, no cap.
+func ParseBandwidth(s string) (int64, error) {
+	if s == "" {
 		return 0, nil
 	}
-	b, err := volume.ParseSize(n.Bandwidth)
+	b, err := volume.ParseSize(s)
 	if err != nil {
 		return 0, fmt.Errorf("nat.bandwidth: %w (bytes per second, e.g. \"8M\")", err)
 	}

@@ -214,6 +214,41 @@ func (s *served) run(sb e2bSandbox, cmd string) (int, string, error) {
 	}
 }
 
+// stopWithPools stops gvx serve cleanly and waits (up to a minute) for
+// its pools' servers to end.
+func (s *served) stopWithPools() {
+	s.stop(syscall.SIGTERM)
+	deadline := time.Now().Add(time.Minute)
+	for poolServers(s.dir) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// poolStatus is template name's pool's fill level.
+func (s *served) poolStatus(name string) (st struct{ Size, Ready, Hot, HotReady int }) {
+	s.t.Helper()
+	var got struct {
+		Pool *struct{ Size, Ready, Hot, HotReady int } `json:"pool"`
+	}
+	if c := s.call("GET", "/gvx/v1/templates/"+name, s.key, "", &got); c != 200 || got.Pool == nil {
+		s.t.Fatalf("template %s's status: %d %+v", name, c, got)
+	}
+	return *got.Pool
+}
+
+// waitPool waits until template name's pool is full and its one hot
+// sandbox ready.
+func (s *served) waitPool(name string) {
+	s.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for st := s.poolStatus(name); st.Ready < st.Size || st.HotReady < st.Hot || st.Hot != 1; st = s.poolStatus(name) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("template %s's pool never filled: %+v\n%s", name, st, s.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // npmModules is the pinned e2b SDK (integration/e2b's lockfile),
 // installed once into ~/.cache/gvx/npm.
 func npmModules(t *testing.T) string {
@@ -522,36 +557,10 @@ func TestServeHot(t *testing.T) {
 	tmpl := fmt.Sprintf("[[template]]\nname = \"pooled\"\nimage = %q\npool_size = 1\n", filepath.Join(e.images, "e2b-base.tar"))
 	writeServeFiles(t, dir, tmpl)
 	s := startGvxServe(t, dir)
-	defer func() {
-		s.stop(syscall.SIGTERM)
-		deadline := time.Now().Add(time.Minute)
-		for poolServers(dir) > 0 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	type pool struct{ Size, Ready, Hot, HotReady int }
-	status := func() pool {
-		var got struct {
-			Pool *pool `json:"pool"`
-		}
-		if c := s.call("GET", "/gvx/v1/templates/pooled", s.key, "", &got); c != 200 || got.Pool == nil {
-			t.Fatalf("template status: %d %+v", c, got)
-		}
-		return *got.Pool
-	}
-	full := func() {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for st := status(); st.Ready < st.Size || st.HotReady < st.Hot || st.Hot != 1; st = status() {
-			if time.Now().After(deadline) {
-				t.Fatalf("the pool never filled: %+v\n%s", st, s.stderr)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	full()
+	defer s.stopWithPools()
+	s.waitPool("pooled")
 	sb := s.create(s.key, `{"templateID":"pooled"}`)
-	if st := status(); st.HotReady != 0 {
+	if st := s.poolStatus("pooled"); st.HotReady != 0 {
 		t.Errorf("after a create the hot sandbox is still ready (%+v): the create did not take it", st)
 	}
 	if code, out, err := s.run(sb, "whoami; pwd; echo $HOME"); err != nil || code != 0 || out != "user\n/home/user\n/home/user\n" {
@@ -560,9 +569,9 @@ func TestServeHot(t *testing.T) {
 	if code, _, err := s.run(sb, "exit 3"); err != nil || code != 3 {
 		t.Fatalf("exit 3 in the hot sandbox: %d %v", code, err)
 	}
-	full()
+	s.waitPool("pooled")
 	withEnv := s.create(s.key, `{"templateID":"pooled","envVars":{"FOO":"bar"}}`)
-	if st := status(); st.HotReady != 1 {
+	if st := s.poolStatus("pooled"); st.HotReady != 1 {
 		t.Errorf("a create with envVars took the hot sandbox (%+v)", st)
 	}
 	if code, out, err := s.run(withEnv, "echo $FOO"); err != nil || code != 0 || out != "bar\n" {
@@ -573,7 +582,7 @@ func TestServeHot(t *testing.T) {
 			t.Fatalf("kill %s: %d", id, c)
 		}
 	}
-	full()
+	s.waitPool("pooled")
 	out, err := s.node(t, "e2b/sdk.mjs", "E2B_TEMPLATE=pooled")
 	t.Logf("e2b SDK on the pooled template:\n%s", out)
 	if err != nil || !strings.Contains(out, "13 passed, 0 failed") {

@@ -224,6 +224,13 @@ func (s *Service) rollbackHandler(w http.ResponseWriter, r *http.Request, key st
 		writeError(w, crError("roll back sandbox "+rec.ID, err))
 		return
 	}
+	// The network policy is the service's setting, not the sandbox's
+	// state: the narrowing asked last stays (the checkpoint's may be
+	// older).
+	if err := s.narrow(r.Context(), e.tmpl, e.sb, rec.Network); err != nil {
+		writeError(w, httpErrorf(http.StatusInternalServerError, "sandbox %s was rolled back, but its network narrowing could not be set again: %v", rec.ID, err))
+		return
+	}
 	writeJSON(w, http.StatusOK, s.sandboxBody(rec))
 }
 
@@ -290,6 +297,20 @@ func (s *Service) forkHandler(w http.ResponseWriter, r *http.Request, key string
 	sbs, err := f.Fork(r.Context(), handle, n)
 	if err != nil {
 		writeError(w, crError("fork sandbox "+parent.ID, err))
+		return
+	}
+	// Forks have the parent's network narrowing, as its record says
+	// (the checkpoint's may be older, or another sandbox's).
+	for _, sb := range sbs {
+		if err = s.narrow(r.Context(), e.tmpl, sb, parent.Network); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		for _, sb := range sbs {
+			_ = sb.Close(context.WithoutCancel(r.Context()))
+		}
+		writeError(w, httpErrorf(http.StatusInternalServerError, "fork sandbox %s: the forks' network narrowing could not be set (they are removed): %v", parent.ID, err))
 		return
 	}
 	now := time.Now()

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -112,4 +113,60 @@ func checkNetwork(t backend.Template) error {
 		return fmt.Errorf("template %s: %w", t.Name, err)
 	}
 	return nil
+}
+
+// updateNetworkHandler is E2B's PUT /sandboxes/{id}/network
+// (updateNetwork): the body's allow_internet_access, allowOut and denyOut
+// replace what the create asked (all absent: no narrowing), and a NAT
+// template's sandbox's NAT decides its next flows by them → 204.
+func (s *Service) updateNetworkHandler(w http.ResponseWriter, r *http.Request, key string) {
+	e, _, err := s.lookup(key, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req struct {
+		networkJSON
+		AllowInternetAccess *bool `json:"allow_internet_access"`
+	}
+	if err := s.readBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	nw, err := parseNetwork(req.AllowInternetAccess, &req.networkJSON)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	s.mu.Lock()
+	isGone := e.gone
+	s.mu.Unlock()
+	if isGone {
+		writeError(w, gone(errGone, e))
+		return
+	}
+	if err := s.narrow(r.Context(), e.tmpl, e.sb, nw); err != nil {
+		writeError(w, httpErrorf(http.StatusInternalServerError, "update the network of sandbox %s: %v (its policy is as before)", e.rec.ID, err))
+		return
+	}
+	s.mu.Lock()
+	e.rec.Network = nw
+	s.mu.Unlock()
+	s.save()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// narrow gives sandbox sb of template t the narrowing nw asks (a
+// template without a NAT has nothing to narrow).
+func (s *Service) narrow(ctx context.Context, t backend.Template, sb backend.Sandbox, nw *networkRequest) error {
+	if t.Network != backend.NetworkNAT {
+		return nil
+	}
+	n, ok := sb.(backend.Narrower)
+	if !ok {
+		return fmt.Errorf("this service's backend cannot change a running sandbox's network")
+	}
+	return n.NarrowEgress(ctx, nw.narrow(t))
 }

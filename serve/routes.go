@@ -76,17 +76,6 @@ func (s *Service) snapshotsHandler(w http.ResponseWriter, r *http.Request, key s
 	noSnapshots(w)
 }
 
-// updateNetworkHandler is E2B's PUT /sandboxes/{id}/network
-// (updateNetwork): a 404 for a foreign id, else 501 — a sandbox's egress
-// policy is its NAT's, set when the NAT starts.
-func (s *Service) updateNetworkHandler(w http.ResponseWriter, r *http.Request, key string) {
-	if _, _, err := s.lookup(key, r.PathValue("id")); err != nil {
-		writeError(w, err)
-		return
-	}
-	writeError(w, httpErrorf(http.StatusNotImplemented, "updating a running sandbox's network is not served: its egress policy is set at create (the template's, narrowed by allow_internet_access and network.allowOut/denyOut: docs/serve.md#network)"))
-}
-
 func noSnapshots(w http.ResponseWriter) {
 	writeError(w, httpErrorf(http.StatusNotImplemented, "E2B snapshots (templates made from a sandbox) are not served; gvx's checkpoints are: POST /gvx/v1/sandboxes/{id}/checkpoints, …/rollback, …/fork, DELETE /gvx/v1/checkpoints/{handle} (docs/serve.md)"))
 }

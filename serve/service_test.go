@@ -556,10 +556,64 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("create %s, reset: narrowing %s, want %s", tc.body, again, tc.narrow)
 		}
 	}
-	sb := f.create(f.key, `{"templateID":"net"}`)
-	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.key, `{"allow_internet_access":false}`, &e); c != 501 || !strings.Contains(e.Message, "set at create") {
-		t.Errorf("updateNetwork: %d %q, want 501 saying the policy is set at create", c, e.Message)
+	// updateNetwork replaces the narrowing; the service keeps it over
+	// rollbacks and forks (whose checkpoint has the one before).
+	sb := f.create(f.key, `{"templateID":"net","network":{"denyOut":["8.8.8.8"]}}`)
+	var ck struct{ Handle string }
+	if c, _ := f.do("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/checkpoints", f.key, "", &ck); c != 201 {
+		t.Fatalf("checkpoint: %d", c)
 	}
+	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.key, `{"allow_internet_access":false,"allowOut":["1.1.1.1"]}`, &e); c != 204 {
+		t.Fatalf("updateNetwork: %d %q", c, e.Message)
+	}
+	want := `{"default":"deny","allow":["1.1.1.1"]}`
+	narrowOf := func(id string) string {
+		var backing string
+		f.svc.mu.Lock()
+		backing = f.svc.boxes[id].rec.backing()
+		f.svc.mu.Unlock()
+		got, _ := json.Marshal(f.b.Get(backing).Narrow)
+		return string(got)
+	}
+	if got := narrowOf(sb.SandboxID); got != want {
+		t.Errorf("after updateNetwork: narrowing %s, want %s", got, want)
+	}
+	var d detailJSON
+	if f.do("GET", "/sandboxes/"+sb.SandboxID, f.key, "", &d); d.AllowInternetAccess || d.Network == nil || d.Network.AllowOut[0] != "1.1.1.1" {
+		t.Errorf("detail after updateNetwork: %+v %+v", d.AllowInternetAccess, d.Network)
+	}
+	if c, _ := f.do("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/rollback", f.key, `{"handle":"`+ck.Handle+`"}`, nil); c != 200 {
+		t.Fatalf("rollback: %d", c)
+	}
+	if got := narrowOf(sb.SandboxID); got != want {
+		t.Errorf("after a rollback to a checkpoint of before: narrowing %s, want the last asked, %s", got, want)
+	}
+	var forks []sandboxJSON
+	if c, _ := f.do("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/fork", f.key, `{"count":2,"handle":"`+ck.Handle+`"}`, &forks); c != 201 || len(forks) != 2 {
+		t.Fatalf("fork: %d %v", c, forks)
+	}
+	for _, fk := range forks {
+		if got := narrowOf(fk.SandboxID); got != want {
+			t.Errorf("fork %s: narrowing %s, want the parent's, %s", fk.SandboxID, got, want)
+		}
+	}
+	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.key, `{}`, nil); c != 204 || narrowOf(sb.SandboxID) != "null" {
+		t.Errorf("updateNetwork {}: %d, narrowing %s, want none", c, narrowOf(sb.SandboxID))
+	}
+	f.b.FailNarrow = errors.New("the NAT is gone")
+	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.key, `{"denyOut":["9.9.9.9"]}`, &e); c != 500 || !strings.Contains(e.Message, "the NAT is gone") {
+		t.Errorf("failed updateNetwork: %d %q, want 500 with the reason", c, e.Message)
+	}
+	var d2 detailJSON
+	if f.do("GET", "/sandboxes/"+sb.SandboxID, f.key, "", &d2); d2.Network != nil || !d2.AllowInternetAccess {
+		t.Errorf("a failed updateNetwork changed the record: %+v", d2.Network)
+	}
+	boxes := func() int { ids, _ := f.b.List(context.Background()); return len(ids) }
+	before := boxes()
+	if c, _ := f.do("POST", "/gvx/v1/sandboxes/"+sb.SandboxID+"/fork", f.key, `{"count":2,"handle":"`+ck.Handle+`"}`, &e); c != 500 || boxes() != before {
+		t.Errorf("fork whose narrowing fails: %d %q, %d sandboxes left of %d", c, e.Message, boxes(), before)
+	}
+	f.b.FailNarrow = nil
 	if c, _ := f.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", f.other, `{}`, nil); c != 404 {
 		t.Errorf("updateNetwork of another key's sandbox: %d, want 404", c)
 	}

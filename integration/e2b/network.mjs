@@ -6,22 +6,11 @@
 // servers the Go test runs on the host's 127.0.0.1, which count the
 // connections they get. Every step asserts and prints one line.
 import assert from 'node:assert/strict'
+import { step, summary } from './steps.mjs'
 const { Sandbox, ALL_TRAFFIC } = await import(process.env.E2B_MODULE || 'e2b')
 
 const template = process.env.E2B_TEMPLATE || 'net'
 const ok = process.env.PORT_OK, ok2 = process.env.PORT_OK2, off = process.env.PORT_OFF
-const steps = []
-async function step(name, fn) {
-  const t0 = performance.now()
-  try {
-    await fn()
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e?.stack || e}`)
-    throw e
-  }
-  steps.push(name)
-  console.log(`ok ${name} (${(performance.now() - t0).toFixed(1)} ms)`)
-}
 
 // fetch asks the host's server on port through 10.0.2.2 with bash's
 // /dev/tcp: its answer, or the shell's error.
@@ -71,6 +60,17 @@ try {
     assert.ok(refused(await fetch(sbx, ok)))
   })
 
+  await step('updateNetwork narrows a running sandbox, and {} lifts it', async () => {
+    const sbx = await Sandbox.create(template)
+    kill.push(sbx)
+    await sbx.updateNetwork({ allowInternetAccess: false })
+    assert.ok(refused(await fetch(sbx, ok)))
+    assert.equal((await sbx.getInfo()).allowInternetAccess, false)
+    await sbx.updateNetwork({})
+    assert.ok(reached(await fetch(sbx, ok)))
+    assert.equal((await sbx.getInfo()).allowInternetAccess, true)
+  })
+
   await step('egressProxy is refused by name', async () => {
     await assert.rejects(Sandbox.create(template, { network: { egressProxy: { address: 'proxy.invalid:1080' } } }), /egressProxy/)
   })
@@ -78,4 +78,4 @@ try {
   for (const sbx of kill) await sbx.kill()
 }
 
-console.log(`${steps.length} passed, 0 failed`)
+summary()

@@ -3,23 +3,11 @@
 // E2B_TEMPLATE, default "base"). Run by integration/serve_test.go; every
 // step asserts on its result and prints one line; any failure exits 1.
 import assert from 'node:assert/strict'
+import { step, summary } from './steps.mjs'
 // E2B_MODULE: where the e2b package is (the test's npm cache); default 'e2b'.
 const { Sandbox, CommandExitError, NotFoundError } = await import(process.env.E2B_MODULE || 'e2b')
 
 const template = process.env.E2B_TEMPLATE || 'base'
-const steps = []
-async function step(name, fn) {
-  const t0 = performance.now()
-  try {
-    await fn()
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e?.stack || e}`)
-    throw e
-  }
-  const ms = (performance.now() - t0).toFixed(1)
-  steps.push(name)
-  console.log(`ok ${name} (${ms} ms)`)
-}
 
 let sbx
 await step('Sandbox.create', async () => {
@@ -140,4 +128,4 @@ await step('kill twice', async () => {
   assert.equal(await sbx.isRunning(), false)
 })
 
-console.log(`${steps.length} passed, 0 failed`)
+summary()

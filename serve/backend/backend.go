@@ -9,13 +9,12 @@ package backend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"syscall"
 	"time"
 
 	"github.com/gvxrun/gvx/api"
-	"github.com/gvxrun/gvx/volume"
+	"github.com/gvxrun/gvx/config"
 )
 
 // Template is how a sandbox is made: an image and what it runs with.
@@ -76,14 +75,10 @@ type NAT struct {
 
 // BandwidthBytes is n.Bandwidth in bytes per second (0: unset).
 func (n *NAT) BandwidthBytes() (int64, error) {
-	if n == nil || n.Bandwidth == "" {
+	if n == nil {
 		return 0, nil
 	}
-	b, err := volume.ParseSize(n.Bandwidth)
-	if err != nil {
-		return 0, fmt.Errorf("nat.bandwidth: %w (bytes per second, e.g. \"8M\")", err)
-	}
-	return b, nil
+	return config.ParseBandwidth(n.Bandwidth)
 }
 
 // Egress is a template's egress policy (api.Egress).
@@ -128,7 +123,9 @@ type CreateOptions struct {
 	// Env (K=V) is added to the template's.
 	Env []string
 	// Narrow, if set, narrows a NAT template's egress policy for this
-	// sandbox (E2B's allow_internet_access and network.allowOut/denyOut).
+	// sandbox (E2B's allow_internet_access and network.allowOut/denyOut):
+	// a sandbox booted ahead (a pool's, a hot one) gets it before the
+	// create returns.
 	Narrow *api.Narrow
 }
 
@@ -230,6 +227,14 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, async bool) (Checkpoint, error)
 	// Rollback returns the sandbox to checkpoint id's state.
 	Rollback(ctx context.Context, id string) error
+}
+
+// Narrower is a Sandbox whose NAT's egress narrowing can change while it
+// runs.
+type Narrower interface {
+	// NarrowEgress replaces the narrowing (nil: none); new flows obey
+	// it at once.
+	NarrowEgress(ctx context.Context, n *api.Narrow) error
 }
 
 // Identified is a Sandbox that knows its backend's id for it.

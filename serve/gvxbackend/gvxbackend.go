@@ -113,35 +113,50 @@ func natConfig(n *backend.NAT, narrow *api.Narrow) *gvx.NAT {
 }
 
 // Create starts sandbox id from t: a hot sandbox of t's when one is
-// ready and o asks nothing of its own (its id is the backend's own:
-// BackendID), else from t's pool if it has one and o narrows no egress
-// policy (a booted sandbox, or one booted now when none is ready), else
-// booted now.
+// ready and o has no env (its id is the backend's own: BackendID), else
+// from t's pool if it has one (a booted sandbox, or one booted now when
+// none is ready), else booted now. A sandbox booted ahead gets o's
+// narrowing of its NAT's policy before it is returned (one that cannot
+// is closed, and a sandbox booted with it instead).
 func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o backend.CreateOptions) (backend.Sandbox, error) {
 	b.mu.Lock()
 	p, h := b.pools[t.Name], b.hot[t.Name]
 	b.mu.Unlock()
-	if o.Narrow != nil {
-		// The pool's sandboxes run their NAT with the template's policy.
-		p, h = nil, nil
-	}
-	if h != nil && len(o.Env) == 0 {
-		if sb := h.take(); sb != nil {
-			return &sandbox{sb: sb}, nil
-		}
-		h.wake() // none ready: its last acquire may have failed
-	}
 	var sb *gvx.Sandbox
-	var err error
-	if p != nil {
-		sb, err = p.Acquire(ctx, gvx.AcquireOptions{ID: id, Env: o.Env})
-	} else {
-		sb, err = b.c.New(ctx, config(id, t, o))
+	if h != nil && len(o.Env) == 0 {
+		if sb = h.take(); sb == nil {
+			h.wake() // none ready: its last acquire may have failed
+		}
 	}
-	if err != nil {
-		return nil, err
+	var err error
+	if sb == nil && p != nil {
+		sb, err = p.Acquire(ctx, gvx.AcquireOptions{ID: id, Env: o.Env})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if sb != nil && o.Narrow != nil {
+		// Booted ahead with the template's policy.
+		if err := narrow(ctx, sb, o.Narrow); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx serve: template %s: a pooled sandbox could not be narrowed; booting one with the narrowing", t.Name)
+			_ = sb.Close(ctx)
+			sb = nil
+		}
+	}
+	if sb == nil {
+		if sb, err = b.c.New(ctx, config(id, t, o)); err != nil {
+			return nil, err
+		}
 	}
 	return &sandbox{sb: sb}, nil
+}
+
+// narrow sets n as sb's NAT's narrowing.
+func narrow(ctx context.Context, sb *gvx.Sandbox, n *api.Narrow) error {
+	if n == nil {
+		return sb.NarrowEgress(ctx, "", nil, nil)
+	}
+	return sb.NarrowEgress(ctx, n.Default, n.Allow, n.Deny)
 }
 
 // Attach finds sandbox id of an earlier service.
@@ -338,6 +353,9 @@ func orDiscard(w io.Writer) io.Writer {
 
 // BackendID is the SDK's id of the sandbox (a fork's is not the service's).
 func (s *sandbox) BackendID() string { return s.sb.ID() }
+
+// NarrowEgress replaces the narrowing of the sandbox's NAT's policy.
+func (s *sandbox) NarrowEgress(ctx context.Context, n *api.Narrow) error { return narrow(ctx, s.sb, n) }
 
 func (s *sandbox) Pause(ctx context.Context) error  { return s.sb.Pause(ctx) }
 func (s *sandbox) Resume(ctx context.Context) error { return s.sb.Resume(ctx) }

@@ -155,15 +155,29 @@ class Client:
 
     # -- E2B's control plane (the part an episode needs) ---------------
 
-    def create(self, template="base", timeout=300, metadata=None, env_vars=None):
-        """Create a sandbox (E2B's POST /v2/sandboxes); returns a Sandbox."""
+    def create(self, template="base", timeout=300, metadata=None, env_vars=None,
+               allow_internet_access=None, allow_out=None, deny_out=None):
+        """Create a sandbox (E2B's POST /v2/sandboxes); returns a Sandbox.
+
+        On a template of network "nat", allow_internet_access=False and
+        allow_out / deny_out (CIDRs, addresses, DNS names; an allow_out
+        rule wins over a deny_out one) narrow the template's egress policy
+        for this sandbox (docs/serve.md#network).
+        """
         body = {"templateID": template, "timeout": int(timeout)}
         if metadata:
             body["metadata"] = metadata
         if env_vars:
             body["envVars"] = env_vars
+        body.update(_network(allow_internet_access, allow_out, deny_out, nested=True))
         r = self._request("POST", "/v2/sandboxes", body)
         return Sandbox(self, r["sandboxID"], r.get("envdAccessToken"))
+
+    def update_network(self, sandbox_id, allow_internet_access=None, allow_out=None, deny_out=None):
+        """Replace a running sandbox's narrowing (E2B's PUT
+        /sandboxes/{id}/network): what is not given is cleared."""
+        self._request("PUT", "/sandboxes/%s/network" % _q(sandbox_id),
+                      _network(allow_internet_access, allow_out, deny_out, nested=False))
 
     def connect(self, sandbox_id, timeout=300):
         r = self._request("POST", "/v2/sandboxes/%s/connect" % _q(sandbox_id), {"timeout": int(timeout)})
@@ -289,11 +303,32 @@ class Sandbox:
     def rollback(self, handle):
         return self.client.rollback(self.sandbox_id, handle)
 
+    def update_network(self, allow_internet_access=None, allow_out=None, deny_out=None):
+        return self.client.update_network(self.sandbox_id, allow_internet_access, allow_out, deny_out)
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.kill()
+
+
+def _network(allow_internet_access, allow_out, deny_out, nested):
+    """E2B's network fields: under "network" in a create, at the top of an
+    update."""
+    out, net = {}, {}
+    if allow_internet_access is not None:
+        out["allow_internet_access"] = bool(allow_internet_access)
+    if allow_out is not None:
+        net["allowOut"] = list(allow_out)
+    if deny_out is not None:
+        net["denyOut"] = list(deny_out)
+    if nested:
+        if net:
+            out["network"] = net
+    else:
+        out.update(net)
+    return out
 
 
 def _q(s):

@@ -26,6 +26,7 @@ class Handler(BaseHTTPRequestHandler):
     templates = {}
     files = {}
     log = []
+    bodies = []
 
     def log_message(self, *a):
         pass
@@ -62,7 +63,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(501, {"code": 501, "message": "needs gvx's checkpoint/restore"})
         if p == "/v2/sandboxes" and method == "POST":
             req = json.loads(self._body())
+            Handler.bodies.append(req)
             return self._json(201, {"sandboxID": "isb1", "templateID": req["templateID"], "envdAccessToken": "tok"})
+        if p == "/sandboxes/isb1/network" and method == "PUT":
+            Handler.bodies.append(json.loads(self._body()))
+            return self._json(204)
         if p.startswith("/sandboxes/") and method == "DELETE":
             return self._json(204) if p.endswith("isb1") else self._json(404, {"code": 404, "message": "not found"})
         if p == "/process.Process/Start":
@@ -110,6 +115,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self):
         self._route("DELETE")
 
+    def do_PUT(self):
+        self._route("PUT")
+
 
 class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def get_request(self):
@@ -149,6 +157,18 @@ class ClientTest(unittest.TestCase):
             c.checkpoint("isb1")
         self.assertEqual(cm.exception.status, 501)
         self.assertIn("checkpoint/restore", str(cm.exception))
+
+    def test_network(self):
+        c = self.client()
+        Handler.bodies.clear()
+        sb = c.create("net", allow_internet_access=False, allow_out=["pypi.org"], deny_out=["0.0.0.0/0"])
+        sb.update_network(deny_out=["10.0.2.2"])
+        sb.update_network()
+        create, update, lift = Handler.bodies
+        self.assertEqual(create["allow_internet_access"], False)
+        self.assertEqual(create["network"], {"allowOut": ["pypi.org"], "denyOut": ["0.0.0.0/0"]})
+        self.assertEqual(update, {"denyOut": ["10.0.2.2"]})
+        self.assertEqual(lift, {})
 
     def test_bad_key(self):
         with self.assertRaises(GvxError) as cm:

@@ -6,13 +6,17 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/serve/backend"
 )
 
-// checkpoint is a fake checkpoint: the sandbox's Env then, and its tree.
+// checkpoint is a fake checkpoint: the sandbox's Env and narrowing then
+// (a real checkpoint keeps the container's spec, the narrowing in it),
+// and its tree.
 type checkpoint struct {
 	lineage string
 	env     []string
+	narrow  *api.Narrow
 }
 
 // Checkpoint saves the sandbox's Env (its fake state).
@@ -30,7 +34,7 @@ func (s *Sandbox) Checkpoint(_ context.Context, _ bool) (backend.Checkpoint, err
 	id := fmt.Sprintf("ck-%d", b.seq)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b.cks[id] = checkpoint{lineage: s.lineage(), env: append([]string(nil), s.Env...)}
+	b.cks[id] = checkpoint{lineage: s.lineage(), env: append([]string(nil), s.Env...), narrow: s.Narrow}
 	parent := s.Parent
 	s.Parent = id
 	return backend.Checkpoint{ID: id, Parent: parent, Created: time.Now()}, nil
@@ -43,7 +47,7 @@ func (s *Sandbox) lineage() string {
 	return s.ID
 }
 
-// Rollback puts the checkpoint's Env back.
+// Rollback puts the checkpoint's Env and narrowing back.
 func (s *Sandbox) Rollback(_ context.Context, id string) error {
 	b := s.b
 	b.mu.Lock()
@@ -58,6 +62,7 @@ func (s *Sandbox) Rollback(_ context.Context, id string) error {
 		return fmt.Errorf("%w: %s", backend.ErrForeignCheckpoint, id)
 	}
 	s.Env = append([]string(nil), ck.env...)
+	s.Narrow = ck.narrow
 	s.Parent = id
 	s.Rollbacks++
 	return nil
@@ -75,7 +80,7 @@ func (b *Backend) Fork(_ context.Context, id string, n int) ([]backend.Sandbox, 
 	for i := 0; i < n; i++ {
 		b.seq++
 		s := &Sandbox{b: b, ID: fmt.Sprintf("fork-%d", b.seq), Lineage: ck.lineage, Parent: id,
-			Env: append([]string(nil), ck.env...), procs: map[*execCmd]bool{}}
+			Env: append([]string(nil), ck.env...), Narrow: ck.narrow, procs: map[*execCmd]bool{}}
 		b.boxes[s.ID] = s
 		out = append(out, s)
 	}

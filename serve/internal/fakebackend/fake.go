@@ -30,9 +30,11 @@ type Backend struct {
 	CreateDelay time.Duration
 	FailCreate  error
 	Creates     int
-	// FailCheckpoint makes checkpoints fail, FailExec execs.
+	// FailCheckpoint makes checkpoints fail, FailExec execs, FailNarrow
+	// NarrowEgress.
 	FailCheckpoint error
 	FailExec       error
+	FailNarrow     error
 	// Hot are ids a create hands over (the first, then the next) instead
 	// of making a sandbox under the id it is given, as gvxbackend's hot
 	// sandboxes: the sandbox's BackendID is the hot id.
@@ -49,8 +51,11 @@ type Sandbox struct {
 	b   *Backend
 	ID  string
 	Env []string
-	// Narrow is the create's narrowing of the template's egress policy.
-	Narrow *api.Narrow
+	// Narrow is the narrowing of the template's egress policy (the
+	// create's, or NarrowEgress's), Narrowed how many NarrowEgress calls
+	// set it.
+	Narrow   *api.Narrow
+	Narrowed int
 	// Lineage is the sandbox its checkpoint tree started with (a fork's
 	// parent; "" for ID), Parent its last checkpoint, Rollbacks how many
 	// it had.
@@ -81,6 +86,18 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o b
 	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), o.Env...), Narrow: o.Narrow, procs: map[*execCmd]bool{}}
 	b.boxes[id] = s
 	return s, nil
+}
+
+// NarrowEgress records n (Backend.FailNarrow fails it).
+func (s *Sandbox) NarrowEgress(_ context.Context, n *api.Narrow) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.b.FailNarrow != nil {
+		return s.b.FailNarrow
+	}
+	s.Narrow = n
+	s.Narrowed++
+	return nil
 }
 
 // Attach finds a fake sandbox.
