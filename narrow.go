@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
 
 	"github.com/containerd/containerd/v2/client"
@@ -26,19 +27,9 @@ func (s *Sandbox) NarrowEgress(ctx context.Context, def string, allow, deny []st
 		}
 	}
 	ctx = s.c.Context(ctx)
-	s.bmu.Lock()
-	cont := s.container
-	s.bmu.Unlock()
-	if cont == nil || s.curTask() == nil {
-		return newError("narrow egress", s.id, ErrNotRunning, nil)
-	}
-	// The NAT's control socket is in the sentry root of the sandbox the
-	// container runs in (a pool's, for an adopted one: the root is a
-	// link to it).
-	root := filepath.Join(api.Layout{Dir: s.c.cfg.StateDir}.SentryRoot(cont.ID()), s.c.opts.Namespace)
-	socks, _ := filepath.Glob(filepath.Join(root, api.NATControlGlob))
-	if len(socks) != 1 {
-		return errorf("narrow egress", s.id, ErrUnsupported, "the sandbox has no NAT to narrow (%d control sockets in %s): create it with Network %q", len(socks), root, NetworkNAT)
+	cont, sock, err := s.natControl("narrow egress")
+	if err != nil {
+		return err
 	}
 	spec, err := cont.Spec(ctx)
 	if err != nil {
@@ -69,7 +60,7 @@ func (s *Sandbox) NarrowEgress(ctx context.Context, def string, allow, deny []st
 	case n != nil:
 		nat.Egress = &api.Egress{Narrow: n}
 	}
-	if err := api.SetNATNarrow(ctx, socks[0], n); err != nil {
+	if err := api.SetNATNarrow(ctx, sock, n); err != nil {
 		return newError("narrow egress", s.id, nil, err)
 	}
 	enc, err := api.EncodeNAT(nat)
@@ -81,6 +72,47 @@ func (s *Sandbox) NarrowEgress(ctx context.Context, def string, allow, deny []st
 		return newError("narrow egress", s.id, nil, fmt.Errorf("the NAT has it, but the container's spec (what a checkpoint keeps) does not: %w", err))
 	}
 	return nil
+}
+
+// natControl is the sandbox's current container and its NAT's control
+// socket, for operation op.
+func (s *Sandbox) natControl(op string) (client.Container, string, error) {
+	s.bmu.Lock()
+	cont := s.container
+	s.bmu.Unlock()
+	if cont == nil || s.curTask() == nil {
+		return nil, "", newError(op, s.id, ErrNotRunning, nil)
+	}
+	// The NAT's control socket is in the sentry root of the sandbox the
+	// container runs in (a pool's, for an adopted one: the root is a
+	// link to it).
+	root := filepath.Join(api.Layout{Dir: s.c.cfg.StateDir}.SentryRoot(cont.ID()), s.c.opts.Namespace)
+	socks, _ := filepath.Glob(filepath.Join(root, api.NATControlGlob))
+	if len(socks) != 1 {
+		return nil, "", errorf(op, s.id, ErrUnsupported, "the sandbox has no NAT (%d control sockets in %s): create it with Network %q", len(socks), root, NetworkNAT)
+	}
+	return cont, socks[0], nil
+}
+
+// DialPort connects to TCP port of a NetworkNAT sandbox's guest, as a
+// connection to a published port would (the guest sees it come from
+// 10.0.2.2), without publishing anything on the host: what `gvx serve`
+// uses for E2B's sandbox URLs. It counts against the NAT's
+// MaxConnections and Bandwidth. A sandbox without a NAT is
+// ErrUnsupported; a port nobody listens on is an error naming it.
+func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, errorf("dial port", s.id, ErrInvalid, "port %d: want 1 to 65535", port)
+	}
+	_, sock, err := s.natControl("dial port")
+	if err != nil {
+		return nil, err
+	}
+	c, err := api.DialNATPort(ctx, sock, uint16(port))
+	if err != nil {
+		return nil, newError("dial port", s.id, nil, err)
+	}
+	return c, nil
 }
 
 // sameNarrow says whether a and b narrow alike (nil and empty lists are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 // sandbox's policy at once (a refused flow opens no host connection) and
 // lifts it again; a checkpoint taken meanwhile keeps it, so a fork has
 // it; a sandbox without a NAT and a bad rule are refused by kind.
+// DialPort reaches a guest server through the NAT.
 func TestSDKNarrowEgress(t *testing.T) {
 	checkNoLeaks(t)
 	c, _ := ckClient(t, 0)
@@ -84,6 +86,30 @@ func TestSDKNarrowEgress(t *testing.T) {
 	}
 	reaches(sb, false, "after a refused narrowing")
 
+	// DialPort: a guest server reached through the NAT, published nowhere.
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	defer stopSrv()
+	go sb.Exec(srvCtx, []string{"sh", "-c", "echo hi-from-guest | nc -l -p 7000"}, sdk.ExecOptions{})
+	var got []byte
+	for i := 0; i < 100; i++ {
+		conn, err := sb.DialPort(ctx, 7000)
+		if err == nil {
+			got, _ = io.ReadAll(conn)
+			conn.Close()
+			break
+		}
+		if !strings.Contains(err.Error(), "guest port 7000") {
+			t.Fatalf("DialPort: %v, want an error naming the guest port while nothing listens", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if string(got) != "hi-from-guest\n" {
+		t.Errorf("through DialPort: %q", got)
+	}
+	if _, err := sb.DialPort(ctx, 0); !errors.Is(err, sdk.ErrInvalid) {
+		t.Errorf("DialPort(0): %v, want ErrInvalid", err)
+	}
+
 	plain, err := c.New(ctx, sdk.Config{ID: "sdknarrownone", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"}})
 	if err != nil {
 		t.Fatal(err)
@@ -91,5 +117,8 @@ func TestSDKNarrowEgress(t *testing.T) {
 	defer plain.Close(ctx)
 	if err := plain.NarrowEgress(ctx, "deny", nil, nil); !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "no NAT") {
 		t.Errorf("NarrowEgress of a sandbox without a NAT: %v, want ErrUnsupported", err)
+	}
+	if _, err := plain.DialPort(ctx, 7000); !errors.Is(err, sdk.ErrUnsupported) {
+		t.Errorf("DialPort of a sandbox without a NAT: %v, want ErrUnsupported", err)
 	}
 }

@@ -12,7 +12,9 @@ import (
 // JS SDK's allowInternetAccess and network.allowOut/denyOut narrow the
 // template's egress policy (and open nothing it refuses); an egress proxy
 // is refused by name; updateNetwork narrows a running sandbox and lifts
-// the narrowing. On a pooled NAT template a plain create and a narrowed
+// the narrowing; a guest's HTTP server is reached through the service
+// (E2b-Sandbox-Id/-Port), a private sandbox's only with its traffic
+// token. On a pooled NAT template a plain create and a narrowed
 // one are each handed a hot NAT sandbox (the narrowed one's NAT narrowed
 // before the hand-over).
 func TestServeE2BNetwork(t *testing.T) {
@@ -22,15 +24,16 @@ func TestServeE2BNetwork(t *testing.T) {
 	dir := t.TempDir()
 	img := filepath.Join(e.images, "e2b-base.tar")
 	policy := fmt.Sprintf("network = \"nat\"\n[template.nat.egress]\nallow = [\"10.0.2.2:%d\", \"10.0.2.2:%d\"]\n", ok.port, ok2.port)
-	tmpl := fmt.Sprintf("[[template]]\nname = \"net\"\nimage = %q\n%s\n[[template]]\nname = \"netpool\"\nimage = %q\npool_size = 1\n%s", img, policy, img, policy)
+	tmpl := fmt.Sprintf("[[template]]\nname = \"net\"\nimage = %q\n%s\n[[template]]\nname = \"netpool\"\nimage = %q\npool_size = 1\n%s\n[[template]]\nname = \"netpy\"\nimage = %q\nnetwork = \"nat\"\n",
+		img, policy, img, policy, filepath.Join(e.images, "swebench.tar"))
 	writeServeFiles(t, dir, tmpl)
 	s := startGvxServe(t, dir)
 	defer s.stopWithPools()
 
-	out, err := s.node(t, "e2b/network.mjs", "E2B_TEMPLATE=net",
+	out, err := s.node(t, "e2b/network.mjs", "E2B_TEMPLATE=net", "E2B_PY_TEMPLATE=netpy",
 		fmt.Sprintf("PORT_OK=%d", ok.port), fmt.Sprintf("PORT_OK2=%d", ok2.port), fmt.Sprintf("PORT_OFF=%d", off.port))
 	t.Logf("e2b SDK:\n%s", out)
-	if err != nil || !strings.Contains(out, "7 passed, 0 failed") {
+	if err != nil || !strings.Contains(out, "8 passed, 0 failed") {
 		t.Fatalf("the e2b SDK's network steps failed: %v\ngvx serve's log:\n%s", err, s.stderr)
 	}
 	// Reached: the default sandbox, the allowOut one and the one whose

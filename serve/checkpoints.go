@@ -157,16 +157,11 @@ func (s *Service) ownCheckpoint(key, handle string) (ckRecord, error) {
 // checkpointHandler is POST /gvx/v1/sandboxes/{id}/checkpoints
 // {"async": bool} → 201 the checkpoint.
 func (s *Service) checkpointHandler(w http.ResponseWriter, r *http.Request, key string) {
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var req struct {
 		Async bool `json:"async"`
 	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
+	e := s.entryAndBody(w, r, key, &req)
+	if e == nil {
 		return
 	}
 	e.op.Lock()
@@ -182,16 +177,11 @@ func (s *Service) checkpointHandler(w http.ResponseWriter, r *http.Request, key 
 // rollbackHandler is POST /gvx/v1/sandboxes/{id}/rollback {"handle"} →
 // 200 the sandbox, in the checkpoint's state, same id and token.
 func (s *Service) rollbackHandler(w http.ResponseWriter, r *http.Request, key string) {
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var req struct {
 		Handle string `json:"handle"`
 	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
+	e := s.entryAndBody(w, r, key, &req)
+	if e == nil {
 		return
 	}
 	if req.Handle == "" {
@@ -241,18 +231,13 @@ func (s *Service) rollbackHandler(w http.ResponseWriter, r *http.Request, key st
 // sandbox's template, with its metadata and env, and a token of its own
 // → 201 the sandboxes.
 func (s *Service) forkHandler(w http.ResponseWriter, r *http.Request, key string) {
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var req struct {
 		Count   *int   `json:"count"`
 		Handle  string `json:"handle"`
 		Timeout *int64 `json:"timeout"`
 	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
+	e := s.entryAndBody(w, r, key, &req)
+	if e == nil {
 		return
 	}
 	n := 1
@@ -321,6 +306,9 @@ func (s *Service) forkHandler(w http.ResponseWriter, r *http.Request, key string
 			Token: newToken(), StartedAt: now.UTC(), EndAt: now.Add(d).UTC(), State: Running, OnTimeout: parent.OnTimeout}
 		if id, ok := sb.(backend.Identified); ok {
 			rec.Backing = id.BackendID()
+		}
+		if parent.TrafficToken != "" {
+			rec.TrafficToken = newToken() // private as its parent, with a token of its own
 		}
 		s.boxes[rec.ID] = &entry{rec: rec, tmpl: e.tmpl, sb: sb, envd: envd.New(s.measure(sb), defaults(e.tmpl, rec))}
 		out = append(out, s.sandboxBody(rec))

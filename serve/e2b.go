@@ -75,8 +75,13 @@ func (s *Service) domain() *string {
 }
 
 func (s *Service) sandboxBody(rec record) sandboxJSON {
-	return sandboxJSON{TemplateID: rec.Template, SandboxID: rec.ID, Alias: rec.Template, ClientID: ClientID,
+	out := sandboxJSON{TemplateID: rec.Template, SandboxID: rec.ID, Alias: rec.Template, ClientID: ClientID,
 		EnvdVersion: envd.Version, EnvdAccessToken: rec.Token, Domain: s.domain()}
+	if rec.TrafficToken != "" {
+		tok := rec.TrafficToken
+		out.TrafficAccessToken = &tok
+	}
+	return out
 }
 
 func (s *Service) detail(e *entry, rec record, full bool) detailJSON {
@@ -148,7 +153,9 @@ func (s *Service) createHandler(def time.Duration) func(http.ResponseWriter, *ht
 			writeError(w, err)
 			return
 		}
-		e, err := s.create(r.Context(), key, createSpec{Template: req.TemplateID, Timeout: d, Metadata: req.Metadata, EnvVars: req.EnvVars, OnTimeout: onTimeout, Network: nw})
+		private := req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
+		e, err := s.create(r.Context(), key, createSpec{Template: req.TemplateID, Timeout: d, Metadata: req.Metadata, EnvVars: req.EnvVars, OnTimeout: onTimeout,
+			Network: nw, Private: private})
 		if err != nil {
 			writeError(w, err)
 			return

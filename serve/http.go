@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/gvxrun/gvx/serve/backend"
 	"github.com/gvxrun/gvx/serve/envd"
 )
 
@@ -131,8 +132,10 @@ func (s *Service) serveEnvd(w http.ResponseWriter, r *http.Request, id, port str
 	e, ok := s.boxes[id]
 	var rec record
 	var srv *envd.Server
+	var sb backend.Sandbox
+	var tmpl backend.Template
 	if ok {
-		rec, srv = e.rec, e.envd
+		rec, srv, sb, tmpl = e.rec, e.envd, e.sb, e.tmpl
 		ok = !e.gone
 	}
 	s.mu.Unlock()
@@ -140,12 +143,12 @@ func (s *Service) serveEnvd(w http.ResponseWriter, r *http.Request, id, port str
 		notFound(w, id, "The sandbox was not found")
 		return
 	}
-	if port != "" && port != EnvdPort {
-		notFound(w, id, fmt.Sprintf("port %s of sandbox %s: gvx serve reaches only envd (port %s); sandbox ports need gvx's networking", port, id, EnvdPort))
-		return
-	}
 	if rec.State == Paused {
 		notFound(w, id, "The sandbox is paused: connect to it (Sandbox.connect) to resume it")
+		return
+	}
+	if port != "" && port != EnvdPort {
+		s.servePort(w, r, sb, tmpl, rec, port)
 		return
 	}
 	if !s.envdAuthorized(r, rec) {

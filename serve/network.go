@@ -2,24 +2,32 @@ package serve
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httputil"
+	"strconv"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/serve/backend"
 )
 
 // networkJSON is E2B's network object of a create (NewSandbox) and of a
-// SandboxDetail. gvx serve honours allowOut and denyOut; it refuses an
-// egress proxy (it has none, and traffic meant to be audited there must
-// not leave another way) and ignores the fields about traffic into the
-// sandbox (allowPublicTraffic, maskRequestHost, httpsPorts) and request
-// rewriting (rules).
+// SandboxDetail. gvx serve honours allowOut, denyOut and
+// allowPublicTraffic (servePort); it refuses an egress proxy (it has
+// none, and traffic meant to be audited there must not leave another
+// way) and ignores maskRequestHost, httpsPorts and request rewriting
+// (rules).
 type networkJSON struct {
 	AllowOut    []string        `json:"allowOut,omitempty"`
 	DenyOut     []string        `json:"denyOut,omitempty"`
 	EgressProxy json.RawMessage `json:"egressProxy,omitempty"`
+	// AllowPublicTraffic false makes the sandbox's ports (not envd's)
+	// answer only requests with its trafficAccessToken in the
+	// e2b-traffic-access-token header.
+	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
 }
 
 // networkRequest is what a create asked of the sandbox's network, kept in
@@ -120,17 +128,12 @@ func checkNetwork(t backend.Template) error {
 // replace what the create asked (all absent: no narrowing), and a NAT
 // template's sandbox's NAT decides its next flows by them → 204.
 func (s *Service) updateNetworkHandler(w http.ResponseWriter, r *http.Request, key string) {
-	e, _, err := s.lookup(key, r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var req struct {
 		networkJSON
 		AllowInternetAccess *bool `json:"allow_internet_access"`
 	}
-	if err := s.readBody(w, r, &req); err != nil {
-		writeError(w, err)
+	e := s.entryAndBody(w, r, key, &req)
+	if e == nil {
 		return
 	}
 	nw, err := parseNetwork(req.AllowInternetAccess, &req.networkJSON)
@@ -169,4 +172,46 @@ func (s *Service) narrow(ctx context.Context, t backend.Template, sb backend.San
 		return fmt.Errorf("this service's backend cannot change a running sandbox's network")
 	}
 	return n.NarrowEgress(ctx, nw.narrow(t))
+}
+
+// servePort proxies an HTTP request (WebSocket upgrades included) to TCP
+// port of sandbox sb's guest (of template t): E2B's sandbox URLs, <port>-<id>.<domain> or
+// the E2b-Sandbox-Id and E2b-Sandbox-Port headers. Each request is one
+// connection through the sandbox's NAT (the guest sees it come from
+// 10.0.2.2). A sandbox created with allowPublicTraffic: false answers
+// only requests carrying its trafficAccessToken in the
+// e2b-traffic-access-token header.
+func (s *Service) servePort(w http.ResponseWriter, r *http.Request, sb backend.Sandbox, t backend.Template, rec record, port string) {
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		notFound(w, rec.ID, fmt.Sprintf("port %q of sandbox %s: want 1 to 65535", port, rec.ID))
+		return
+	}
+	d, ok := sb.(backend.PortDialer)
+	if !ok || t.Network != backend.NetworkNAT {
+		notFound(w, rec.ID, fmt.Sprintf("port %s of sandbox %s: its template has no network; a template of network \"nat\" serves its sandboxes' ports (docs/serve.md#network)", port, rec.ID))
+		return
+	}
+	if rec.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("E2b-Traffic-Access-Token")), []byte(rec.TrafficToken)) != 1 {
+		writeJSON(w, http.StatusForbidden, map[string]any{"code": http.StatusForbidden, "sandboxId": rec.ID,
+			"message": "the sandbox's ports are private (allowPublicTraffic: false): send its trafficAccessToken in the e2b-traffic-access-token header"})
+		return
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", net.JoinHostPort("10.0.2.15", port)
+			pr.Out.Host = r.Host
+			for _, h := range []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2b-Traffic-Access-Token", "X-Api-Key"} {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport: &http.Transport{
+			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialPort(ctx, p) },
+			DisableKeepAlives: true,
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			notFound(w, rec.ID, fmt.Sprintf("port %s of sandbox %s: %v", port, rec.ID, err))
+		},
+	}
+	proxy.ServeHTTP(w, r)
 }

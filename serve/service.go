@@ -78,6 +78,10 @@ type record struct {
 	// Network is what the create asked of the network (E2B's
 	// allow_internet_access and network), kept for resets and details.
 	Network *networkRequest `json:"network,omitempty"`
+	// TrafficToken, when set (allowPublicTraffic: false), is what a
+	// request to one of the sandbox's ports must carry in the
+	// e2b-traffic-access-token header.
+	TrafficToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // createOptions are the backend's options of a create (or a reset) of r.
@@ -382,6 +386,8 @@ type createSpec struct {
 	EnvVars   map[string]string
 	OnTimeout string
 	Network   *networkRequest
+	// Private: the sandbox's ports want a traffic token.
+	Private bool
 }
 
 // create makes a sandbox for key.
@@ -396,6 +402,9 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 		Token: newToken(), StartedAt: now.UTC(), EndAt: now.Add(spec.Timeout).UTC(), State: Running, OnTimeout: spec.OnTimeout,
 		Network: spec.Network,
 	}}
+	if spec.Private {
+		e.rec.TrafficToken = newToken()
+	}
 	// The row is saved before the sandbox exists, so that a crash in
 	// between leaves a row the next start removes.
 	e.gone = true // not served until it runs
@@ -440,6 +449,21 @@ func (s *Service) lookup(key, id string) (*entry, record, error) {
 		return nil, record{}, httpErrorf(http.StatusNotFound, "sandbox %s not found", id)
 	}
 	return e, e.rec, nil
+}
+
+// entryAndBody is the handlers' first step: the key's sandbox of the
+// path's {id}, and the request's JSON body decoded into v. Nil when
+// either fails, the error answered.
+func (s *Service) entryAndBody(w http.ResponseWriter, r *http.Request, key string, v any) *entry {
+	e, _, err := s.lookup(key, r.PathValue("id"))
+	if err == nil {
+		err = s.readBody(w, r, v)
+	}
+	if err != nil {
+		writeError(w, err)
+		return nil
+	}
+	return e
 }
 
 // kill removes a sandbox.

@@ -89,6 +89,18 @@ func (f *fixture) do(method, path, key, body string, out any) (int, http.Header)
 	return resp.StatusCode, resp.Header
 }
 
+// send sends req and returns the answer's status and body.
+func (f *fixture) send(req *http.Request) (int, string) {
+	f.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 type apiErr struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
@@ -314,13 +326,7 @@ func TestEnvdRouting(t *testing.T) {
 		if token != "" {
 			req.Header.Set("X-Access-Token", token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return f.send(req)
 	}
 	if c, b := call("", sb.SandboxID, sb.EnvdAccessToken); c != 200 || !strings.Contains(b, "FILE_TYPE_DIRECTORY") {
 		t.Fatalf("by header: %d %s", c, b)
@@ -629,5 +635,73 @@ func TestNetwork(t *testing.T) {
 	}
 	if f.b.Creates != creates {
 		t.Errorf("refused creates reached the backend: %d creates", f.b.Creates-creates)
+	}
+}
+
+// TestSandboxPorts: a NAT template's sandbox's ports are proxied (by
+// <port>-<id>.<domain> and by the E2b-Sandbox-Id/-Port headers), without
+// the service's headers; allowPublicTraffic: false makes them want the
+// sandbox's trafficAccessToken; a port nobody listens on, and a
+// sandbox without a network, answer 502 saying why.
+func TestSandboxPorts(t *testing.T) {
+	f := newFixture(t)
+	seen := make(chan http.Header, 4)
+	guest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		fmt.Fprintf(w, "guest %s %s", r.Method, r.URL.Path)
+	}))
+	defer guest.Close()
+	f.b.Ports = map[int]string{8000: guest.Listener.Addr().String()}
+	if c, _ := f.do("POST", "/gvx/v1/templates", f.key, `{"name":"net","image":"gvx.test/py:1","network":"nat"}`, nil); c != 201 {
+		t.Fatalf("add a NAT template: %d", c)
+	}
+	get := func(host string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("GET", f.hs.URL+"/app/x?q=1", nil)
+		req.Host = host
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		return f.send(req)
+	}
+	pub := f.create(f.key, `{"templateID":"net"}`)
+	if pub.TrafficAccessToken != nil {
+		t.Errorf("a public sandbox got a traffic token")
+	}
+	if c, body := get("8000-"+pub.SandboxID+".gvx.test", nil); c != 200 || body != "guest GET /app/x" {
+		t.Errorf("by Host: %d %q", c, body)
+	}
+	if c, body := get("localhost", map[string]string{"E2b-Sandbox-Id": pub.SandboxID, "E2b-Sandbox-Port": "8000", "X-API-KEY": f.key}); c != 200 || body != "guest GET /app/x" {
+		t.Errorf("by headers: %d %q", c, body)
+	}
+	<-seen
+	h := <-seen // the request by headers
+	for _, k := range []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", "X-Api-Key"} {
+		if h.Get(k) != "" {
+			t.Errorf("the guest got the service's header %s", k)
+		}
+	}
+	priv := f.create(f.key, `{"templateID":"net","network":{"allowPublicTraffic":false}}`)
+	if priv.TrafficAccessToken == nil || *priv.TrafficAccessToken == "" {
+		t.Fatalf("a private sandbox has no traffic token: %+v", priv)
+	}
+	host := "8000-" + priv.SandboxID + ".gvx.test"
+	if c, body := get(host, nil); c != 403 || !strings.Contains(body, "e2b-traffic-access-token") {
+		t.Errorf("a private port without the token: %d %q", c, body)
+	}
+	if c, _ := get(host, map[string]string{"E2b-Traffic-Access-Token": "wrong"}); c != 403 {
+		t.Errorf("a private port with a wrong token: %d", c)
+	}
+	if c, body := get(host, map[string]string{"E2b-Traffic-Access-Token": *priv.TrafficAccessToken}); c != 200 || body != "guest GET /app/x" {
+		t.Errorf("a private port with its token: %d %q", c, body)
+	}
+	if v := (<-seen).Get("E2b-Traffic-Access-Token"); v != "" {
+		t.Errorf("the guest got the traffic token")
+	}
+	if c, body := get("8001-"+pub.SandboxID+".gvx.test", nil); c != 502 || !strings.Contains(body, "guest port 8001") {
+		t.Errorf("a closed port: %d %q", c, body)
+	}
+	plain := f.create(f.key, `{"templateID":"base"}`)
+	if c, body := get("8000-"+plain.SandboxID+".gvx.test", nil); c != 502 || !strings.Contains(body, "no network") {
+		t.Errorf("a port of a sandbox without a network: %d %q", c, body)
 	}
 }

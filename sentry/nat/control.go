@@ -28,7 +28,8 @@ func ListenControl(path string) (*os.File, error) {
 }
 
 // serveControl answers api.NATControl requests on l, one per connection,
-// until the NAT closes.
+// until the NAT closes: narrowings of the policy, and dials of a guest
+// port.
 func (n *NAT) serveControl(f *os.File) error {
 	l, err := net.FileListener(f)
 	f.Close()
@@ -48,13 +49,28 @@ func (n *NAT) serveControl(f *os.File) error {
 	return nil
 }
 
-// control answers one request.
+// control answers one request; a dial's connection goes on as the
+// guest's stream.
 func (n *NAT) control(c net.Conn) {
-	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	var req api.NATControl
 	var reply api.NATControlReply
-	if err := json.NewDecoder(c).Decode(&req); err != nil {
+	err := json.NewDecoder(c).Decode(&req)
+	if err == nil && req.Dial != 0 {
+		go n.toGuest(c, req.Dial, "control dial", func(err error) error {
+			r := api.NATControlReply{}
+			if err != nil {
+				r.Error = fmt.Sprintf("guest port %d: %v", req.Dial, err)
+			}
+			if werr := json.NewEncoder(c).Encode(r); werr != nil {
+				return werr
+			}
+			return c.SetDeadline(time.Time{})
+		})
+		return
+	}
+	defer c.Close()
+	if err != nil {
 		reply.Error = fmt.Sprintf("bad request: %v", err)
 	} else if err := n.policy.SetNarrow(req.Narrow); err != nil {
 		reply.Error = err.Error()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 
@@ -34,17 +34,7 @@ func TestControl(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("control socket: %v %v, want a socket of mode 0600", fi.Mode(), err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &dials{}
-	n, err := New(Options{LinkFD: fds[1], Dial: d.dial, Control: ctl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	g := guestStack(t, fds[0])
+	g, _, d := setupWith(t, Options{Control: ctl})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dst := full(netip.MustParseAddr("203.0.113.7"), 443)
@@ -95,5 +85,55 @@ func TestControl(t *testing.T) {
 	}
 	if l := d.list(); len(l) != 2 {
 		t.Errorf("host sockets %q, want 2 (the refused flows open none)", l)
+	}
+}
+
+// TestControlDial: a dial on the control socket reaches a guest port
+// (from 10.0.2.2) and carries its stream both ways; a port nobody
+// listens on is an error naming it.
+func TestControlDial(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gvx-nat-d.sock")
+	ctl, err := ListenControl(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, n, _ := setupWith(t, Options{Control: ctl})
+	l, err := gonet.ListenTCP(g, tcpip.FullAddress{NIC: 1, Port: 7000}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	from := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		from <- c.RemoteAddr().String()
+		b := make([]byte, 4)
+		io.ReadFull(c, b)
+		c.Write(append([]byte("pong:"), b...))
+		c.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := api.DialNATPort(ctx, path, 7000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "ping")
+	got, _ := io.ReadAll(c)
+	c.Close()
+	if string(got) != "pong:ping" {
+		t.Errorf("through the dial: %q, want pong:ping", got)
+	}
+	if f := <-from; !strings.HasPrefix(f, "10.0.2.2:") {
+		t.Errorf("the guest saw the connection from %s, want 10.0.2.2", f)
+	}
+	if _, err := api.DialNATPort(ctx, path, 7001); err == nil || !strings.Contains(err.Error(), "guest port 7001") {
+		t.Errorf("dial of a closed guest port: %v, want an error naming it", err)
+	}
+	if s := n.stats.Get(); s.Published != 2 {
+		t.Errorf("stats %+v, want 2 published connections", s)
 	}
 }

@@ -45,16 +45,7 @@ func (h *holding) closeFirst() {
 // socket), and once a flow ends a new one is admitted again.
 func TestMaxConnections(t *testing.T) {
 	h := &holding{}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := New(Options{LinkFD: fds[1], Dial: h.dial, Config: api.NAT{DNS: []string{"127.0.0.1:9"}, MaxConnections: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	g := guestStack(t, fds[0])
+	g, n, _ := setupWith(t, Options{Dial: h.dial, Config: api.NAT{DNS: []string{"127.0.0.1:9"}, MaxConnections: 2}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dst := full(netip.MustParseAddr("198.51.100.1"), 80) // the fake dialer answers; nothing is sent

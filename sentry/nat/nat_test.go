@@ -82,13 +82,23 @@ func (d *dials) list() []string {
 }
 
 func setup(t *testing.T, cfg api.NAT) (*stack.Stack, *NAT, *dials) {
+	return setupWith(t, Options{Config: cfg})
+}
+
+// setupWith starts a NAT with o (its link and, unless o has one, a
+// fake dialer filled in) and the guest's stack on the other end.
+func setupWith(t *testing.T, o Options) (*stack.Stack, *NAT, *dials) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &dials{}
-	n, err := New(Options{LinkFD: fds[1], Config: cfg, Dial: d.dial})
+	o.LinkFD = fds[1]
+	if o.Dial == nil {
+		o.Dial = d.dial
+	}
+	n, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,6 @@ func (n *NAT) publish(ports []string, files []*os.File) error {
 }
 
 func (n *NAT) serveTCP(l net.Listener, guest tcpip.FullAddress) {
-	local := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(api.NATGateway.As4())}
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -157,28 +156,46 @@ func (n *NAT) serveTCP(l net.Listener, guest tcpip.FullAddress) {
 			}
 			return
 		}
-		if !n.admit("published tcp", netip.AddrPortFrom(api.NATGuest, guest.Port)) {
-			c.Close()
-			continue
-		}
-		n.stats.add(func(s *api.NATStats) { s.Published++ })
-		go func() {
-			defer n.done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			g, err := gonet.DialTCPWithBind(ctx, n.stack, local, guest, ipv4.ProtocolNumber)
-			cancel()
-			if err != nil {
-				log.Infof("nat: published port %s → guest port %d: %v", l.Addr(), guest.Port, err)
-				c.Close()
-				return
-			}
-			n.flowStarted()
-			defer n.flowEnded()
-			// The guest's side is "in": published bytes to the guest are
-			// host → guest, as an egress flow's answer is.
-			n.splice(g, c)
-		}()
+		go n.toGuest(c, guest.Port, l.Addr().String(), nil)
 	}
+}
+
+// toGuest connects host connection c to the guest's TCP port (from
+// 10.0.2.2, as a published port's connection) and splices the two; from
+// names c's side in the log. answer, if set, is told the dial's outcome
+// before any byte is spliced (and c is dropped when it fails). The flow
+// counts against MaxConnections and the bandwidth cap.
+func (n *NAT) toGuest(c net.Conn, port uint16, from string, answer func(error) error) {
+	local := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(api.NATGateway.As4())}
+	guest := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(api.NATGuest.As4()), Port: port}
+	if !n.admit("published tcp", netip.AddrPortFrom(api.NATGuest, port)) {
+		if answer != nil {
+			_ = answer(fmt.Errorf("over max_connections"))
+		}
+		c.Close()
+		return
+	}
+	defer n.done()
+	n.stats.add(func(s *api.NATStats) { s.Published++ })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	g, err := gonet.DialTCPWithBind(ctx, n.stack, local, guest, ipv4.ProtocolNumber)
+	cancel()
+	if answer != nil {
+		if aerr := answer(err); aerr != nil && err == nil {
+			g.Close()
+			err = aerr
+		}
+	}
+	if err != nil {
+		log.Infof("nat: %s → guest port %d: %v", from, port, err)
+		c.Close()
+		return
+	}
+	n.flowStarted()
+	defer n.flowEnded()
+	// The guest's side is "in": published bytes to the guest are host →
+	// guest, as an egress flow's answer is.
+	n.splice(g, c)
 }
 
 func (n *NAT) serveUDP(c net.PacketConn, guest tcpip.FullAddress) {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"syscall"
 	"time"
 
@@ -235,6 +236,13 @@ type Narrower interface {
 	// NarrowEgress replaces the narrowing (nil: none); new flows obey
 	// it at once.
 	NarrowEgress(ctx context.Context, n *api.Narrow) error
+}
+
+// PortDialer is a Sandbox whose guest's TCP ports the service can reach
+// (E2B's sandbox URLs, <port>-<id>.<domain>).
+type PortDialer interface {
+	// DialPort connects to the guest's TCP port.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
 }
 
 // Identified is a Sandbox that knows its backend's id for it.

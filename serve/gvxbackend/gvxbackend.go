@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"syscall"
 	"time"
@@ -353,6 +354,11 @@ func orDiscard(w io.Writer) io.Writer {
 
 // BackendID is the SDK's id of the sandbox (a fork's is not the service's).
 func (s *sandbox) BackendID() string { return s.sb.ID() }
+
+// DialPort connects to the guest's TCP port through the sandbox's NAT.
+func (s *sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	return s.sb.DialPort(ctx, port)
+}
 
 // NarrowEgress replaces the narrowing of the sandbox's NAT's policy.
 func (s *sandbox) NarrowEgress(ctx context.Context, n *api.Narrow) error { return narrow(ctx, s.sb, n) }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"sort"
@@ -35,6 +36,9 @@ type Backend struct {
 	FailCheckpoint error
 	FailExec       error
 	FailNarrow     error
+	// Ports are the fake guests' TCP ports: DialPort(port) connects to
+	// Ports[port] (an address of the test's).
+	Ports map[int]string
 	// Hot are ids a create hands over (the first, then the next) instead
 	// of making a sandbox under the id it is given, as gvxbackend's hot
 	// sandboxes: the sandbox's BackendID is the hot id.
@@ -86,6 +90,19 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o b
 	s := &Sandbox{b: b, ID: id, Env: append(append([]string(nil), t.Env...), o.Env...), Narrow: o.Narrow, procs: map[*execCmd]bool{}}
 	b.boxes[id] = s
 	return s, nil
+}
+
+// DialPort connects to Backend.Ports[port] (a test's server), as a NAT
+// would to the guest's port.
+func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	s.b.mu.Lock()
+	addr, ok := s.b.Ports[port]
+	s.b.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("guest port %d: connection refused", port)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // NarrowEgress records n (Backend.FailNarrow fails it).
