@@ -50,3 +50,27 @@ func TestCRINAT(t *testing.T) {
 	x.must(t, "stopp", pod)
 	x.must(t, "rmp", pod)
 }
+
+// TestCRINATPortForward: crictl port-forward (kubectl port-forward's CRI
+// call) reaches a server in a NAT pod: the shim's steering sends
+// containerd's dial through the NAT's control socket to the guest's port
+// (the pod's CNI address is not the guest's). A file of 4 MiB arrives
+// intact.
+func TestCRINATPortForward(t *testing.T) {
+	x := newCRIEnv(t)
+	checkNoLeaks(t)
+	enc, err := api.EncodeNAT(api.NAT{DNS: []string{"127.0.0.1:9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, podCfg := x.runPodWith(t, "pfnat", "gvxanno", map[string]string{api.AnnotationNetwork: api.NetworkNAT, api.AnnotationNAT: enc})
+	web := x.createContainer(t, pod, podCfg, "web", []string{"sh", "-c",
+		"mkdir /www && echo forwarded-through-the-nat > /www/index.html && head -c 4194304 /dev/urandom > /www/big && sha256sum /www/big > /sum-big && exec httpd -f -p 80 -h /www"}, nil)
+	x.must(t, "start", web)
+	x.waitListening(t, web, 80)
+	x.getForwarded(t, pod, web, "forwarded-through-the-nat", 4<<20)
+	x.must(t, "stop", "--timeout", "1", web)
+	x.must(t, "rm", web)
+	x.must(t, "stopp", pod)
+	x.must(t, "rmp", pod)
+}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -191,7 +192,8 @@ func memoryCgroup(pid int) string {
 // TestCRIPodPoolNAT: a pod of a runtime handler whose gvx config has
 // network = "nat" adopts a sandbox of that config's NAT pool and shares
 // its NAT (eth0 10.0.2.15, a host server reached through 10.0.2.2); no
-// interface of the pod's network namespace is attached.
+// interface of the pod's network namespace is attached; crictl
+// port-forward reaches a server in it through that NAT.
 func TestCRIPodPoolNAT(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -210,6 +212,13 @@ func TestCRIPodPoolNAT(t *testing.T) {
 	}
 	if out := x.must(t, "exec", app, "wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", srv.port)); out != "hello-pod-pool-nat" {
 		t.Errorf("the NAT pod through the pool sandbox's NAT: %q", out)
+	}
+	// kubectl port-forward reaches it through the pool sandbox's NAT.
+	x.must(t, "exec", app, "sh", "-c", "mkdir -p /www && echo pooled-nat-forward > /www/index.html && (httpd -p 8080 -h /www &) >/dev/null 2>&1")
+	x.waitListening(t, app, 8080)
+	local := x.portForward(t, pod, 8080)
+	if body, err := httpGetRetry(context.Background(), fmt.Sprintf("http://127.0.0.1:%d/", local), 20*time.Second); err != nil || strings.TrimSpace(body) != "pooled-nat-forward" {
+		t.Errorf("crictl port-forward to the pooled NAT pod: %q, %v", body, err)
 	}
 	removePodPool(t, x, pod, app, sb)
 }

@@ -46,6 +46,28 @@ func (x *criEnv) portForward(t *testing.T, pod string, port int) int {
 	return local
 }
 
+// getForwarded GETs / and /big from container web's httpd on port 80 of
+// pod through crictl port-forward: / must answer index, /big its size
+// bytes whose sha256 the container wrote to /sum-big.
+func (x *criEnv) getForwarded(t *testing.T, pod, web, index string, size int) {
+	t.Helper()
+	ctx := context.Background()
+	local := x.portForward(t, pod, 80)
+	body, err := httpGetRetry(ctx, fmt.Sprintf("http://127.0.0.1:%d/", local), 20*time.Second)
+	if err != nil || strings.TrimSpace(body) != index {
+		t.Fatalf("GET / through crictl port-forward: %q, %v", body, err)
+	}
+	big, err := httpGetRetry(ctx, fmt.Sprintf("http://127.0.0.1:%d/big", local), 60*time.Second)
+	if err != nil {
+		t.Fatalf("GET /big: %v", err)
+	}
+	sum := sha256.Sum256([]byte(big))
+	want := strings.Fields(x.must(t, "exec", web, "cat", "/sum-big"))[0]
+	if got := hex.EncodeToString(sum[:]); len(big) != size || got != want {
+		t.Errorf("GET /big: %d bytes, sha256 %s; the pod's file is %d bytes, sha256 %s", len(big), got, size, want)
+	}
+}
+
 // waitListening waits until container id has a TCP listener on port.
 func (x *criEnv) waitListening(t *testing.T, id string, port int) {
 	t.Helper()
@@ -85,7 +107,6 @@ func (x *criEnv) logContainerd(t *testing.T, re string) {
 func TestCRIPortForward(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
-	ctx := context.Background()
 	pod, podCfg := x.runPod(t, "pf", "gvx")
 	web := x.createContainer(t, pod, podCfg, "web", []string{"sh", "-c",
 		"mkdir /www && echo forwarded-into-gvisor > /www/index.html && head -c 8388608 /dev/urandom > /www/big && sha256sum /www/big > /sum-big && exec httpd -f -p 80 -h /www"}, nil)
@@ -93,20 +114,7 @@ func TestCRIPortForward(t *testing.T) {
 	// crictl port-forward (like kubectl's) exits at the first connection
 	// the pod refuses: wait for the pod's listeners first.
 	x.waitListening(t, web, 80)
-	local := x.portForward(t, pod, 80)
-	body, err := httpGetRetry(ctx, fmt.Sprintf("http://127.0.0.1:%d/", local), 20*time.Second)
-	if err != nil || strings.TrimSpace(body) != "forwarded-into-gvisor" {
-		t.Fatalf("GET / through crictl port-forward: %q, %v", body, err)
-	}
-	big, err := httpGetRetry(ctx, fmt.Sprintf("http://127.0.0.1:%d/big", local), 60*time.Second)
-	if err != nil {
-		t.Fatalf("GET /big: %v", err)
-	}
-	sum := sha256.Sum256([]byte(big))
-	want := strings.Fields(x.must(t, "exec", web, "cat", "/sum-big"))[0]
-	if got := hex.EncodeToString(sum[:]); len(big) != 8<<20 || got != want {
-		t.Errorf("GET /big: %d bytes, sha256 %s; the pod's file is 8388608 bytes, sha256 %s", len(big), got, want)
-	}
+	x.getForwarded(t, pod, web, "forwarded-into-gvisor", 8<<20)
 
 	// Upload: the pod's nc takes one connection and checksums it.
 	x.must(t, "exec", web, "sh", "-c", "(nc -l -p 9000 </dev/null 2>/dev/null | sha256sum > /sum-up 2>&1 &) </dev/null >/dev/null 2>&1; true")

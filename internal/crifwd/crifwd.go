@@ -32,14 +32,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// A Dialer connects to a port of the pod: its address's (TCPTo), or its
+// NAT's guest port.
+type Dialer func(ctx context.Context, port uint16) (net.Conn, error)
+
+// TCPTo dials ports of target (a pod's address) as any client on the node
+// would.
+func TCPTo(target netip.Addr) Dialer {
+	return func(ctx context.Context, port uint16) (net.Conn, error) {
+		d := net.Dialer{Timeout: 10 * time.Second}
+		return d.DialContext(ctx, "tcp", netip.AddrPortFrom(target, port).String())
+	}
+}
+
 // Forwarder steers a pod network namespace's loopback TCP connections to
-// the pod's address.
+// the pod.
 type Forwarder struct {
-	target netip.Addr
-	ln     *net.TCPListener
-	sock   *ebpf.Map
-	prog   *ebpf.Program
-	link   link.Link
+	dial Dialer
+	ln   *net.TCPListener
+	sock *ebpf.Map
+	prog *ebpf.Program
+	link link.Link
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -48,9 +61,10 @@ type Forwarder struct {
 }
 
 // Start attaches the steering to the network namespace at nsPath and
-// forwards what it steers to target (the pod's address), until Close.
-func Start(ctx context.Context, nsPath string, target netip.Addr) (*Forwarder, error) {
-	f := &Forwarder{target: target, conns: map[net.Conn]struct{}{}}
+// forwards what it steers, each connection to the port it was made to,
+// through dial, until Close.
+func Start(ctx context.Context, nsPath string, dial Dialer) (*Forwarder, error) {
+	f := &Forwarder{dial: dial, conns: map[net.Conn]struct{}{}}
 	var ns int
 	err := InNetNS(nsPath, func() error {
 		// Plain TCP: Go listens with MPTCP where the kernel has it, and
@@ -202,11 +216,9 @@ func (f *Forwarder) track(c net.Conn, add bool) bool {
 func (f *Forwarder) forward(ctx context.Context, c *net.TCPConn) {
 	defer c.Close()
 	port := c.LocalAddr().(*net.TCPAddr).Port
-	addr := netip.AddrPortFrom(f.target, uint16(port)).String()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	up, err := d.DialContext(ctx, "tcp", addr)
+	up, err := f.dial(ctx, uint16(port))
 	if err != nil {
-		log.G(ctx).WithError(err).Warnf("port forwarding: connect to the pod's %s", addr)
+		log.G(ctx).WithError(err).Warnf("port forwarding: connect to the pod's port %d", port)
 		return
 	}
 	if !f.track(up, true) {
@@ -219,7 +231,9 @@ func (f *Forwarder) forward(ctx context.Context, c *net.TCPConn) {
 	go func() {
 		defer close(done)
 		_, _ = io.Copy(up, c)
-		_ = up.(*net.TCPConn).CloseWrite()
+		if cw, ok := up.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
 	}()
 	_, _ = io.Copy(c, up)
 	_ = c.CloseWrite()

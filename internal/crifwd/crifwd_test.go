@@ -104,7 +104,7 @@ func TestForwarder(t *testing.T) {
 	if got, err := dialIn(ns, port); err == nil {
 		t.Fatalf("before the Forwarder, 127.0.0.1:%d in the namespace answered %q", port, got)
 	}
-	f, err := Start(context.Background(), ns, netip.MustParseAddr("127.0.0.1"))
+	f, err := Start(context.Background(), ns, TCPTo(netip.MustParseAddr("127.0.0.1")))
 	if err != nil {
 		t.Fatal(err)
 	}
