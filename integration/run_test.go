@@ -409,3 +409,56 @@ func TestRunEmbedded(t *testing.T) {
 		t.Errorf("the embedded containerd (pid %d) still runs with no sandbox left", pid)
 	}
 }
+
+// TestRunPortForward: gvx port-forward listens on the host's loopback and
+// carries each connection to a NAT sandbox's guest port through its NAT
+// (nothing published by the sandbox); SIGINT ends it cleanly; a sandbox
+// without a NAT is refused naming why.
+func TestRunPortForward(t *testing.T) {
+	f := runFlags(t)
+	checkNoLeaks(t)
+	r := gvxCmd(t, "", "run", append(f, "-d", "--net", "nat", "--dns", "127.0.0.1:9", "--name", "runpf"), busyboxArchive(),
+		"sh", "-c", "mkdir /www && echo hello-port-forward > /www/index.html && exec httpd -f -p 80 -h /www")
+	if r.code != 0 {
+		t.Fatalf("run -d --net nat: code %d stderr %q", r.code, r.stderr)
+	}
+	defer gvxCmd(t, "", "rm", append(f, "-f"), "runpf")
+	pf := exec.Command(filepath.Join(e.gvxBin, "gvx"), append(append([]string{"port-forward"}, f...), "runpf", "0:80")...)
+	pf.Env = append(os.Environ(), "PATH="+e.path())
+	out, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	pf.Stderr = &stderr
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	m := regexp.MustCompile(`^Forwarding from (127\.0\.0\.1:\d+) -> 80\n$`).FindStringSubmatch(line)
+	if err != nil || m == nil {
+		t.Fatalf("gvx port-forward said %q (%v); stderr %q", line, err, stderr.String())
+	}
+	body, err := httpGetRetry(context.Background(), "http://"+m[1]+"/", 20*time.Second)
+	if err != nil || body != "hello-port-forward\n" {
+		t.Errorf("GET through gvx port-forward: %q, %v; stderr %q", body, err, stderr.String())
+	}
+	_ = pf.Process.Signal(syscall.SIGINT)
+	if err := pf.Wait(); err != nil {
+		t.Errorf("gvx port-forward after SIGINT: %v; stderr %q", err, stderr.String())
+	}
+	if c, err := net.Dial("tcp", m[1]); err == nil {
+		c.Close()
+		t.Errorf("%s still listens after gvx port-forward exited", m[1])
+	}
+
+	gvxCmd(t, "", "run", append(f, "-d", "--name", "runpfnone"), busyboxArchive(), "sleep", "100000")
+	defer gvxCmd(t, "", "rm", append(f, "-f"), "runpfnone")
+	if r := gvxCmd(t, "", "port-forward", f, "runpfnone", "0:80"); r.code == 0 || !strings.Contains(r.stderr, "no NAT") {
+		t.Errorf("port-forward to a sandbox without a NAT: code %d stderr %q, want a refusal naming it", r.code, r.stderr)
+	}
+	if r := gvxCmd(t, "", "port-forward", f, "runpfnone", "80"); r.code == 0 || !strings.Contains(r.stderr, "LOCALPORT:GUESTPORT") {
+		t.Errorf("port-forward with a bad port: code %d stderr %q", r.code, r.stderr)
+	}
+}

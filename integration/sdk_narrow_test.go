@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	sdk "github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // TestSDKNarrowEgress: Sandbox.NarrowEgress narrows a running NAT
@@ -49,6 +54,14 @@ func TestSDKNarrowEgress(t *testing.T) {
 		}
 	}
 	reaches(sb, true, "before any narrowing")
+	// The NAT's control socket is root's alone.
+	socks, _ := filepath.Glob(filepath.Join(harness.State.SentryRoot(sb.ID()), testNS, api.NATControlGlob))
+	if len(socks) != 1 {
+		t.Fatalf("control sockets of %s's NAT: %q", sb.ID(), socks)
+	}
+	if fi, err := os.Stat(socks[0]); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the NAT's control socket %s: %v %v, want a socket of root's, mode 0600", socks[0], fi.Mode(), err)
+	}
 	if err := sb.NarrowEgress(ctx, "deny", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +130,12 @@ func TestSDKNarrowEgress(t *testing.T) {
 	defer plain.Close(ctx)
 	if err := plain.NarrowEgress(ctx, "deny", nil, nil); !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "no NAT") {
 		t.Errorf("NarrowEgress of a sandbox without a NAT: %v, want ErrUnsupported", err)
+	}
+	if nw, err := sb.Network(ctx); err != nil || nw != sdk.NetworkNAT {
+		t.Errorf("Network of a NAT sandbox: %q, %v", nw, err)
+	}
+	if nw, err := plain.Network(ctx); err != nil || nw != sdk.NetworkNone {
+		t.Errorf("Network of a sandbox without a NAT: %q, %v", nw, err)
 	}
 	if _, err := plain.DialPort(ctx, 7000); !errors.Is(err, sdk.ErrUnsupported) {
 		t.Errorf("DialPort of a sandbox without a NAT: %v, want ErrUnsupported", err)

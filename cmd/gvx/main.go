@@ -26,6 +26,7 @@ func main() {
 			containerdCommand(),
 			runCommand(),
 			execCommand(),
+			portForwardCommand(),
 			psCommand(),
 			rmCommand(),
 			serveCommand(),

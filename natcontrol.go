@@ -3,6 +3,7 @@ package gvx
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -92,6 +93,20 @@ func (s *Sandbox) natControl(op string) (client.Container, string, error) {
 		return nil, "", errorf(op, s.id, ErrUnsupported, "the sandbox has no NAT (%d control sockets in %s): create it with Network %q", len(socks), root, NetworkNAT)
 	}
 	return cont, socks[0], nil
+}
+
+// Network is the running sandbox's network: NetworkNAT when it runs
+// behind a NAT of its own (or a pool sandbox's it adopted), else
+// NetworkNone.
+func (s *Sandbox) Network(ctx context.Context) (NetworkMode, error) {
+	_, _, err := s.natControl("network")
+	switch {
+	case err == nil:
+		return NetworkNAT, nil
+	case errors.Is(err, ErrUnsupported):
+		return NetworkNone, nil
+	}
+	return "", err
 }
 
 // DialPort connects to TCP port of a NetworkNAT sandbox's guest, as a
