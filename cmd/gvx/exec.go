@@ -53,15 +53,11 @@ func execAction(ctx context.Context, cmd *cli.Command) error {
 		}
 		o.Env = append(o.Env, kv)
 	}
-	c, err := connectSDK(ctx, cmd)
+	c, sb, err := attachSDK(ctx, cmd, args[0])
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	sb, err := c.Attach(ctx, args[0])
-	if err != nil {
-		return err
-	}
 	cols, rows, restore, err := terminal(tty)
 	if err != nil {
 		return err

@@ -77,15 +77,11 @@ func portForwardAction(ctx context.Context, cmd *cli.Command) error {
 		}
 		specs = append(specs, f)
 	}
-	c, err := connectSDK(ctx, cmd)
+	c, sb, err := attachSDK(ctx, cmd, args[0])
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	sb, err := c.Attach(ctx, args[0])
-	if err != nil {
-		return err
-	}
 	if nw, err := sb.Network(ctx); err != nil {
 		return err
 	} else if nw != gvx.NetworkNAT {

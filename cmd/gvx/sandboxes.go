@@ -38,6 +38,21 @@ func sdkFlags() []cli.Flag {
 	}
 }
 
+// attachSDK connects the SDK (connectSDK) and finds sandbox id; the
+// caller closes the client.
+func attachSDK(ctx context.Context, cmd *cli.Command, id string) (*gvx.Client, *gvx.Sandbox, error) {
+	c, err := connectSDK(ctx, cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := c.Attach(ctx, id)
+	if err != nil {
+		c.Close(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	return c, sb, nil
+}
+
 // connectSDK connects as the sandbox commands' flags say.
 func connectSDK(ctx context.Context, cmd *cli.Command) (*gvx.Client, error) {
 	return gvx.Connect(ctx, gvx.Options{
