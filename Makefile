@@ -160,11 +160,12 @@ unit:
 	cd clients/python && python3 -m unittest discover -s tests
 	cd sentry && $(GO) test ./launcher/... ./hook/... ./volmount/... ./hostbind/... ./subcontainer/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./maskpaths/... ./sysclass/... ./oomwatch/... ./exectask/... ./monitor/... ./hostcreds/... ./cmd/gvx-runtime/... ./cmd/gvx-sentry/... ./checkpoint/... ./nat/... ./natproc/... ./natsandbox/...
 
+# make integration RUN=REGEX runs only the integration tests REGEX names.
 integration: deps build tools images
 	rm -rf $(OUT)/containerd-logs
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) CRICTL_BIN=$(CRICTL_BIN) IMAGES=$(IMAGES) \
 		CRITEST_BIN=$(CRITEST_BIN) CRANE_BIN=$(CRANE_BIN) GVX_TEST_LOG_DIR=$(OUT)/containerd-logs \
-		$(GO) test -count=1 -timeout 40m -v ./integration/ 2>&1 | tee $(OUT)/integration.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
+		$(GO) test -count=1 -timeout 40m -v $(if $(RUN),-run '$(RUN)') ./integration/ 2>&1 | tee $(OUT)/integration.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
 		exit $${PIPESTATUS[0]}
 	# The SDK's godoc examples, on real sandboxes.
 	GVX_BIN=$(BIN) IMAGES=$(IMAGES) $(GO) test -count=1 -run Example .
