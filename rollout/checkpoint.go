@@ -80,7 +80,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	}
 	if ports := userPorts(nat.Ports, e.layout.DockerRelaySocket(namespaceOf(ctx), b.id)); onNAT && len(ports) > 0 {
 		return nil, fmt.Errorf("checkpoint %s: %w: its NAT publishes host ports (%s), which a rollback or a fork would need a second time while this sandbox holds them; "+
-			"publish none (reach the guest through an exec, or a port of a sandbox that is not checkpointed), or checkpoint it through containerd (ctr c checkpoint) and restore once it is gone", sb.ID, ErrNotCheckpointable, strings.Join(ports, ", "))
+			"publish none (reach the guest's ports through its NAT instead: the SDK's Sandbox.DialPort, gvx port-forward), or checkpoint it through containerd (ctr c checkpoint) and restore once it is gone", sb.ID, ErrNotCheckpointable, strings.Join(ports, ", "))
 	}
 	// A NAT sandbox is checked once paused (natQuiet).
 	if !onNAT && mayConnectOut(string(flags), st.Sandbox.Pid) {
