@@ -158,13 +158,23 @@ type NAT struct {
 	Bandwidth int64
 }
 
+// egress reports whether n sets an egress policy of its own.
+func (n *NAT) egress() bool {
+	return n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil
+}
+
+// narrows reports whether n narrows the egress policy.
+func (n *NAT) narrows() bool {
+	return n.NarrowDefault != "" || n.NarrowAllow != nil || n.NarrowDeny != nil
+}
+
 // api is n as the dev.gvx.nat annotation's value.
 func (n *NAT) api() api.NAT {
 	out := api.NAT{Ports: n.Ports, DNS: n.DNS, MaxConnections: n.MaxConnections, Bandwidth: n.Bandwidth}
-	if n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil {
+	if n.egress() {
 		out.Egress = &api.Egress{Default: n.EgressDefault, Allow: n.EgressAllow, Deny: n.EgressDeny}
 	}
-	if n.NarrowDefault != "" || n.NarrowAllow != nil || n.NarrowDeny != nil {
+	if n.narrows() {
 		if out.Egress == nil {
 			out.Egress = &api.Egress{}
 		}
@@ -179,7 +189,7 @@ func (n *NAT) config(c config.NAT) config.NAT {
 	if n.Ports != nil {
 		c.Ports = n.Ports
 	}
-	if n.EgressDefault != "" || n.EgressAllow != nil || n.EgressDeny != nil {
+	if n.egress() {
 		c.Egress = config.Egress{Default: n.EgressDefault, Allow: n.EgressAllow, Deny: n.EgressDeny}
 	}
 	if n.DNS != nil {

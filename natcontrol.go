@@ -55,7 +55,7 @@ func (s *Sandbox) NarrowEgress(ctx context.Context, def string, allow, deny []st
 	switch {
 	case nat.Egress != nil:
 		nat.Egress.Narrow = n
-		if e := nat.Egress; e.Default == "" && e.Allow == nil && e.Deny == nil && e.Narrow == nil {
+		if !nat.Egress.HasPolicy() && n == nil {
 			nat.Egress = nil
 		}
 	case n != nil:
@@ -87,12 +87,12 @@ func (s *Sandbox) natControl(op string) (client.Container, string, error) {
 	// The NAT's control socket is in the sentry root of the sandbox the
 	// container runs in (a pool's, for an adopted one: the root is a
 	// link to it).
-	root := filepath.Join(api.Layout{Dir: s.c.cfg.StateDir}.SentryRoot(cont.ID()), s.c.opts.Namespace)
-	socks, _ := filepath.Glob(filepath.Join(root, api.NATControlGlob))
-	if len(socks) != 1 {
-		return nil, "", errorf(op, s.id, ErrUnsupported, "the sandbox has no NAT (%d control sockets in %s): create it with Network %q", len(socks), root, NetworkNAT)
+	root := api.SentryRoot(filepath.Join(api.Layout{Dir: s.c.cfg.StateDir}.SentryRoot(cont.ID()), s.c.opts.Namespace))
+	sock, err := root.FindNATControl()
+	if err != nil {
+		return nil, "", errorf(op, s.id, ErrUnsupported, "the sandbox has no NAT (%v): create it with Network %q", err, NetworkNAT)
 	}
-	return cont, socks[0], nil
+	return cont, sock, nil
 }
 
 // Network is the running sandbox's network: NetworkNAT when it runs

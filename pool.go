@@ -135,7 +135,7 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 		// its acquires then share (the shim's adoption compares them).
 		rc.Network = api.NetworkNAT
 		if t.NAT != nil {
-			if t.NAT.NarrowDefault != "" || t.NAT.NarrowAllow != nil || t.NAT.NarrowDeny != nil {
+			if t.NAT.narrows() {
 				return nil, errorf("new pool", pc.Name, ErrInvalid, "Template.NAT narrows the egress policy: a pool's sandboxes boot with one policy; set it with EgressDefault, EgressAllow and EgressDeny")
 			}
 			rc.NAT = t.NAT.config(rc.NAT)

@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -211,6 +212,17 @@ func (r SentryRoot) NATControl(id string) string {
 // NATControlGlob matches the control socket of the NAT in a sentry root
 // (one per sandbox).
 const NATControlGlob = "gvx-nat-*.sock"
+
+// FindNATControl is the control socket of the NAT in r, whatever its
+// sandbox's id (an adopted pool sandbox's, behind a link): an error when
+// r holds none (a sandbox without a NAT, or not started yet).
+func (r SentryRoot) FindNATControl() (string, error) {
+	socks, _ := filepath.Glob(filepath.Join(string(r), NATControlGlob))
+	if len(socks) != 1 {
+		return "", fmt.Errorf("%d NAT control sockets in %s", len(socks), r)
+	}
+	return socks[0], nil
+}
 
 // NATLog is the log of the NAT of sandbox id (its refusals).
 func (r SentryRoot) NATLog(id string) string {

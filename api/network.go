@@ -100,6 +100,12 @@ type Egress struct {
 	Narrow *Narrow `json:"narrow,omitempty"`
 }
 
+// HasPolicy reports whether e sets a policy of its own (a default or
+// rules), beside any narrowing.
+func (e *Egress) HasPolicy() bool {
+	return e.Default != "" || e.Allow != nil || e.Deny != nil
+}
+
 // Narrow is a narrowing of an egress policy, in E2B's order: an allow
 // rule admits, else a deny rule refuses, else Default decides. It has no
 // built-in ranges (the policy it narrows has them), so its allow rules

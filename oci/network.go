@@ -74,7 +74,7 @@ func PrepareNAT(s *specs.Spec, c config.NAT, bundle string) (api.NAT, error) {
 			n.Ports = over.Ports
 		}
 		if e := over.Egress; e != nil {
-			if e.Default != "" || e.Allow != nil || e.Deny != nil || n.Egress == nil {
+			if e.HasPolicy() || n.Egress == nil {
 				n.Egress = e
 			} else {
 				// A narrowing alone narrows the config's policy.

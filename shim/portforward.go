@@ -56,10 +56,10 @@ func (t *gvxTask) preparePortForward(ctx context.Context) error {
 // this; an adopted pool sandbox's root is a link to the pool's).
 func natDialer(root api.SentryRoot) crifwd.Dialer {
 	return func(ctx context.Context, port uint16) (net.Conn, error) {
-		socks, _ := filepath.Glob(filepath.Join(string(root), api.NATControlGlob))
-		if len(socks) != 1 {
-			return nil, fmt.Errorf("the pod's NAT: %d control sockets in %s", len(socks), root)
+		sock, err := root.FindNATControl()
+		if err != nil {
+			return nil, fmt.Errorf("the pod's NAT: %w", err)
 		}
-		return api.DialNATPort(ctx, socks[0], port)
+		return api.DialNATPort(ctx, sock, port)
 	}
 }
