@@ -253,14 +253,22 @@ func TestCheckpointRefused(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	ctx := context.Background()
+	// A network namespace the task joins by path: on network "none" gvx
+	// does not run gVisor's netstack on it (it may hold interfaces).
+	const netns = "gvxtest-ckdock"
+	if out, err := osexec.Command("ip", "netns", "add", netns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", netns, err, out)
+	}
+	t.Cleanup(func() { _ = osexec.Command("ip", "netns", "delete", netns).Run() })
 	for _, tc := range []struct {
 		id, want string
 		opts     []string
 	}{
 		{"ckhost", "host network", []string{"--net-host"}},
 		// Docker mode whose dockerd socket is a host socket of the
-		// guest's (gVisor forwards no port on network "none").
-		{"ckdocknone", "published as a host socket", []string{"--annotation", api.AnnotationDocker + "=true", "--annotation", api.AnnotationNetwork + "=" + api.NetworkNone}},
+		// guest's (gVisor forwards no port on its network "none").
+		{"ckdocknone", "published as a host socket", []string{"--annotation", api.AnnotationDocker + "=true", "--annotation", api.AnnotationNetwork + "=" + api.NetworkNone,
+			"--with-ns", "network:/var/run/netns/" + netns}},
 	} {
 		cleanupTask(t, tc.id)
 		mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, tc.opts...), busybox, tc.id, "sleep", "600")...)

@@ -339,7 +339,7 @@ func TestDockerRestoreTimeWait(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
 	srv := buildTestdata(t, "lineserver")
-	for _, network := range []string{api.NetworkSandbox, api.NetworkNAT} {
+	for _, network := range []string{api.NetworkSandbox, api.NetworkNAT, api.NetworkNone} {
 		t.Run(network, func(t *testing.T) { restoreTimeWait(t, srv, network) })
 	}
 }
@@ -353,6 +353,25 @@ func restoreTimeWait(t *testing.T, srv, network string) {
 		"--mount", "type=bind,src="+filepath.Dir(srv)+",dst=/t,options=rbind:ro",
 		busybox, id, "sh", "-c", `exec /t/lineserver "$GVX_DOCKER_TCP" /tmp/listen`)
 	sock := harness.State.DockerSocket(testNS, id)
+	if network == api.NetworkNone {
+		// On gVisor's netstack in the task's new network namespace
+		// (so that dockerd's socket goes through the shim), the guest
+		// still has a loopback alone and no route out.
+		r := ctrExec(t, id, "links", "cat", "/proc/net/dev", "/proc/net/route")
+		var links []string
+		route := false
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if name, _, ok := strings.Cut(l, ":"); ok && !strings.Contains(name, "|") {
+				links = append(links, strings.TrimSpace(name))
+			}
+			if f := strings.Fields(l); len(f) > 2 && f[1] == "00000000" {
+				route = true // a default route
+			}
+		}
+		if len(links) != 1 || links[0] != "lo" || route {
+			t.Errorf("the guest of docker mode on network none: links %q, /proc/net/dev and /proc/net/route:\n%s; want lo alone and no route", links, r.stdout)
+		}
+	}
 	// burst makes n connections, 8 at a time; each answers what ask says
 	// (with its index) within a deadline, or the first failure is returned.
 	burst := func(n int, ask func(i int) (string, string)) error {

@@ -55,6 +55,21 @@ func OwnNetNS(s *specs.Spec) bool {
 	return false
 }
 
+// FreshNetNS reports whether s gives the task a new network namespace
+// (one the runtime creates, holding only a loopback), not one it joins by
+// path.
+func FreshNetNS(s *specs.Spec) bool {
+	if s.Linux == nil {
+		return false
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			return ns.Path == ""
+		}
+	}
+	return false
+}
+
 // PrepareNAT merges the task's api.AnnotationNAT over the config's [nat]
 // (each field set replaces the config's; an egress with only a narrowing
 // narrows the config's policy),

@@ -210,6 +210,14 @@ func TestNetworkMode(t *testing.T) {
 	if OwnNetNS(h) || !OwnNetNS(s) {
 		t.Fatalf("OwnNetNS: %v without a network namespace, %v with one", OwnNetNS(h), OwnNetNS(s))
 	}
+	if FreshNetNS(h) || !FreshNetNS(s) {
+		t.Fatalf("FreshNetNS: %v without a network namespace, %v with a new one", FreshNetNS(h), FreshNetNS(s))
+	}
+	joined := baseSpec()
+	joined.Linux.Namespaces = append(joined.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: "/var/run/netns/x"})
+	if !OwnNetNS(joined) || FreshNetNS(joined) {
+		t.Fatalf("a joined network namespace: OwnNetNS %v, FreshNetNS %v; want true, false", OwnNetNS(joined), FreshNetNS(joined))
+	}
 	for _, tc := range []struct{ anno, want string }{{"", "host"}, {"sandbox", "host"}, {"none", "none"}, {"nat", "nat"}, {"host", "host"}} {
 		h.Annotations = map[string]string{}
 		if tc.anno != "" {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	securejoin "github.com/cyphar/filepath-securejoin"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -32,6 +33,23 @@ func (t *gvxTask) prepareNetwork() error {
 	if t.network == api.NetworkNAT && t.role != oci.RoleContainer {
 		return t.prepareNAT()
 	}
+	return nil
+}
+
+// noneOnNetstack runs a docker-mode task on network "none" on gVisor's
+// netstack (its --network=sandbox) in the task's new network namespace,
+// which holds only a loopback: the guest sees what "none" gives it (lo
+// alone, no route out), while gVisor's port forwarding, which serves only
+// its netstack, reaches the guest, so dockerd is published through the
+// shim (dockerProxied) and the sandbox can be checkpointed. gvx-hook
+// brings that loopback up, as for "sandbox".
+func (t *gvxTask) noneOnNetstack() error {
+	hook, err := config.HookPath(t.rec.Sentry)
+	if err != nil {
+		return grpcError(errdefs.ErrFailedPrecondition, err)
+	}
+	t.hook, t.netstack = hook, true
+	t.flags = setFlag(t.flags, "--network=", config.GVisorNetwork(api.NetworkSandbox))
 	return nil
 }
 

@@ -51,6 +51,7 @@ type gvxTask struct {
 	mapping    oci.Mapping
 	hook       string               // gvx-hook, when the sandbox's network needs it
 	network    string               // the task's network mode (api.Network*)
+	netstack   bool                 // "none" on gVisor's netstack (noneOnNetstack)
 	flags      []string             // gvx-sentry global flags of the task
 	rootVol    *api.Volume          // an ext4 root filesystem, mounted like a volume
 	rootfsSize int64                // the cap on root filesystem writes (0: none)
@@ -69,6 +70,9 @@ type gvxTask struct {
 	// monitor's death (monitorexit.go).
 	initPid   atomic.Int64
 	killedAll atomic.Bool
+	// netFrozen: a checkpoint froze the sockets of the guest's inner
+	// network namespaces, which the next resume thaws (checkpoint.go).
+	netFrozen atomic.Bool
 	fault     string        // the step after which to crash (tests)
 	tRootfs   time.Duration // how long the rootfs mount took
 }
@@ -235,6 +239,11 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 			"container %s asks for docker mode but its pod %s runs without it: docker mode applies to the whole pod's sandbox; "+
 				"set %s=true as a pod annotation (containerd pod_annotations) or [docker] enabled in the runtime handler's gvx config", r.ID, t.pod, api.AnnotationDocker))
 	}
+	if t.network == api.NetworkNone && t.role == oci.RoleNone && t.cfg.Pool.Size == 0 && oci.FreshNetNS(t.spec) {
+		if err := t.noneOnNetstack(); err != nil {
+			return err
+		}
+	}
 	dir := t.layout.Docker(r.Namespace, r.ID)
 	if t.dockerProxied() {
 		// The host reaches the inner dockerd through the shim's socket,
@@ -277,12 +286,13 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 
 // dockerProxied says whether the task's dockerd is published through the
 // shim (a sandbox of its own on gVisor's netstack, which gVisor's port
-// forwarding needs, or on gvx's NAT, which publishes the guest's port)
-// rather than as a host socket the guest creates: pool sandboxes boot
-// before their task and pod members share one, and gVisor forwards no
-// port on network "none".
+// forwarding needs — network "sandbox", or "none" in a new network
+// namespace (noneOnNetstack) — or on gvx's NAT, which publishes the
+// guest's port) rather than as a host socket the guest creates: pool
+// sandboxes boot before their task, pod members share one, and gVisor
+// forwards no port on its network "none".
 func (t *gvxTask) dockerProxied() bool {
-	return t.role == oci.RoleNone && (t.network == api.NetworkSandbox || t.network == api.NetworkNAT) && t.cfg.Pool.Size == 0
+	return t.role == oci.RoleNone && (t.network == api.NetworkSandbox || t.network == api.NetworkNAT || t.netstack) && t.cfg.Pool.Size == 0
 }
 
 // publishRelayNAT has the task's NAT publish gvx-relay's guest port on
