@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
@@ -290,6 +291,106 @@ func TestDockerCheckpointNAT(t *testing.T) {
 	if err := f.Close(ctx); err != nil {
 		t.Error(err)
 	}
+	closed = true
+	if err := ep.Close(ctx, false); err != nil {
+		t.Errorf("close %s: %v", id, err)
+	}
+}
+
+// TestDockerCheckpointInnerNetworks: inner containers' networks across
+// checkpoints of a docker-mode sandbox. gVisor saves only the sandbox's
+// own network namespace, freezes every socket it saves and thaws only
+// that namespace's. A container on dockerd's bridge that has sent makes
+// the save fail (the bridge's learned address cannot be saved): the
+// checkpoint is refused naming the way out, through the SDK and through
+// containerd, and the inner network still works afterwards. Once that
+// container is gone, a checkpoint succeeds with a server on its own
+// loopback (`--network none`) and one on the sandbox's network
+// (`--network host`): both still answer in the running sandbox — the
+// guest thaws the sockets the save froze (api.IoctlResumeNetworks;
+// without it the first one timed out). A rollback to a checkpoint taken
+// with the host-network one alone gives it back answering.
+func TestDockerCheckpointInnerNetworks(t *testing.T) {
+	_, ctx := dindEnv(t)
+	checkNoLeaks(t)
+	r, dir := ckDockerRunner(t, 0)
+	const id, ref = "dkcknet", "gvx.test/dkcknet:1"
+	ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = ep.Close(context.Background(), false)
+		}
+		_, _ = e.ctrResult(context.Background(), "images", "rm", ref)
+	})
+	serve := func(name, network string) {
+		t.Helper()
+		sbRun(t, ctx, ep.Sandbox, fmt.Sprintf(`docker run -d --name %[1]s --network %[2]s gvx.test/busybox:latest sh -c 'while true; do echo hi-%[1]s | nc -l -p 8080; done' >/dev/null`, name, network))
+	}
+	// answers waits up to 10 s for script to print want.
+	answers := func(what, script, want string) {
+		t.Helper()
+		var out string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if out = sbRun(t, ctx, ep.Sandbox, script+" 2>&1 || true"); strings.Contains(out, want) {
+				return
+			}
+		}
+		t.Errorf("%s: %q, want %q", what, out, want)
+	}
+	serve("br", "bridge")
+	sbRun(t, ctx, ep.Sandbox, "docker run -d --name cli gvx.test/busybox:latest sleep 100000 >/dev/null")
+	overBridge := `docker exec cli sh -c "nc -w 3 $(docker inspect -f '{{.NetworkSettings.IPAddress}}' br) 8080 </dev/null"`
+	brLoopback := `docker exec br sh -c "nc -w 3 127.0.0.1 8080 </dev/null"`
+	answers("over dockerd's bridge", overBridge, "hi-br")
+
+	_, err = ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err == nil || !strings.Contains(err.Error(), "--network host") || strings.Contains(err.Error(), "goroutine") {
+		t.Errorf("SDK checkpoint with a bridged container that sent: %v; want the refusal naming --network host, without gVisor's goroutine dump", err)
+	}
+	answers("over the bridge after the refused checkpoint", overBridge, "hi-br")
+	answers("the bridged container's loopback after the refused checkpoint", brLoopback, "hi-br")
+	res, err := e.ctrResult(ctx, "container", "checkpoint", "--task", id, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.code == 0 || !strings.Contains(res.stderr, "--network host") {
+		t.Errorf("ctr c checkpoint with a bridged container that sent: exit %d, %q; want the refusal naming --network host", res.code, res.stderr)
+	}
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Errorf("%s is %s after the refused ctr checkpoint, want RUNNING", id, st)
+	}
+	answers("over the bridge after the refused ctr checkpoint", overBridge, "hi-br")
+
+	sbRun(t, ctx, ep.Sandbox, "docker rm -f br cli >/dev/null")
+	serve("lo", "none")
+	serve("hn", "host")
+	ownLoopback := `docker exec lo sh -c "nc -w 3 127.0.0.1 8080 </dev/null"`
+	sandboxNet := `docker run --rm --network host gvx.test/busybox:latest nc -w 3 127.0.0.1 8080 </dev/null`
+	answers("--network none container's loopback", ownLoopback, "hi-lo")
+	answers("--network host container", sandboxNet, "hi-hn")
+	ck, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatalf("checkpoint with containers on --network none and host: %v", err)
+	}
+	answers("--network none container's loopback after the checkpoint", ownLoopback, "hi-lo")
+	answers("--network host container after the checkpoint", sandboxNet, "hi-hn")
+	if err := r.Client.ReleaseCheckpoint(ctx, ck.ID); err != nil {
+		t.Error(err)
+	}
+	// A restore of sockets saved in an inner namespace did not finish
+	// (docs/checkpoint.md): roll back to one without them.
+	sbRun(t, ctx, ep.Sandbox, "docker rm -f lo >/dev/null")
+	if ck, err = ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{}); err != nil {
+		t.Fatalf("checkpoint with a container on --network host: %v", err)
+	}
+	if err := ep.SDK.Rollback(ctx, ck.ID); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	answers("--network host container after the rollback", sandboxNet, "hi-hn")
 	closed = true
 	if err := ep.Close(ctx, false); err != nil {
 		t.Errorf("close %s: %v", id, err)

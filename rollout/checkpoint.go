@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,8 +118,13 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		defer sb.mu.Unlock()
 		err := e.save(bctx, ctl, h, b.id, string(flags), spec)
 		h.Paused = time.Since(t0)
-		if rerr := e.resume(bctx, b); rerr != nil && err == nil {
-			err = rerr
+		if rerr := e.resume(bctx, b); rerr != nil {
+			if err == nil {
+				err = rerr
+			}
+		} else if dockerMode(string(flags)) {
+			// Failed or not, the save froze inner containers' sockets.
+			e.resumeNetworks(bctx, b, spec)
 		}
 		if err == nil {
 			err = e.store.save(h)
@@ -159,6 +165,18 @@ func (e *Engine) natQuiet(ctx context.Context, b *backing, spec *specs.Spec) err
 		return err
 	}
 	return e.pause(ctx, b)
+}
+
+// dockerMode says whether gvx-sentry flags flags are a docker-mode
+// sandbox's.
+func dockerMode(flags string) bool {
+	f := strings.Fields(flags)
+	for _, want := range oci.DockerProxySentryFlags {
+		if !slices.Contains(f, want) {
+			return false
+		}
+	}
+	return true
 }
 
 // userPorts is the ports a NAT publishes but the one the shim adds for a
@@ -203,7 +221,7 @@ func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, f
 	}
 	defer closeAll(files)
 	if err := ctl.Checkpoint(files[0], files[1], files[2], true); err != nil {
-		return err
+		return api.ExplainSave(err)
 	}
 	m := &checkpoint.Manifest{Task: id, Flags: flags}
 	if vols := volumesOf(ctx, spec.Mounts); len(vols) > 0 {

@@ -10,11 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/oci"
 )
 
 // mayConnectOut says whether a sandbox that is not on a NAT, with
@@ -36,17 +39,56 @@ func mayConnectOut(flags string, pid int) bool {
 // warning). Callers ask only a sandbox that may hold one (mayConnectOut,
 // natQuiet).
 func (e *Engine) outsideTCP(ctx context.Context, b *backing, spec *specs.Spec) error {
-	if spec.Process == nil {
-		return nil
-	}
-	p := *spec.Process
-	p.Args, p.Terminal = checkpoint.TCPTablesCmd, false
-	var out, errOut bytes.Buffer
-	id := "gvx-ck-tcp-" + strconv.FormatInt(e.seq.Add(1), 36)
-	proc, err := b.task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, &errOut)))
-	if err != nil {
+	// The exit status does not matter: cat fails on a table the guest
+	// lacks and lists the others.
+	out, _, _, err := e.execIn(ctx, b, spec, "gvx-ck-tcp-", checkpoint.TCPTablesCmd)
+	switch {
+	case errors.Is(err, errExecTimeout):
+		return errors.New("listing its TCP connections (cat /proc/net/tcp) took over 10 s")
+	case err != nil:
 		log.G(ctx).WithError(err).Warnf("gvx rollout: %s: cannot list its TCP connections; checkpointing without that check", b.id)
 		return nil
+	}
+	if peers := checkpoint.OutsidePeers(out); len(peers) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotCheckpointable, &checkpoint.ErrOutsideTCP{Peers: peers})
+	}
+	return nil
+}
+
+// errExecTimeout is execIn's when the command ran over 10 s (killed).
+var errExecTimeout = errors.New("the command ran over 10 s")
+
+// resumeNetworks has the guest of docker-mode backing b resume the
+// network stacks of its inner containers' namespaces after a save
+// (api.IoctlResumeNetworks, through the gvx-relay the shim mounts there):
+// gVisor's save leaves their sockets frozen. Only logged when it fails: the
+// checkpoint is made.
+func (e *Engine) resumeNetworks(ctx context.Context, b *backing, spec *specs.Spec) {
+	out, stderr, code, err := e.execIn(ctx, b, spec, "gvx-ck-net-", []string{oci.DockerRelayGuest, api.RelayResumeNetCommand})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%s %s: exit %d: %s", oci.DockerRelayGuest, api.RelayResumeNetCommand, code, strings.TrimSpace(string(stderr)))
+	}
+	if err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: %s: its inner containers' network stacks may stay frozen after the checkpoint", b.id)
+		return
+	}
+	log.G(ctx).Debugf("gvx rollout: %s: resumed %s network namespaces", b.id, strings.TrimSpace(string(out)))
+}
+
+// execIn runs args (with the init's user and environment) in backing b,
+// with exec ids starting with prefix, and returns its stdout, stderr and
+// exit code, killing it after 10 s (errExecTimeout).
+func (e *Engine) execIn(ctx context.Context, b *backing, spec *specs.Spec, prefix string, args []string) (stdout, stderr []byte, code int, err error) {
+	if spec.Process == nil {
+		return nil, nil, -1, errors.New("the container has no process")
+	}
+	p := *spec.Process
+	p.Args, p.Terminal = args, false
+	var out, errOut bytes.Buffer
+	id := prefix + strconv.FormatInt(e.seq.Add(1), 36)
+	proc, err := b.task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, &errOut)))
+	if err != nil {
+		return nil, nil, -1, err
 	}
 	defer func() { _, _ = proc.Delete(context.WithoutCancel(ctx)) }()
 	wait, err := proc.Wait(ctx)
@@ -54,18 +96,15 @@ func (e *Engine) outsideTCP(ctx context.Context, b *backing, spec *specs.Spec) e
 		err = proc.Start(ctx)
 	}
 	if err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx rollout: %s: cannot list its TCP connections; checkpointing without that check", b.id)
-		return nil
+		return nil, nil, -1, err
 	}
+	var st client.ExitStatus
 	select {
-	case <-wait:
+	case st = <-wait:
 	case <-time.After(10 * time.Second):
 		_ = proc.Kill(ctx, 9)
-		return errors.New("listing its TCP connections (cat /proc/net/tcp) took over 10 s")
+		return nil, nil, -1, errExecTimeout
 	}
 	proc.IO().Wait()
-	if peers := checkpoint.OutsidePeers(out.Bytes()); len(peers) > 0 {
-		return fmt.Errorf("%w: %w", ErrNotCheckpointable, &checkpoint.ErrOutsideTCP{Peers: peers})
-	}
-	return nil
+	return out.Bytes(), errOut.Bytes(), int(st.ExitCode()), nil
 }

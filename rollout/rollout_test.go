@@ -92,3 +92,16 @@ func TestUserPorts(t *testing.T) {
 		t.Errorf("the relay's socket alone: %q", got)
 	}
 }
+
+func TestDockerMode(t *testing.T) {
+	for flags, want := range map[string]bool{
+		"--network=sandbox --net-raw --allow-packet-socket-write": true,
+		"--net-raw --allow-packet-socket-write --host-uds=create": true,
+		"--network=sandbox --net-raw":                             false,
+		"":                                                        false,
+	} {
+		if got := dockerMode(flags); got != want {
+			t.Errorf("dockerMode(%q) = %v, want %v", flags, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -55,7 +56,7 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 		}
 		if !opts.Exit {
 			defer func() {
-				if _, err := s.TTRPCTaskService.Resume(ctx, &task.ResumeRequest{ID: r.ID}); err != nil {
+				if _, err := s.Resume(ctx, &task.ResumeRequest{ID: r.ID}); err != nil {
 					log.G(ctx).WithError(err).Errorf("gvx shim: resume %s after its checkpoint", r.ID)
 				}
 			}()
@@ -79,7 +80,14 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 	if r.Options, err = typeurl.MarshalAnyToProto(opts); err != nil {
 		return nil, err
 	}
-	if _, err := s.TTRPCTaskService.Checkpoint(ctx, r); err != nil {
+	_, err = s.TTRPCTaskService.Checkpoint(ctx, r)
+	if t.relay != "" && !exit {
+		// Saved or not, gVisor's save froze the sockets of inner
+		// containers with network namespaces of their own: the next
+		// resume has the guest thaw them (Resume).
+		t.netFrozen.Store(true)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := t.saveVolumes(ctx, r.Path); err != nil {
@@ -91,6 +99,37 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 		}
 	}
 	return &emptypb.Empty{}, nil
+}
+
+// Resume resumes a paused task. A docker-mode task checkpointed since it
+// was paused also has its guest resume the network stacks of its inner
+// containers' namespaces (resumeNetworks).
+func (s *service) Resume(ctx context.Context, r *task.ResumeRequest) (*emptypb.Empty, error) {
+	resp, err := s.TTRPCTaskService.Resume(ctx, r)
+	if err == nil && r.ID != "" {
+		if t := s.task(r.ID); t != nil && t.netFrozen.Swap(false) {
+			t.resumeNetworks(ctx, r.ID)
+		}
+	}
+	return resp, err
+}
+
+// resumeNetworks has proxied docker-mode task id's guest resume the
+// network stacks of every network namespace in it (gvx-relay's
+// api.RelayResumeNetCommand: api.IoctlResumeNetworks). gVisor's save
+// freezes every socket it saves but thaws only those of the sandbox's own
+// namespace, so without this an inner container's sockets, its loopback's
+// too, stay frozen after a checkpoint. Logged when it fails.
+func (t *gvxTask) resumeNetworks(ctx context.Context, id string) {
+	out, stderr, code, err := t.runIn(ctx, id, []string{oci.DockerRelayGuest, api.RelayResumeNetCommand}, 10*time.Second)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
+	}
+	if err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx shim: %s: its inner containers' network stacks may stay frozen after the checkpoint", id)
+		return
+	}
+	log.G(ctx).Debugf("gvx shim: %s: resumed %s network namespaces after its checkpoint", id, strings.TrimSpace(string(out)))
 }
 
 // checkpointOptions are a checkpoint request's runc options.
@@ -120,8 +159,8 @@ func (t *gvxTask) checkpointable() error {
 	case t.rec.Adopted:
 		return fmt.Errorf("it runs in a warm-pool sandbox; checkpoint a task that boots its own sandbox")
 	case t.rec.Docker && t.rec.DockerSocket == nil:
-		return fmt.Errorf("it runs in docker mode with dockerd's socket published as a host socket (gVisor's --host-uds=create: network %q, a pool or a pod), which gVisor cannot save; "+
-			"docker mode on network \"sandbox\" or \"nat\" in a sandbox of its own publishes it through the shim and can be checkpointed", t.network)
+		return fmt.Errorf("it runs in docker mode with dockerd's socket published as a host socket (gVisor's --host-uds=create: network %q in a network namespace it joins, a pool or a pod), which gVisor cannot save; "+
+			"docker mode in a sandbox of its own with a new network namespace (any network but \"host\"), or on \"nat\", publishes it through the shim and can be checkpointed", t.network)
 	case t.role != oci.RoleNone:
 		return fmt.Errorf("it is a member of CRI pod %s; pods are checkpointed as a whole (not yet supported)", t.pod)
 	}

@@ -3,6 +3,7 @@
 // socket and dockerd (package internal/relay says why).
 //
 //	gvx-relay [-peer ADDR] LISTEN BACKEND -- INIT [ARG...]
+//	gvx-relay resume-net
 //
 // starts `gvx-relay serve LISTEN BACKEND [ADDR]` as its child and then
 // executes INIT in its place, so the image's init stays the container's
@@ -45,10 +46,20 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/relay"
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == api.RelayResumeNetCommand {
+		n, err := resumeNet()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gvx-relay: resume-net: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(n)
+		return
+	}
 	if (len(os.Args) == 4 || len(os.Args) == 5) && os.Args[1] == "serve" {
 		peer := ""
 		if len(os.Args) == 5 {
@@ -76,6 +87,23 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-relay: %v\n", err)
 		os.Exit(127)
 	}
+}
+
+// resumeNet asks gvx-sentry to resume the network stacks of the
+// sandbox's network namespaces (api.IoctlResumeNetworks), which the
+// shim and the rollout engine have the guest do after each checkpoint
+// that leaves the sandbox running, and returns how many there are.
+func resumeNet() (int, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer syscall.Close(fd)
+	n, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), api.IoctlResumeNetworks, 0)
+	if errno != 0 {
+		return 0, fmt.Errorf("ioctl %#x: %w (not in a gvx sandbox, or its gvx-sentry predates it)", api.IoctlResumeNetworks, errno)
+	}
+	return int(n), nil
 }
 
 // start starts the server and executes the init.

@@ -24,6 +24,8 @@ import (
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/flag"
 	"gvisor.dev/gvisor/runsc/sandbox"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // Checkpoint saves a sandbox's state.
@@ -97,7 +99,7 @@ func (c *Checkpoint) Execute(_ context.Context, f *flag.FlagSet, args ...any) su
 		ExcludeCommittedZeroPages: !c.keepZeros,
 	}
 	if err := cont.Checkpoint(conf, c.imagePath, opts); err != nil {
-		return util.Errorf("checkpoint %s: %v", cont.ID, err)
+		return util.Errorf("checkpoint %s: %v", cont.ID, api.ExplainSave(err))
 	}
 	return subcommands.ExitSuccess
 }

@@ -32,9 +32,12 @@ var restartableOpens = map[string]bool{
 }
 
 // wrappers are the system calls Install patches, by name, and how:
-// restartOnSignal for the opens, bridgeIoctl (bridge.go) for ioctl.
+// restartOnSignal for the opens; for ioctl, bridgeIoctl (bridge.go) and
+// resumeNetIoctl (resumenet.go).
 var wrappers = func() map[string]func(kernel.SyscallFn) kernel.SyscallFn {
-	w := map[string]func(kernel.SyscallFn) kernel.SyscallFn{"ioctl": bridgeIoctl}
+	w := map[string]func(kernel.SyscallFn) kernel.SyscallFn{
+		"ioctl": func(fn kernel.SyscallFn) kernel.SyscallFn { return bridgeIoctl(resumeNetIoctl(fn)) },
+	}
 	for name := range restartableOpens {
 		w[name] = restartOnSignal
 	}

@@ -1,0 +1,27 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrBridgeLearned is what ExplainSave makes of gVisor's failure to save
+// a sandbox whose network bridge has learned an address.
+var ErrBridgeLearned = errors.New("a network bridge in the guest (dockerd's docker0 or another) has learned the address of a container attached to it, and gVisor cannot save a bridge's learned addresses (stack.BridgeFDBEntry)")
+
+// bridgeFDBType names the type gVisor's encoder refuses then.
+const bridgeFDBType = "stack.BridgeFDBEntry"
+
+// ExplainSave turns the errors of gVisor's save that gvx knows into ones
+// that say what to do, keeping only the first line of gVisor's (its
+// encoder appends goroutine dumps); others are returned as they are.
+func ExplainSave(err error) error {
+	if err == nil || !strings.Contains(err.Error(), bridgeFDBType) {
+		return err
+	}
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	return fmt.Errorf("%w: a bridge learns once a container on it sends, and its learned addresses go only with the container. "+
+		"Run inner containers that must live through checkpoints with --network host (the sandbox's own network, still isolated from the host) or --network none, "+
+		"or remove the bridged ones before the checkpoint; the sandbox keeps running (gVisor: %s)", ErrBridgeLearned, strings.TrimSpace(first))
+}

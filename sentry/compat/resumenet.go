@@ -1,0 +1,62 @@
+package compat
+
+import (
+	"gvisor.dev/gvisor/pkg/errors/linuxerr"
+	"gvisor.dev/gvisor/pkg/sentry/arch"
+	"gvisor.dev/gvisor/pkg/sentry/inet"
+	"gvisor.dev/gvisor/pkg/sentry/kernel"
+	"gvisor.dev/gvisor/pkg/sentry/socket"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// resumeNetIoctl serves api.IoctlResumeNetworks on a socket: it resumes
+// the network stack of every network namespace a task of the sandbox is
+// in and returns how many there are. gVisor's save freezes each endpoint
+// it encodes (TCP's beforeSave freezes its segment queue and registers it
+// with its stack for a Resume; UDP, ICMP, raw and packet endpoints
+// register too) but pauses and resumes only the root namespace's stack
+// (Kernel.SaveTo), so after a save that lets the sandbox run on — or one
+// that failed part way — the sockets of an inner container with a network
+// namespace of its own stay frozen, its loopback's included. Resuming a
+// stack whose dispatcher was not paused and that holds no endpoint to
+// resume does nothing, so any guest process may ask (the shim's and the
+// engine's execs hold the container's default capabilities, without
+// CAP_NET_ADMIN). Every other ioctl is fn's.
+func resumeNetIoctl(fn kernel.SyscallFn) kernel.SyscallFn {
+	return func(t *kernel.Task, sysno uintptr, args arch.SyscallArguments) (uintptr, *kernel.SyscallControl, error) {
+		if args[1].Uint() != api.IoctlResumeNetworks {
+			return fn(t, sysno, args)
+		}
+		file := t.GetFile(args[0].Int())
+		if file == nil {
+			return 0, nil, linuxerr.EBADF
+		}
+		_, isSocket := file.Impl().(socket.Socket)
+		file.DecRef(t)
+		if !isSocket {
+			return fn(t, sysno, args)
+		}
+		return uintptr(resumeNetworks(t, t.Kernel().TaskSet().Root.Tasks())), nil, nil
+	}
+}
+
+// resumeNetworks resumes the stack of each network namespace of tasks,
+// once, and returns how many namespaces there were.
+func resumeNetworks(t *kernel.Task, tasks []*kernel.Task) int {
+	seen := map[*inet.Namespace]bool{}
+	for _, task := range tasks {
+		ns := task.GetNetworkNamespace()
+		if ns == nil {
+			continue // exiting
+		}
+		if !seen[ns] {
+			seen[ns] = true
+			if st := ns.Stack(); st != nil {
+				st.Resume()
+			}
+		}
+		ns.DecRef(t)
+	}
+	return len(seen)
+}
