@@ -45,6 +45,26 @@ func ckDockerRunner(t *testing.T, spares int) (*dind.Runner, string) {
 	return &dind.Runner{Client: c}, dir
 }
 
+// ckEpisode starts episode id of r (its volume in dir); the test's end
+// closes it unless the returned func closed it first.
+func ckEpisode(t *testing.T, ctx context.Context, r *dind.Runner, dir, id string) (*dind.Episode, func() error) {
+	t.Helper()
+	ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = ep.Close(context.Background(), false)
+		}
+	})
+	return ep, func() error {
+		closed = true
+		return ep.Close(ctx, false)
+	}
+}
+
 // TestDockerCheckpointRollback: a docker-mode sandbox checkpointed with
 // dockerd up (an image tagged, a container created and one running) and
 // rolled back after changes: dockerd answers on the same host socket, the
@@ -56,16 +76,7 @@ func TestDockerCheckpointRollback(t *testing.T) {
 	for _, spares := range []int{0, 1} {
 		r, dir := ckDockerRunner(t, spares)
 		id := "dkck" + string(rune('a'+spares))
-		ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		closed := false
-		t.Cleanup(func() {
-			if !closed {
-				_ = ep.Close(context.Background(), false)
-			}
-		})
+		ep, closeEp := ckEpisode(t, ctx, r, dir, id)
 		sock := ep.Docker.Socket
 		sbRun(t, ctx, ep.Sandbox, `set -e
 docker tag gvx.test/busybox:latest gvx-test/before:1
@@ -103,8 +114,7 @@ docker rmi gvx-test/before:1 >/dev/null`)
 		if out := sbRun(t, ctx, ep.Sandbox, "docker exec running-before echo alive"); strings.TrimSpace(out) != "alive" {
 			t.Errorf("docker exec in the container running at the checkpoint: %q", out)
 		}
-		closed = true
-		if err := ep.Close(ctx, false); err != nil {
+		if err := closeEp(); err != nil {
 			t.Errorf("close %s: %v", id, err)
 		}
 	}
@@ -235,16 +245,7 @@ func TestDockerCheckpointNAT(t *testing.T) {
 	r.Network = sdk.NetworkNAT
 	r.NAT = &sdk.NAT{DNS: []string{"127.0.0.1:9"}, EgressAllow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}
 	id := "dkcknat"
-	ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = ep.Close(context.Background(), false)
-		}
-	})
+	ep, closeEp := ckEpisode(t, ctx, r, dir, id)
 	sock := ep.Docker.Socket
 	inner := fmt.Sprintf("docker run --rm gvx.test/busybox:latest wget -q -O - http://10.0.2.2:%d/", srv.port)
 	if out := sbRun(t, ctx, ep.Sandbox, inner); strings.TrimSpace(out) != "inner-through-the-nat" {
@@ -291,8 +292,7 @@ func TestDockerCheckpointNAT(t *testing.T) {
 	if err := f.Close(ctx); err != nil {
 		t.Error(err)
 	}
-	closed = true
-	if err := ep.Close(ctx, false); err != nil {
+	if err := closeEp(); err != nil {
 		t.Errorf("close %s: %v", id, err)
 	}
 }
@@ -315,17 +315,8 @@ func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	checkNoLeaks(t)
 	r, dir := ckDockerRunner(t, 0)
 	const id, ref = "dkcknet", "gvx.test/dkcknet:1"
-	ep, err := r.StartEpisode(ctx, id, dindImage, golden, filepath.Join(dir, id+".ext4"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = ep.Close(context.Background(), false)
-		}
-		_, _ = e.ctrResult(context.Background(), "images", "rm", ref)
-	})
+	ep, closeEp := ckEpisode(t, ctx, r, dir, id)
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
 	serve := func(name, network string) {
 		t.Helper()
 		sbRun(t, ctx, ep.Sandbox, fmt.Sprintf(`docker run -d --name %[1]s --network %[2]s gvx.test/busybox:latest sh -c 'while true; do echo hi-%[1]s | nc -l -p 8080; done' >/dev/null`, name, network))
@@ -347,7 +338,7 @@ func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	brLoopback := `docker exec br sh -c "nc -w 3 127.0.0.1 8080 </dev/null"`
 	answers("over dockerd's bridge", overBridge, "hi-br")
 
-	_, err = ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
+	_, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
 	if err == nil || !strings.Contains(err.Error(), "--network host") || strings.Contains(err.Error(), "goroutine") {
 		t.Errorf("SDK checkpoint with a bridged container that sent: %v; want the refusal naming --network host, without gVisor's goroutine dump", err)
 	}
@@ -391,8 +382,7 @@ func TestDockerCheckpointInnerNetworks(t *testing.T) {
 		t.Fatalf("rollback: %v", err)
 	}
 	answers("--network host container after the rollback", sandboxNet, "hi-hn")
-	closed = true
-	if err := ep.Close(ctx, false); err != nil {
+	if err := closeEp(); err != nil {
 		t.Errorf("close %s: %v", id, err)
 	}
 }

@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -139,35 +140,52 @@ func (x *env) engine(spares int, lazy bool) (*rollout.Engine, string, error) {
 	return e, dir, err
 }
 
+// adopted starts sandbox id (guest(mib); more spec options) and adopts it
+// into an engine of its own with spares hot spares (and, with lazy,
+// Options.LazyLabels); done destroys the sandbox, closes the engine and
+// removes its store.
+func (x *env) adopted(ctx context.Context, id string, mib, spares int, lazy bool, more ...oci.SpecOpts) (*rollout.Engine, *rollout.Sandbox, func() error, error) {
+	e, dir, err := x.engine(spares, lazy)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closeAll := func() error {
+		defer os.RemoveAll(dir)
+		return e.Close(ctx)
+	}
+	if err := x.start(ctx, id, guest(mib), nil, "", more...); err != nil {
+		return nil, nil, nil, errors.Join(err, closeAll())
+	}
+	sb, err := e.Adopt(ctx, id)
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, closeAll())
+	}
+	return e, sb, func() error {
+		_ = e.Destroy(ctx, sb)
+		return closeAll()
+	}, nil
+}
+
 // gvx measures the engine at mib MiB with the given number of spares
 // (and, with lazy, Options.LazyLabels); with nat, of a sandbox on gvx's
 // userspace NAT, each restore a new NAT process giving the guest its eth0
 // again (docs/checkpoint.md), timing checkpoints and rollbacks alone.
 func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy, nat bool) (retErr error) {
-	e, dir, err := x.engine(spares, lazy)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	defer func() {
-		if err := e.Close(ctx); err != nil && retErr == nil {
-			retErr = err
-		}
-	}()
 	id, what := fmt.Sprintf("ck%d-%d-%v", mib, spares, lazy), "gvx"
 	var more []oci.SpecOpts
 	if nat {
 		id, what = fmt.Sprintf("cknat%d-%d", mib, spares), "gvx NAT"
 		more = append(more, oci.WithAnnotations(map[string]string{api.AnnotationNetwork: api.NetworkNAT}))
 	}
-	if err := x.start(ctx, id, guest(mib), nil, "", more...); err != nil {
-		return err
-	}
-	sb, err := e.Adopt(ctx, id)
+	e, sb, done, err := x.adopted(ctx, id, mib, spares, lazy, more...)
 	if err != nil {
 		return err
 	}
-	defer e.Destroy(ctx, sb)
+	defer func() {
+		if err := done(); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
 	var syncT, asyncT, paused, rollbacks []time.Duration
 	var disk int64
 	for i := 0; i < runs; i++ {
@@ -261,25 +279,15 @@ func (x *env) fork(ctx context.Context, e *rollout.Engine, sb *rollout.Sandbox, 
 // cost a sandbox's memory each, as the forks of a restore do.
 func (x *env) forkSpares(ctx context.Context, mib, reps int) (retErr error) {
 	const n = 8
-	e, dir, err := x.engine(n, false)
+	e, sb, done, err := x.adopted(ctx, fmt.Sprintf("ckfork%d", mib), mib, n, false)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	defer func() {
-		if err := e.Close(ctx); err != nil && retErr == nil {
+		if err := done(); err != nil && retErr == nil {
 			retErr = err
 		}
 	}()
-	id := fmt.Sprintf("ckfork%d", mib)
-	if err := x.start(ctx, id, guest(mib), nil, ""); err != nil {
-		return err
-	}
-	sb, err := e.Adopt(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer e.Destroy(ctx, sb)
 	var each []time.Duration
 	for i := 0; i < reps; i++ {
 		h, err := e.Checkpoint(ctx, sb)
