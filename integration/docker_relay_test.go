@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/internal/digest"
 	"github.com/gvxrun/gvx/oci"
@@ -357,19 +358,16 @@ func restoreTimeWait(t *testing.T, srv, network string) {
 		// On gVisor's netstack in the task's new network namespace
 		// (so that dockerd's socket goes through the shim), the guest
 		// still has a loopback alone and no route out.
-		r := ctrExec(t, id, "links", "cat", "/proc/net/dev", "/proc/net/route")
-		var links []string
+		dev := ctrExec(t, id, "links", "cat", "/proc/net/dev").stdout
+		routes := ctrExec(t, id, "routes", "cat", "/proc/net/route").stdout
 		route := false
-		for _, l := range strings.Split(r.stdout, "\n") {
-			if name, _, ok := strings.Cut(l, ":"); ok && !strings.Contains(name, "|") {
-				links = append(links, strings.TrimSpace(name))
-			}
+		for _, l := range strings.Split(routes, "\n") {
 			if f := strings.Fields(l); len(f) > 2 && f[1] == "00000000" {
 				route = true // a default route
 			}
 		}
-		if len(links) != 1 || links[0] != "lo" || route {
-			t.Errorf("the guest of docker mode on network none: links %q, /proc/net/dev and /proc/net/route:\n%s; want lo alone and no route", links, r.stdout)
+		if !checkpoint.OnlyLoopback([]byte(dev)) || !strings.Contains(dev, "lo:") || route {
+			t.Errorf("the guest of docker mode on network none: /proc/net/dev\n%s/proc/net/route\n%s; want lo alone and no route", dev, routes)
 		}
 	}
 	// burst makes n connections, 8 at a time; each answers what ask says

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,13 +53,11 @@ func TestSDKNarrowEgress(t *testing.T) {
 	}
 	reaches(sb, true, "before any narrowing")
 	// The NAT's control socket is root's alone.
-	socks, _ := filepath.Glob(filepath.Join(harness.State.SentryRoot(sb.ID()), testNS, api.NATControlGlob))
-	if len(socks) != 1 {
-		t.Fatalf("control sockets of %s's NAT: %q", sb.ID(), socks)
+	sock, err := api.SentryRoot(filepath.Join(harness.State.SentryRoot(sb.ID()), testNS)).FindNATControl()
+	if err != nil {
+		t.Fatalf("the NAT of %s: %v", sb.ID(), err)
 	}
-	if fi, err := os.Stat(socks[0]); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
-		t.Errorf("the NAT's control socket %s: %v %v, want a socket of root's, mode 0600", socks[0], fi.Mode(), err)
-	}
+	socketOf(t, sock)
 	if err := sb.NarrowEgress(ctx, "deny", nil, nil); err != nil {
 		t.Fatal(err)
 	}

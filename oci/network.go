@@ -44,30 +44,28 @@ func NetworkMode(s *specs.Spec, c config.Config) (string, error) {
 // OwnNetNS reports whether s gives the task a network namespace other
 // than the host's (a new one, or one it joins by path).
 func OwnNetNS(s *specs.Spec) bool {
-	if s.Linux == nil {
-		return false
-	}
-	for _, ns := range s.Linux.Namespaces {
-		if ns.Type == specs.NetworkNamespace {
-			return true
-		}
-	}
-	return false
+	return netNS(s) != nil
 }
 
 // FreshNetNS reports whether s gives the task a new network namespace
 // (one the runtime creates, holding only a loopback), not one it joins by
 // path.
 func FreshNetNS(s *specs.Spec) bool {
+	ns := netNS(s)
+	return ns != nil && ns.Path == ""
+}
+
+// netNS is s's network namespace entry, nil if it has none (the host's).
+func netNS(s *specs.Spec) *specs.LinuxNamespace {
 	if s.Linux == nil {
-		return false
+		return nil
 	}
-	for _, ns := range s.Linux.Namespaces {
+	for i, ns := range s.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
-			return ns.Path == ""
+			return &s.Linux.Namespaces[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // PrepareNAT merges the task's api.AnnotationNAT over the config's [nat]

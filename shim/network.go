@@ -48,7 +48,7 @@ func (t *gvxTask) noneOnNetstack() error {
 	if err != nil {
 		return grpcError(errdefs.ErrFailedPrecondition, err)
 	}
-	t.hook, t.netstack = hook, true
+	t.hook = hook
 	t.flags = setFlag(t.flags, "--network=", config.GVisorNetwork(api.NetworkSandbox))
 	return nil
 }

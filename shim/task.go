@@ -51,7 +51,6 @@ type gvxTask struct {
 	mapping    oci.Mapping
 	hook       string               // gvx-hook, when the sandbox's network needs it
 	network    string               // the task's network mode (api.Network*)
-	netstack   bool                 // "none" on gVisor's netstack (noneOnNetstack)
 	flags      []string             // gvx-sentry global flags of the task
 	rootVol    *api.Volume          // an ext4 root filesystem, mounted like a volume
 	rootfsSize int64                // the cap on root filesystem writes (0: none)
@@ -239,13 +238,13 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 			"container %s asks for docker mode but its pod %s runs without it: docker mode applies to the whole pod's sandbox; "+
 				"set %s=true as a pod annotation (containerd pod_annotations) or [docker] enabled in the runtime handler's gvx config", r.ID, t.pod, api.AnnotationDocker))
 	}
-	if t.network == api.NetworkNone && t.role == oci.RoleNone && t.cfg.Pool.Size == 0 && oci.FreshNetNS(t.spec) {
-		if err := t.noneOnNetstack(); err != nil {
-			return err
-		}
-	}
 	dir := t.layout.Docker(r.Namespace, r.ID)
 	if t.dockerProxied() {
+		if t.network == api.NetworkNone {
+			if err := t.noneOnNetstack(); err != nil {
+				return err
+			}
+		}
 		// The host reaches the inner dockerd through the shim's socket,
 		// which hands each connection to the Sentry (dockerproxy.go),
 		// whose gvx-relay in the guest relays it to dockerd.
@@ -292,7 +291,10 @@ func (t *gvxTask) prepareDocker(context.Context) error {
 // sandboxes boot before their task, pod members share one, and gVisor
 // forwards no port on its network "none".
 func (t *gvxTask) dockerProxied() bool {
-	return t.role == oci.RoleNone && (t.network == api.NetworkSandbox || t.network == api.NetworkNAT || t.netstack) && t.cfg.Pool.Size == 0
+	if t.role != oci.RoleNone || t.cfg.Pool.Size != 0 {
+		return false
+	}
+	return t.network == api.NetworkSandbox || t.network == api.NetworkNAT || t.network == api.NetworkNone && oci.FreshNetNS(t.spec)
 }
 
 // publishRelayNAT has the task's NAT publish gvx-relay's guest port on

@@ -8,7 +8,6 @@ import (
 	"gvisor.dev/gvisor/pkg/sentry/arch"
 	"gvisor.dev/gvisor/pkg/sentry/inet"
 	"gvisor.dev/gvisor/pkg/sentry/kernel"
-	"gvisor.dev/gvisor/pkg/sentry/socket"
 	"gvisor.dev/gvisor/pkg/sentry/socket/netlink/nlmsg"
 )
 
@@ -33,12 +32,10 @@ func bridgeIoctl(fn kernel.SyscallFn) kernel.SyscallFn {
 		if cmd != siocBRADDBR && cmd != siocBRDELBR {
 			return fn(t, sysno, args)
 		}
-		file := t.GetFile(args[0].Int())
-		if file == nil {
-			return 0, nil, linuxerr.EBADF
+		isSocket, err := socketFD(t, args[0].Int())
+		if err != nil {
+			return 0, nil, err
 		}
-		_, isSocket := file.Impl().(socket.Socket)
-		file.DecRef(t)
 		ns := t.NetworkNamespace()
 		if !isSocket || ns == nil || ns.Stack() == nil {
 			return fn(t, sysno, args)

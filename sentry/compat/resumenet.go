@@ -28,17 +28,28 @@ func resumeNetIoctl(fn kernel.SyscallFn) kernel.SyscallFn {
 		if args[1].Uint() != api.IoctlResumeNetworks {
 			return fn(t, sysno, args)
 		}
-		file := t.GetFile(args[0].Int())
-		if file == nil {
-			return 0, nil, linuxerr.EBADF
+		isSocket, err := socketFD(t, args[0].Int())
+		if err != nil {
+			return 0, nil, err
 		}
-		_, isSocket := file.Impl().(socket.Socket)
-		file.DecRef(t)
 		if !isSocket {
 			return fn(t, sysno, args)
 		}
 		return uintptr(resumeNetworks(t, t.Kernel().TaskSet().Root.Tasks())), nil, nil
 	}
+}
+
+// socketFD says whether t's file descriptor fd is a socket (EBADF if it
+// has no such descriptor): the ioctls gvx serves are served on sockets
+// only.
+func socketFD(t *kernel.Task, fd int32) (bool, error) {
+	file := t.GetFile(fd)
+	if file == nil {
+		return false, linuxerr.EBADF
+	}
+	defer file.DecRef(t)
+	_, ok := file.Impl().(socket.Socket)
+	return ok, nil
 }
 
 // resumeNetworks resumes the stack of each network namespace of tasks,
