@@ -47,6 +47,21 @@ type GuestState struct {
 // device driver and gVisor's netstack refuses.
 const IoctlResumeNetworks = 0x89fe
 
+// IoctlInnerTCP is the ioctl request, on any socket in a gvx sandbox, that
+// returns how many TCP endpoints the sandbox's inner network namespaces
+// (an inner container's own, not the sandbox's) hold in a state gVisor's
+// restore waits on: listening, connecting or connected, TIME-WAIT
+// included (gvx-sentry serves it; `gvx-relay inner-tcp` makes it). gVisor
+// restores only the root namespace's endpoints, so the restore of a
+// checkpoint that holds any of these never finishes: checkpoints of
+// docker-mode sandboxes are refused while the count is not 0
+// (ErrInnerTCP). SIOCDEVPRIVATE+13.
+const IoctlInnerTCP = 0x89fd
+
+// RelayInnerTCPCommand is gvx-relay's subcommand that makes the
+// IoctlInnerTCP call in a proxied docker-mode guest and prints the count.
+const RelayInnerTCPCommand = "inner-tcp"
+
 // RelayResumeNetCommand is gvx-relay's subcommand that makes the
 // IoctlResumeNetworks call in a proxied docker-mode guest and prints the
 // number of network namespaces.

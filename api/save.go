@@ -10,6 +10,19 @@ import (
 // a sandbox whose network bridge has learned an address.
 var ErrBridgeLearned = errors.New("a network bridge in the guest (dockerd's docker0 or another) has learned the address of a container attached to it, and gVisor cannot save a bridge's learned addresses (stack.BridgeFDBEntry)")
 
+// ErrInnerTCP is the refusal of a checkpoint of a docker-mode sandbox
+// whose inner containers' own network namespaces hold TCP sockets that
+// gVisor's restore would wait on for ever (IoctlInnerTCP).
+var ErrInnerTCP = errors.New("TCP sockets in inner containers' own network namespaces (listening, connecting or connected, TIME-WAIT included) cannot be checkpointed: gVisor restores only the sandbox's own network namespace, and the restore of such a checkpoint never finishes")
+
+// InnerTCPError is the refusal of a checkpoint while n such sockets are
+// held, naming the ways out.
+func InnerTCPError(n int) error {
+	return fmt.Errorf("%w: %d held now. Run inner containers that serve or connect over TCP across checkpoints with --network host "+
+		"(the sandbox's own network, still isolated from the host), or stop them (and wait out TIME-WAIT, 60 s) before the checkpoint; "+
+		"containers on --network none or a bridge that hold no TCP socket are fine; the sandbox keeps running", ErrInnerTCP, n)
+}
+
 // bridgeFDBType names the type gVisor's encoder refuses then.
 const bridgeFDBType = "stack.BridgeFDBEntry"
 

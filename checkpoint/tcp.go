@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // OutsidePeers returns the peers ("ip:port") of the established TCP
@@ -104,3 +106,18 @@ func BeyondLoopback(pid int) bool {
 // TCPTablesCmd is the guest command that prints the tables OutsidePeers
 // reads.
 var TCPTablesCmd = []string{"cat", "/proc/net/tcp", "/proc/net/tcp6"}
+
+// InnerTCP reads what gvx-relay's api.RelayInnerTCPCommand printed in a
+// docker-mode guest: nil when its inner containers' own network
+// namespaces hold no TCP socket gVisor's restore would wait on for ever,
+// api.InnerTCPError naming the ways out when they do.
+func InnerTCP(out []byte) error {
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("counting the TCP sockets of its inner containers: %q is not a count", out)
+	}
+	if n > 0 {
+		return api.InnerTCPError(n)
+	}
+	return nil
+}

@@ -1,8 +1,12 @@
 package checkpoint
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestOutsidePeers(t *testing.T) {
@@ -26,5 +30,18 @@ func TestOutsidePeers(t *testing.T) {
 	}
 	if got := OutsidePeers([]byte("garbage\n\n"), nil); len(got) != 0 {
 		t.Errorf("garbage: %v", got)
+	}
+}
+
+func TestInnerTCP(t *testing.T) {
+	if err := InnerTCP([]byte("0\n")); err != nil {
+		t.Errorf("0: %v", err)
+	}
+	err := InnerTCP([]byte("3\n"))
+	if !errors.Is(err, api.ErrInnerTCP) || !strings.Contains(err.Error(), "3 held") || !strings.Contains(err.Error(), "--network host") {
+		t.Errorf("3: %v, want api.ErrInnerTCP naming the count and --network host", err)
+	}
+	if err := InnerTCP([]byte("gvx-relay: usage")); err == nil || errors.Is(err, api.ErrInnerTCP) {
+		t.Errorf("garbage: %v, want an error that is not the refusal", err)
 	}
 }

@@ -298,18 +298,23 @@ func TestDockerCheckpointNAT(t *testing.T) {
 }
 
 // TestDockerCheckpointInnerNetworks: inner containers' networks across
-// checkpoints of a docker-mode sandbox. gVisor saves only the sandbox's
-// own network namespace, freezes every socket it saves and thaws only
-// that namespace's. A container on dockerd's bridge that has sent makes
-// the save fail (the bridge's learned address cannot be saved): the
-// checkpoint is refused naming the way out, through the SDK and through
-// containerd, and the inner network still works afterwards. Once that
-// container is gone, a checkpoint succeeds with a server on its own
-// loopback (`--network none`) and one on the sandbox's network
-// (`--network host`): both still answer in the running sandbox — the
-// guest thaws the sockets the save froze (api.IoctlResumeNetworks;
-// without it the first one timed out). A rollback to a checkpoint taken
-// with the host-network one alone gives it back answering.
+// checkpoints of a docker-mode sandbox. gVisor saves every network
+// namespace but restores only the sandbox's own, freezes every socket it
+// saves and thaws only that namespace's.
+//   - A container on dockerd's bridge that has sent (a ping) makes the
+//     save fail (the bridge's learned address cannot be saved): the
+//     checkpoint is refused naming the way out, through the SDK and
+//     through containerd, and the inner network still works afterwards.
+//   - A TCP server in a container's own namespace (`--network none`)
+//     would make the restore wait for ever (api.IoctlInnerTCP): the
+//     checkpoint is refused before the sandbox is paused, through both
+//     paths, and the server still answers.
+//   - Without it, a checkpoint succeeds with a TCP server on the
+//     sandbox's network (`--network host`) and a ping on a `--network
+//     none` container's loopback: both go on in the running sandbox — the
+//     guest thaws the sockets the save froze (api.IoctlResumeNetworks;
+//     without it the ping got no more replies) — and a rollback gives
+//     the server back answering.
 func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	_, ctx := dindEnv(t)
 	checkNoLeaks(t)
@@ -317,67 +322,72 @@ func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	const id, ref = "dkcknet", "gvx.test/dkcknet:1"
 	ep, closeEp := ckEpisode(t, ctx, r, dir, id)
 	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
-	serve := func(name, network string) {
-		t.Helper()
-		sbRun(t, ctx, ep.Sandbox, fmt.Sprintf(`docker run -d --name %[1]s --network %[2]s gvx.test/busybox:latest sh -c 'while true; do echo hi-%[1]s | nc -l -p 8080; done' >/dev/null`, name, network))
-	}
+	run := func(script string) string { return sbRun(t, ctx, ep.Sandbox, script) }
 	// answers waits up to 10 s for script to print want.
 	answers := func(what, script, want string) {
 		t.Helper()
 		var out string
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if out = sbRun(t, ctx, ep.Sandbox, script+" 2>&1 || true"); strings.Contains(out, want) {
+			if out = run(script + " 2>&1 || true"); strings.Contains(out, want) {
 				return
 			}
 		}
 		t.Errorf("%s: %q, want %q", what, out, want)
 	}
-	serve("br", "bridge")
-	sbRun(t, ctx, ep.Sandbox, "docker run -d --name cli gvx.test/busybox:latest sleep 100000 >/dev/null")
-	overBridge := `docker exec cli sh -c "nc -w 3 $(docker inspect -f '{{.NetworkSettings.IPAddress}}' br) 8080 </dev/null"`
-	brLoopback := `docker exec br sh -c "nc -w 3 127.0.0.1 8080 </dev/null"`
-	answers("over dockerd's bridge", overBridge, "hi-br")
+	// refused checks that the SDK's and ctr's checkpoints are refused
+	// with an error containing want, leaving the task running.
+	refused := func(what, want string) {
+		t.Helper()
+		_, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--network host") || strings.Contains(err.Error(), "goroutine") {
+			t.Errorf("SDK checkpoint with %s: %v; want the refusal %q naming --network host, without gVisor's goroutine dump", what, err, want)
+		}
+		res, err := e.ctrResult(ctx, "container", "checkpoint", "--task", id, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.code == 0 || !strings.Contains(res.stderr, want) {
+			t.Errorf("ctr c checkpoint with %s: exit %d, %q; want the refusal %q", what, res.code, res.stderr, want)
+		}
+		if st := taskStatus(t, id); st != "RUNNING" {
+			t.Errorf("%s is %s after the refused checkpoints with %s, want RUNNING", id, st, what)
+		}
+	}
+	// docker0's address in the sandbox: the bridged container's gateway.
+	gateway := `$(ip -4 addr show docker0 | awk '/inet / {sub("/.*", "", $2); print $2}')`
+	run(`docker run -d --name br gvx.test/busybox:latest sh -c "ping -c 1 -W 3 ` + gateway + ` && sleep 100000" >/dev/null`)
+	answers("the bridged container's ping", "docker logs br", "1 packets received")
+	refused("a bridged container that sent", "learned the address")
+	answers("a ping over the bridge after the refused checkpoints", `docker exec br sh -c "ping -c 1 -W 3 `+gateway+`"`, "1 packets received")
+	run("docker rm -f br >/dev/null")
 
-	_, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
-	if err == nil || !strings.Contains(err.Error(), "--network host") || strings.Contains(err.Error(), "goroutine") {
-		t.Errorf("SDK checkpoint with a bridged container that sent: %v; want the refusal naming --network host, without gVisor's goroutine dump", err)
+	serve := func(name, network string) {
+		run(fmt.Sprintf(`docker run -d --name %[1]s --network %[2]s gvx.test/busybox:latest sh -c 'while true; do echo hi-%[1]s | nc -l -p 8080; done' >/dev/null`, name, network))
 	}
-	answers("over the bridge after the refused checkpoint", overBridge, "hi-br")
-	answers("the bridged container's loopback after the refused checkpoint", brLoopback, "hi-br")
-	res, err := e.ctrResult(ctx, "container", "checkpoint", "--task", id, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.code == 0 || !strings.Contains(res.stderr, "--network host") {
-		t.Errorf("ctr c checkpoint with a bridged container that sent: exit %d, %q; want the refusal naming --network host", res.code, res.stderr)
-	}
-	if st := taskStatus(t, id); st != "RUNNING" {
-		t.Errorf("%s is %s after the refused ctr checkpoint, want RUNNING", id, st)
-	}
-	answers("over the bridge after the refused ctr checkpoint", overBridge, "hi-br")
-
-	sbRun(t, ctx, ep.Sandbox, "docker rm -f br cli >/dev/null")
 	serve("lo", "none")
 	serve("hn", "host")
 	ownLoopback := `docker exec lo sh -c "nc -w 3 127.0.0.1 8080 </dev/null"`
 	sandboxNet := `docker run --rm --network host gvx.test/busybox:latest nc -w 3 127.0.0.1 8080 </dev/null`
 	answers("--network none container's loopback", ownLoopback, "hi-lo")
 	answers("--network host container", sandboxNet, "hi-hn")
+	refused("a TCP server in a --network none container", "TCP sockets in inner containers' own network namespaces")
+	answers("--network none container's loopback after the refused checkpoints", ownLoopback, "hi-lo")
+	answers("--network host container after the refused checkpoints", sandboxNet, "hi-hn")
+	run("docker rm -f lo >/dev/null")
+
+	run("docker run -d --name png --network none gvx.test/busybox:latest ping -i 0.2 127.0.0.1 >/dev/null")
+	replies := func() int { return strings.Count(run("docker logs png 2>&1"), "bytes from") }
+	answers("the ping on a --network none container's loopback", "docker logs png", "bytes from")
 	ck, err := ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{})
 	if err != nil {
-		t.Fatalf("checkpoint with containers on --network none and host: %v", err)
+		t.Fatalf("checkpoint with a ping on --network none and a server on --network host: %v", err)
 	}
-	answers("--network none container's loopback after the checkpoint", ownLoopback, "hi-lo")
+	before := replies()
+	time.Sleep(2 * time.Second)
+	if after := replies(); after < before+3 {
+		t.Errorf("the ping on a --network none container's loopback after the checkpoint: %d replies, then %d 2 s later; want it going on", before, after)
+	}
 	answers("--network host container after the checkpoint", sandboxNet, "hi-hn")
-	if err := r.Client.ReleaseCheckpoint(ctx, ck.ID); err != nil {
-		t.Error(err)
-	}
-	// A restore of sockets saved in an inner namespace did not finish
-	// (docs/checkpoint.md): roll back to one without them.
-	sbRun(t, ctx, ep.Sandbox, "docker rm -f lo >/dev/null")
-	if ck, err = ep.SDK.Checkpoint(ctx, sdk.CheckpointOptions{}); err != nil {
-		t.Fatalf("checkpoint with a container on --network host: %v", err)
-	}
 	if err := ep.SDK.Rollback(ctx, ck.ID); err != nil {
 		t.Fatalf("rollback: %v", err)
 	}

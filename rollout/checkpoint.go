@@ -89,6 +89,11 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 			return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 		}
 	}
+	if dockerMode(string(flags)) {
+		if err := e.innerTCP(ctx, b, spec); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+		}
+	}
 	ctl, err := e.control(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)

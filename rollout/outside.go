@@ -75,6 +75,25 @@ func (e *Engine) resumeNetworks(ctx context.Context, b *backing, spec *specs.Spe
 	log.G(ctx).Debugf("gvx rollout: %s: resumed %s network namespaces", b.id, strings.TrimSpace(string(out)))
 }
 
+// innerTCP refuses the checkpoint of docker-mode backing b while its
+// inner containers' own network namespaces hold TCP sockets whose restore
+// would never finish (api.IoctlInnerTCP, counted by the guest's
+// gvx-relay). A count that cannot be had refuses too.
+func (e *Engine) innerTCP(ctx context.Context, b *backing, spec *specs.Spec) error {
+	out, stderr, code, err := e.execIn(ctx, b, spec, "gvx-ck-itcp-", []string{oci.DockerRelayGuest, api.RelayInnerTCPCommand})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
+	}
+	if err != nil {
+		return fmt.Errorf("counting the TCP sockets of its inner containers (%s %s): %w", oci.DockerRelayGuest, api.RelayInnerTCPCommand, err)
+	}
+	err = checkpoint.InnerTCP(out)
+	if errors.Is(err, api.ErrInnerTCP) {
+		return fmt.Errorf("%w: %w", ErrNotCheckpointable, err)
+	}
+	return err
+}
+
 // execIn runs args (with the init's user and environment) in backing b,
 // with exec ids starting with prefix, and returns its stdout, stderr and
 // exit code, killing it after 10 s (errExecTimeout).

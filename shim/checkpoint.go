@@ -46,10 +46,8 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 	}
 	switch st.Status {
 	case tasktypes.Status_RUNNING:
-		if t.mayConnectOut(st.Pid) {
-			if err := t.outsideTCP(ctx, r.ID); err != nil {
-				return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", r.ID, err))
-			}
+		if err := t.guestChecks(ctx, r.ID, st.Pid); err != nil {
+			return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", r.ID, err))
 		}
 		if _, err := s.TTRPCTaskService.Pause(ctx, &task.PauseRequest{ID: r.ID}); err != nil {
 			return nil, err
@@ -64,10 +62,8 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 	case tasktypes.Status_PAUSED:
 		// containerd's client pauses a task before it checkpoints it: the
 		// guest runs again for the check (tens of ms), then is paused.
-		if t.mayConnectOut(st.Pid) {
-			if err := s.checkPausedOutsideTCP(ctx, t, r.ID); err != nil {
-				return nil, err
-			}
+		if err := s.checkPaused(ctx, t, r.ID, st.Pid); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: the task is %s; only a running or paused task can be checkpointed", r.ID, st.Status))
@@ -187,13 +183,32 @@ func (t *gvxTask) saveVolumes(ctx context.Context, dir string) error {
 	return m.Write(dir)
 }
 
-// checkPausedOutsideTCP runs outsideTCP on paused task id, resuming it for
-// the check and pausing it again.
-func (s *service) checkPausedOutsideTCP(ctx context.Context, t *gvxTask, id string) error {
+// guestChecks refuses the checkpoint of running task id for what only
+// its guest can tell: TCP connections to peers outside the sandbox
+// (outsideTCP) and, in proxied docker mode, TCP sockets in inner
+// containers' own network namespaces (innerTCP).
+func (t *gvxTask) guestChecks(ctx context.Context, id string, pid uint32) error {
+	if t.mayConnectOut(pid) {
+		if err := t.outsideTCP(ctx, id); err != nil {
+			return err
+		}
+	}
+	if t.relay != "" {
+		return t.innerTCP(ctx, id)
+	}
+	return nil
+}
+
+// checkPaused runs guestChecks on paused task id, resuming it for the
+// checks and pausing it again, when it has any to run.
+func (s *service) checkPaused(ctx context.Context, t *gvxTask, id string, pid uint32) error {
+	if !t.mayConnectOut(pid) && t.relay == "" {
+		return nil
+	}
 	if _, err := s.TTRPCTaskService.Resume(ctx, &task.ResumeRequest{ID: id}); err != nil {
 		return err
 	}
-	cerr := t.outsideTCP(ctx, id)
+	cerr := t.guestChecks(ctx, id, pid)
 	if _, err := s.TTRPCTaskService.Pause(ctx, &task.PauseRequest{ID: id}); err != nil {
 		return err
 	}
@@ -201,6 +216,22 @@ func (s *service) checkPausedOutsideTCP(ctx context.Context, t *gvxTask, id stri
 		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", id, cerr))
 	}
 	return nil
+}
+
+// innerTCP refuses the checkpoint of proxied docker-mode task id while
+// its inner containers' own network namespaces hold TCP sockets whose
+// restore would never finish (api.IoctlInnerTCP, counted by the guest's
+// gvx-relay). A count that cannot be had refuses too: a checkpoint that
+// cannot be restored is worse than none.
+func (t *gvxTask) innerTCP(ctx context.Context, id string) error {
+	out, stderr, code, err := t.runIn(ctx, id, []string{oci.DockerRelayGuest, api.RelayInnerTCPCommand}, 10*time.Second)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
+	}
+	if err != nil {
+		return fmt.Errorf("counting the TCP sockets of its inner containers (%s %s): %w", oci.DockerRelayGuest, api.RelayInnerTCPCommand, err)
+	}
+	return checkpoint.InnerTCP(out)
 }
 
 // gvisorVersionMismatch is in gVisor's refusal of a state file that a

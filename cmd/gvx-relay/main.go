@@ -4,6 +4,7 @@
 //
 //	gvx-relay [-peer ADDR] LISTEN BACKEND -- INIT [ARG...]
 //	gvx-relay resume-net
+//	gvx-relay inner-tcp
 //
 // starts `gvx-relay serve LISTEN BACKEND [ADDR]` as its child and then
 // executes INIT in its place, so the image's init stays the container's
@@ -51,14 +52,16 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == api.RelayResumeNetCommand {
-		n, err := resumeNet()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "gvx-relay: resume-net: %v\n", err)
-			os.Exit(1)
+	if len(os.Args) == 2 {
+		if req, ok := guestIoctls[os.Args[1]]; ok {
+			n, err := sandboxIoctl(req)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "gvx-relay: %s: %v\n", os.Args[1], err)
+				os.Exit(1)
+			}
+			fmt.Println(n)
+			return
 		}
-		fmt.Println(n)
-		return
 	}
 	if (len(os.Args) == 4 || len(os.Args) == 5) && os.Args[1] == "serve" {
 		peer := ""
@@ -89,19 +92,29 @@ func main() {
 	}
 }
 
-// resumeNet asks gvx-sentry to resume the network stacks of the
-// sandbox's network namespaces (api.IoctlResumeNetworks), which the
-// shim and the rollout engine have the guest do after each checkpoint
-// that leaves the sandbox running, and returns how many there are.
-func resumeNet() (int, error) {
+// guestIoctls are the subcommands that make one of gvx-sentry's guest
+// ioctls and print its result: resume-net resumes the network stacks of
+// the sandbox's network namespaces after a checkpoint that leaves it
+// running (api.IoctlResumeNetworks; the result is how many there are);
+// inner-tcp counts the TCP sockets of inner namespaces a restore would
+// wait on, which refuse a checkpoint (api.IoctlInnerTCP). The shim and
+// the rollout engine have the guest run them.
+var guestIoctls = map[string]uintptr{
+	api.RelayResumeNetCommand: api.IoctlResumeNetworks,
+	api.RelayInnerTCPCommand:  api.IoctlInnerTCP,
+}
+
+// sandboxIoctl makes gvx-sentry's ioctl req on a socket and returns its
+// result.
+func sandboxIoctl(req uintptr) (int, error) {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer syscall.Close(fd)
-	n, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), api.IoctlResumeNetworks, 0)
+	n, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), req, 0)
 	if errno != 0 {
-		return 0, fmt.Errorf("ioctl %#x: %w (not in a gvx sandbox, or its gvx-sentry predates it)", api.IoctlResumeNetworks, errno)
+		return 0, fmt.Errorf("ioctl %#x: %w (not in a gvx sandbox, or its gvx-sentry predates it)", req, errno)
 	}
 	return int(n), nil
 }

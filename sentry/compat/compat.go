@@ -33,10 +33,10 @@ var restartableOpens = map[string]bool{
 
 // wrappers are the system calls Install patches, by name, and how:
 // restartOnSignal for the opens; for ioctl, bridgeIoctl (bridge.go) and
-// resumeNetIoctl (resumenet.go).
+// resumeNetIoctl (resumenet.go) and innerTCPIoctl (innertcp.go).
 var wrappers = func() map[string]func(kernel.SyscallFn) kernel.SyscallFn {
 	w := map[string]func(kernel.SyscallFn) kernel.SyscallFn{
-		"ioctl": func(fn kernel.SyscallFn) kernel.SyscallFn { return bridgeIoctl(resumeNetIoctl(fn)) },
+		"ioctl": func(fn kernel.SyscallFn) kernel.SyscallFn { return bridgeIoctl(resumeNetIoctl(innerTCPIoctl(fn))) },
 	}
 	for name := range restartableOpens {
 		w[name] = restartOnSignal

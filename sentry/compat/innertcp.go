@@ -1,0 +1,77 @@
+package compat
+
+import (
+	"gvisor.dev/gvisor/pkg/sentry/arch"
+	"gvisor.dev/gvisor/pkg/sentry/inet"
+	"gvisor.dev/gvisor/pkg/sentry/kernel"
+	"gvisor.dev/gvisor/pkg/sentry/socket/netstack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/gvxrun/gvx/api"
+)
+
+// innerTCPIoctl serves api.IoctlInnerTCP on a socket: it returns how many
+// TCP endpoints the stacks of the sandbox's inner network namespaces (all
+// but the root one) hold in a state gVisor's restore waits on. Every other
+// ioctl is fn's.
+//
+// gVisor's restore counts every TCP endpoint it loads in a listening,
+// connecting or connected state (TIME-WAIT included) in package-wide wait
+// groups, and only the root namespace's stack restores its endpoints and
+// releases them: an inner namespace gets a new empty stack
+// (inet.Namespace.afterLoad), and the endpoints of its saved one are
+// never restored. The root stack's own listeners (dockerd's) wait on those
+// groups, so the restore of such a checkpoint never finishes. Reading the
+// states changes nothing, so any guest process may ask.
+func innerTCPIoctl(fn kernel.SyscallFn) kernel.SyscallFn {
+	return func(t *kernel.Task, sysno uintptr, args arch.SyscallArguments) (uintptr, *kernel.SyscallControl, error) {
+		if args[1].Uint() != api.IoctlInnerTCP {
+			return fn(t, sysno, args)
+		}
+		isSocket, err := socketFD(t, args[0].Int())
+		if err != nil {
+			return 0, nil, err
+		}
+		if !isSocket {
+			return fn(t, sysno, args)
+		}
+		return uintptr(innerTCP(t, t.Kernel().TaskSet().Root.Tasks())), nil, nil
+	}
+}
+
+// innerTCP counts the TCP endpoints that restoreWaits on in the stacks of
+// the network namespaces of tasks other than the root namespace, each
+// namespace once.
+func innerTCP(t *kernel.Task, tasks []*kernel.Task) int {
+	seen := map[*inet.Namespace]bool{}
+	n := 0
+	for _, task := range tasks {
+		ns := task.GetNetworkNamespace()
+		if ns == nil {
+			continue // exiting
+		}
+		if !seen[ns] && !ns.IsRoot() {
+			if st, ok := ns.Stack().(*netstack.Stack); ok && st != nil {
+				for _, ep := range st.Stack.RegisteredEndpoints() {
+					if e, ok := ep.(*tcp.Endpoint); ok && restoreWaits(e.EndpointState()) {
+						n++
+					}
+				}
+			}
+		}
+		seen[ns] = true
+		ns.DecRef(t)
+	}
+	return n
+}
+
+// restoreWaits reports whether gVisor's restore of a TCP endpoint saved in
+// state s waits for it (tcp's loadState: connected, listening or
+// connecting); initial, bound, closed and failed endpoints it does not.
+func restoreWaits(s tcp.EndpointState) bool {
+	switch s {
+	case tcp.StateInitial, tcp.StateBound, tcp.StateClose, tcp.StateError:
+		return false
+	}
+	return true
+}
