@@ -1,7 +1,6 @@
 package compat
 
 import (
-	"gvisor.dev/gvisor/pkg/sentry/arch"
 	"gvisor.dev/gvisor/pkg/sentry/inet"
 	"gvisor.dev/gvisor/pkg/sentry/kernel"
 	"gvisor.dev/gvisor/pkg/sentry/socket/netstack"
@@ -12,8 +11,7 @@ import (
 
 // innerTCPIoctl serves api.IoctlInnerTCP on a socket: it returns how many
 // TCP endpoints the stacks of the sandbox's inner network namespaces (all
-// but the root one) hold in a state gVisor's restore waits on. Every other
-// ioctl is fn's.
+// but the root one) hold in a state gVisor's restore waits on.
 //
 // gVisor's restore counts every TCP endpoint it loads in a listening,
 // connecting or connected state (TIME-WAIT included) in package-wide wait
@@ -23,47 +21,21 @@ import (
 // never restored. The root stack's own listeners (dockerd's) wait on those
 // groups, so the restore of such a checkpoint never finishes. Reading the
 // states changes nothing, so any guest process may ask.
-func innerTCPIoctl(fn kernel.SyscallFn) kernel.SyscallFn {
-	return func(t *kernel.Task, sysno uintptr, args arch.SyscallArguments) (uintptr, *kernel.SyscallControl, error) {
-		if args[1].Uint() != api.IoctlInnerTCP {
-			return fn(t, sysno, args)
-		}
-		isSocket, err := socketFD(t, args[0].Int())
-		if err != nil {
-			return 0, nil, err
-		}
-		if !isSocket {
-			return fn(t, sysno, args)
-		}
-		return uintptr(innerTCP(t, t.Kernel().TaskSet().Root.Tasks())), nil, nil
-	}
-}
-
-// innerTCP counts the TCP endpoints that restoreWaits on in the stacks of
-// the network namespaces of tasks other than the root namespace, each
-// namespace once.
-func innerTCP(t *kernel.Task, tasks []*kernel.Task) int {
-	seen := map[*inet.Namespace]bool{}
+var innerTCPIoctl = guestIoctl(api.IoctlInnerTCP, func(t *kernel.Task) int {
 	n := 0
-	for _, task := range tasks {
-		ns := task.GetNetworkNamespace()
-		if ns == nil {
-			continue // exiting
+	eachNetNS(t, func(ns *inet.Namespace) {
+		st, ok := ns.Stack().(*netstack.Stack)
+		if ns.IsRoot() || !ok || st == nil {
+			return
 		}
-		if !seen[ns] && !ns.IsRoot() {
-			if st, ok := ns.Stack().(*netstack.Stack); ok && st != nil {
-				for _, ep := range st.Stack.RegisteredEndpoints() {
-					if e, ok := ep.(*tcp.Endpoint); ok && restoreWaits(e.EndpointState()) {
-						n++
-					}
-				}
+		for _, ep := range st.Stack.RegisteredEndpoints() {
+			if e, ok := ep.(*tcp.Endpoint); ok && restoreWaits(e.EndpointState()) {
+				n++
 			}
 		}
-		seen[ns] = true
-		ns.DecRef(t)
-	}
+	})
 	return n
-}
+})
 
 // restoreWaits reports whether gVisor's restore of a TCP endpoint saved in
 // state s waits for it (tcp's loadState: connected, listening or

@@ -22,20 +22,32 @@ import (
 // stack whose dispatcher was not paused and that holds no endpoint to
 // resume does nothing, so any guest process may ask (the shim's and the
 // engine's execs hold the container's default capabilities, without
-// CAP_NET_ADMIN). Every other ioctl is fn's.
-func resumeNetIoctl(fn kernel.SyscallFn) kernel.SyscallFn {
-	return func(t *kernel.Task, sysno uintptr, args arch.SyscallArguments) (uintptr, *kernel.SyscallControl, error) {
-		if args[1].Uint() != api.IoctlResumeNetworks {
-			return fn(t, sysno, args)
+// CAP_NET_ADMIN).
+var resumeNetIoctl = guestIoctl(api.IoctlResumeNetworks, func(t *kernel.Task) int {
+	return eachNetNS(t, func(ns *inet.Namespace) {
+		if st := ns.Stack(); st != nil {
+			st.Resume()
 		}
-		isSocket, err := socketFD(t, args[0].Int())
-		if err != nil {
-			return 0, nil, err
+	})
+})
+
+// guestIoctl serves ioctl request req on any socket with serve, whose
+// result the call returns; every other ioctl is fn's.
+func guestIoctl(req uint32, serve func(t *kernel.Task) int) func(fn kernel.SyscallFn) kernel.SyscallFn {
+	return func(fn kernel.SyscallFn) kernel.SyscallFn {
+		return func(t *kernel.Task, sysno uintptr, args arch.SyscallArguments) (uintptr, *kernel.SyscallControl, error) {
+			if args[1].Uint() != req {
+				return fn(t, sysno, args)
+			}
+			isSocket, err := socketFD(t, args[0].Int())
+			if err != nil {
+				return 0, nil, err
+			}
+			if !isSocket {
+				return fn(t, sysno, args)
+			}
+			return uintptr(serve(t)), nil, nil
 		}
-		if !isSocket {
-			return fn(t, sysno, args)
-		}
-		return uintptr(resumeNetworks(t, t.Kernel().TaskSet().Root.Tasks())), nil, nil
 	}
 }
 
@@ -52,20 +64,18 @@ func socketFD(t *kernel.Task, fd int32) (bool, error) {
 	return ok, nil
 }
 
-// resumeNetworks resumes the stack of each network namespace of tasks,
-// once, and returns how many namespaces there were.
-func resumeNetworks(t *kernel.Task, tasks []*kernel.Task) int {
+// eachNetNS calls fn once with each network namespace a task of t's
+// sandbox is in and returns how many there were.
+func eachNetNS(t *kernel.Task, fn func(*inet.Namespace)) int {
 	seen := map[*inet.Namespace]bool{}
-	for _, task := range tasks {
+	for _, task := range t.Kernel().TaskSet().Root.Tasks() {
 		ns := task.GetNetworkNamespace()
 		if ns == nil {
 			continue // exiting
 		}
 		if !seen[ns] {
 			seen[ns] = true
-			if st := ns.Stack(); st != nil {
-				st.Resume()
-			}
+			fn(ns)
 		}
 		ns.DecRef(t)
 	}
