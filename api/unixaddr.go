@@ -2,8 +2,10 @@ package api
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // UnixAddr is the address to bind or connect the unix socket at path
@@ -19,4 +21,21 @@ func UnixAddr(path string) (addr string, release func(), err error) {
 		return "", nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	return fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path)), func() { syscall.Close(dir) }, nil
+}
+
+// UnixListening reports whether a process accepts connections on the unix
+// socket at path (which may be longer than a socket address holds),
+// waiting at most a second.
+func UnixListening(path string) bool {
+	addr, release, err := UnixAddr(path)
+	if err != nil {
+		return false
+	}
+	defer release()
+	c, err := net.DialTimeout("unix", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

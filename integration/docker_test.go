@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,10 +152,27 @@ docker-compose down >/dev/null 2>&1`, composeFile))
 }
 
 // TestDockerHostSocket: the inner dockerd is reachable from the host at
-// the documented per-task socket path.
+// the documented per-task socket path, even where a killed shim of a task
+// with the same id left its socket (nothing listening) behind.
 func TestDockerHostSocket(t *testing.T) {
 	r, ctx := dindEnv(t)
 	checkNoLeaks(t)
+	stale := harness.State.DockerSocket(testNS, "dk2")
+	if err := os.MkdirAll(filepath.Dir(filepath.Dir(stale)), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Dir(stale), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if fi, err := os.Lstat(stale); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("the stale socket %s: %v, %v", stale, fi, err)
+	}
 	ep := startEpisode(t, r, ctx, "dk2")
 	want := harness.State.DockerSocket(testNS, "dk2")
 	if ep.Docker.Socket != want {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -53,7 +52,7 @@ func (s *sweep) stateDirs(context.Context) {
 				if s.cd.known[ns.Name()][id] || s.stopped[id] || s.referenced(path) || !s.old(modTime(path)) {
 					continue
 				}
-				if base == l.DockerDir() && listening(filepath.Join(path, api.DockerSocketName)) {
+				if base == l.DockerDir() && api.UnixListening(filepath.Join(path, api.DockerSocketName)) {
 					// A rolled-back sandbox's dockerd socket, moved to
 					// the sandbox's path from its current backing's.
 					continue
@@ -210,20 +209,4 @@ func cgroupExists(path string) bool {
 		}
 	}
 	return false
-}
-
-// listening reports whether a process listens on the unix socket at path
-// (which may be longer than a socket address holds).
-func listening(path string) bool {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	c, err := net.DialTimeout("unix", fmt.Sprintf("/proc/self/fd/%d", fd), time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
 }

@@ -108,8 +108,17 @@ func publishDocker(r *record, dir string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	ln, err := listenUnix(path)
+	if errors.Is(err, unix.EADDRINUSE) && !api.UnixListening(path) {
+		// A socket no process serves: left by a shim of a task with
+		// this id that was killed before it could release it (its
+		// record lost, or saved before the socket's inode).
+		if rerr := os.Remove(path); rerr != nil {
+			return nil, fmt.Errorf("docker mode: remove stale socket %s: %w", path, rerr)
+		}
+		ln, err = listenUnix(path)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("docker mode: %w", err)
+		return nil, fmt.Errorf("docker mode: %w (is a task with this id already running?)", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
