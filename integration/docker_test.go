@@ -170,6 +170,11 @@ func TestDockerHostSocket(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
+	t.Cleanup(func() { // after the episode: left only when the create failed
+		_ = os.Remove(stale)
+		_ = os.Remove(filepath.Dir(stale))
+		_ = os.Remove(filepath.Dir(filepath.Dir(stale)))
+	})
 	if fi, err := os.Lstat(stale); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("the stale socket %s: %v, %v", stale, fi, err)
 	}
