@@ -63,3 +63,14 @@ func TestArgsAndRetarget(t *testing.T) {
 		}
 	}
 }
+
+func TestSubFlagBool(t *testing.T) {
+	c := Command{Sub: "restore", Rest: []string{"--image-path", "/img", "--detach", "--pid-file", "/pid", "c1"}}
+	if got := c.SubFlag("detach"); got != "true" {
+		t.Errorf("restore --detach: SubFlag(detach) = %q, want true", got)
+	}
+	c.Rest = []string{"--image-path", "/img", "c1"}
+	if got := c.SubFlag("detach"); got != "false" {
+		t.Errorf("restore: SubFlag(detach) = %q, want false", got)
+	}
+}

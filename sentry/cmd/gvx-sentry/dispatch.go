@@ -52,9 +52,9 @@ var table = map[string]map[kind]handler{
 	"checkpoint": {
 		kindPlain: gvx(new(checkpoint.Checkpoint)), // runsc's save, taking runc's (CRIU's) flags
 	},
-	"restore": {
-		kindPlain: runsc,                        // in the mount namespace of its volumes (mountVolumes), like create
-		kindNAT:   gvx(new(natsandbox.Restore)), // runsc's, with a new NAT and eth0
+	"restore": { // each bounded in time (watchRestore)
+		kindPlain: before(watchRestore, runsc),                        // in the mount namespace of its volumes (mountVolumes), like create
+		kindNAT:   before(watchRestore, gvx(new(natsandbox.Restore))), // runsc's, with a new NAT and eth0
 	},
 	"ps":     {kindTask: onSandbox(runsc)},
 	"pause":  {kindTask: onSandbox(runsc)},
