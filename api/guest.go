@@ -34,19 +34,6 @@ type GuestState struct {
 	Errors []string `json:"errors,omitempty"`
 }
 
-// IoctlResumeNetworks is the ioctl request, on any socket in a gvx
-// sandbox, that resumes the network stack of every network namespace a
-// task of the sandbox is in (gvx-sentry serves it; `gvx-relay
-// resume-net` makes it). gVisor's save freezes every endpoint it saves
-// but resumes only the root namespace's stack afterwards, so after a
-// checkpoint that lets the sandbox run on, or one that failed part way,
-// the sockets of inner containers with network namespaces of their own
-// (loopback included) stay frozen until this runs. The call returns the
-// number of namespaces; it changes nothing in a stack that is not
-// paused. The number is SIOCDEVPRIVATE+14, which Linux passes to a
-// device driver and gVisor's netstack refuses.
-const IoctlResumeNetworks = 0x89fe
-
 // IoctlInnerTCP is the ioctl request, on any socket in a gvx sandbox, that
 // returns how many TCP endpoints the sandbox's inner network namespaces
 // (an inner container's own, not the sandbox's) hold in a state gVisor's
@@ -61,8 +48,3 @@ const IoctlInnerTCP = 0x89fd
 // RelayInnerTCPCommand is gvx-relay's subcommand that makes the
 // IoctlInnerTCP call in a proxied docker-mode guest and prints the count.
 const RelayInnerTCPCommand = "inner-tcp"
-
-// RelayResumeNetCommand is gvx-relay's subcommand that makes the
-// IoctlResumeNetworks call in a proxied docker-mode guest and prints the
-// number of network namespaces.
-const RelayResumeNetCommand = "resume-net"

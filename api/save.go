@@ -30,7 +30,16 @@ const bridgeFDBType = "stack.BridgeFDBEntry"
 // that say what to do, keeping only the first line of gVisor's (its
 // encoder appends goroutine dumps); others are returned as they are.
 func ExplainSave(err error) error {
-	if err == nil || !strings.Contains(err.Error(), bridgeFDBType) {
+	if err == nil {
+		return err
+	}
+	if first, _, _ := strings.Cut(err.Error(), "\n"); strings.Contains(first, ErrInnerTCP.Error()) {
+		// gvx-sentry's own refusal from inside the save (its save
+		// guard), behind gVisor's prefixes and before its trace.
+		_, rest, _ := strings.Cut(first, ErrInnerTCP.Error())
+		return fmt.Errorf("%w%s", ErrInnerTCP, strings.TrimSuffix(strings.TrimSpace(rest), ":"))
+	}
+	if !strings.Contains(err.Error(), bridgeFDBType) {
 		return err
 	}
 	first, _, _ := strings.Cut(err.Error(), "\n")

@@ -21,4 +21,9 @@ func TestExplainSave(t *testing.T) {
 		!strings.Contains(err.Error(), "checkpoint ck-1 of sb: containerManager.Checkpoint: encoding error") {
 		t.Errorf("ExplainSave(bridge) = %v: want ErrBridgeLearned, the way out, gVisor's first line and no goroutine dump", err)
 	}
+	guard := errors.New("containerManager.Checkpoint: " + InnerTCPError(2).Error() + ":\ngoroutine 7 [running]:\ngvisor.dev/gvisor/pkg/state.safely.func1()")
+	err = ExplainSave(fmt.Errorf("checkpoint sb: %w", guard))
+	if !errors.Is(err, ErrInnerTCP) || err.Error() != InnerTCPError(2).Error() {
+		t.Errorf("ExplainSave(save guard) = %q: want ErrInnerTCP with its message alone, %q", err, InnerTCPError(2))
+	}
 }

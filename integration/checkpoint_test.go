@@ -297,6 +297,39 @@ func TestCheckpointRefused(t *testing.T) {
 	}
 	mustCtr(t, "task", "rm", "ckstop")
 	mustCtr(t, "container", "rm", "ckstop")
+
+	// A TCP server in a network namespace of the guest's own making, in a
+	// plain task (no gvx-relay in its guest): the save itself refuses
+	// (gvx-sentry's save guard, sentry/compat/saveguard.go), since its
+	// restore would never finish; the task runs on and, its stacks
+	// thawed after the failed save, the server answers.
+	cleanupTask(t, "ckinner")
+	mustCtr(t, "run", "-d", "--runtime", runtime, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_NET_ADMIN", busybox, "ckinner",
+		"unshare", "-n", "sh", "-c", "ip link set lo up; while true; do echo hi-inner | nc -l -p 8080; done")
+	inner := "nsenter -t $(pidof nc) -n nc -w 3 127.0.0.1 8080 </dev/null"
+	answers := func(when string) {
+		t.Helper()
+		var out string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if out = inTaskQuiet("ckinner", inner+" 2>&1"); strings.Contains(out, "hi-inner") {
+				return
+			}
+		}
+		t.Errorf("the inner namespace's server %s: %q", when, out)
+	}
+	answers("before the checkpoint")
+	r, err = e.ctrResult(ctx, "container", "checkpoint", "--task", "ckinner", "gvx.test/ckinner:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, "TCP sockets in inner containers' own network namespaces") || strings.Contains(r.stderr, "goroutine") {
+		t.Errorf("checkpoint of a task with a TCP server in a network namespace of its own: exit %d, %q; want it refused naming the sockets, without gVisor's trace", r.code, r.stderr)
+	}
+	if st := taskStatus(t, "ckinner"); st != "RUNNING" {
+		t.Errorf("ckinner is %s after the refused checkpoint, want RUNNING", st)
+	}
+	answers("after the refused checkpoint")
+	removeTask(t, "ckinner")
 }
 
 // TestCheckpointOtherSentry: a checkpoint restored by a gvx-sentry of

@@ -311,10 +311,10 @@ func TestDockerCheckpointNAT(t *testing.T) {
 //     paths, and the server still answers.
 //   - Without it, a checkpoint succeeds with a TCP server on the
 //     sandbox's network (`--network host`) and a ping on a `--network
-//     none` container's loopback: both go on in the running sandbox — the
-//     guest thaws the sockets the save froze (api.IoctlResumeNetworks;
-//     without it the ping got no more replies) — and a rollback gives
-//     the server back answering.
+//     none` container's loopback: both go on in the running sandbox —
+//     gvx-sentry thaws the sockets the save froze after each checkpoint
+//     (sentry/compat/saveguard.go; without it the ping got no more
+//     replies) — and a rollback gives the server back answering.
 func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	_, ctx := dindEnv(t)
 	checkNoLeaks(t)

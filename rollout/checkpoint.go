@@ -123,13 +123,8 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		defer sb.mu.Unlock()
 		err := e.save(bctx, ctl, h, b.id, string(flags), spec)
 		h.Paused = time.Since(t0)
-		if rerr := e.resume(bctx, b); rerr != nil {
-			if err == nil {
-				err = rerr
-			}
-		} else if dockerMode(string(flags)) {
-			// Failed or not, the save froze inner containers' sockets.
-			e.resumeNetworks(bctx, b, spec)
+		if rerr := e.resume(bctx, b); rerr != nil && err == nil {
+			err = rerr
 		}
 		if err == nil {
 			err = e.store.save(h)

@@ -58,23 +58,6 @@ func (e *Engine) outsideTCP(ctx context.Context, b *backing, spec *specs.Spec) e
 // errExecTimeout is execIn's when the command ran over 10 s (killed).
 var errExecTimeout = errors.New("the command ran over 10 s")
 
-// resumeNetworks has the guest of docker-mode backing b resume the
-// network stacks of its inner containers' namespaces after a save
-// (api.IoctlResumeNetworks, through the gvx-relay the shim mounts there):
-// gVisor's save leaves their sockets frozen. Only logged when it fails: the
-// checkpoint is made.
-func (e *Engine) resumeNetworks(ctx context.Context, b *backing, spec *specs.Spec) {
-	out, stderr, code, err := e.execIn(ctx, b, spec, "gvx-ck-net-", []string{oci.DockerRelayGuest, api.RelayResumeNetCommand})
-	if err == nil && code != 0 {
-		err = fmt.Errorf("%s %s: exit %d: %s", oci.DockerRelayGuest, api.RelayResumeNetCommand, code, strings.TrimSpace(string(stderr)))
-	}
-	if err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx rollout: %s: its inner containers' network stacks may stay frozen after the checkpoint", b.id)
-		return
-	}
-	log.G(ctx).Debugf("gvx rollout: %s: resumed %s network namespaces", b.id, strings.TrimSpace(string(out)))
-}
-
 // innerTCP refuses the checkpoint of docker-mode backing b while its
 // inner containers' own network namespaces hold TCP sockets whose restore
 // would never finish (api.IoctlInnerTCP, counted by the guest's

@@ -76,14 +76,7 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 	if r.Options, err = typeurl.MarshalAnyToProto(opts); err != nil {
 		return nil, err
 	}
-	_, err = s.TTRPCTaskService.Checkpoint(ctx, r)
-	if t.relay != "" && !exit {
-		// Saved or not, gVisor's save froze the sockets of inner
-		// containers with network namespaces of their own: the next
-		// resume has the guest thaw them (Resume).
-		t.netFrozen.Store(true)
-	}
-	if err != nil {
+	if _, err = s.TTRPCTaskService.Checkpoint(ctx, r); err != nil {
 		return nil, err
 	}
 	if err := t.saveVolumes(ctx, r.Path); err != nil {
@@ -95,37 +88,6 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 		}
 	}
 	return &emptypb.Empty{}, nil
-}
-
-// Resume resumes a paused task. A docker-mode task checkpointed since it
-// was paused also has its guest resume the network stacks of its inner
-// containers' namespaces (resumeNetworks).
-func (s *service) Resume(ctx context.Context, r *task.ResumeRequest) (*emptypb.Empty, error) {
-	resp, err := s.TTRPCTaskService.Resume(ctx, r)
-	if err == nil && r.ID != "" {
-		if t := s.task(r.ID); t != nil && t.netFrozen.Swap(false) {
-			t.resumeNetworks(ctx, r.ID)
-		}
-	}
-	return resp, err
-}
-
-// resumeNetworks has proxied docker-mode task id's guest resume the
-// network stacks of every network namespace in it (gvx-relay's
-// api.RelayResumeNetCommand: api.IoctlResumeNetworks). gVisor's save
-// freezes every socket it saves but thaws only those of the sandbox's own
-// namespace, so without this an inner container's sockets, its loopback's
-// too, stay frozen after a checkpoint. Logged when it fails.
-func (t *gvxTask) resumeNetworks(ctx context.Context, id string) {
-	out, stderr, code, err := t.runIn(ctx, id, []string{oci.DockerRelayGuest, api.RelayResumeNetCommand}, 10*time.Second)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
-	}
-	if err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx shim: %s: its inner containers' network stacks may stay frozen after the checkpoint", id)
-		return
-	}
-	log.G(ctx).Debugf("gvx shim: %s: resumed %s network namespaces after its checkpoint", id, strings.TrimSpace(string(out)))
 }
 
 // checkpointOptions are a checkpoint request's runc options.

@@ -69,9 +69,6 @@ type gvxTask struct {
 	// monitor's death (monitorexit.go).
 	initPid   atomic.Int64
 	killedAll atomic.Bool
-	// netFrozen: a checkpoint froze the sockets of the guest's inner
-	// network namespaces, which the next resume thaws (checkpoint.go).
-	netFrozen atomic.Bool
 	fault     string        // the step after which to crash (tests)
 	tRootfs   time.Duration // how long the rootfs mount took
 }

@@ -3,7 +3,6 @@
 // socket and dockerd (package internal/relay says why).
 //
 //	gvx-relay [-peer ADDR] LISTEN BACKEND -- INIT [ARG...]
-//	gvx-relay resume-net
 //	gvx-relay inner-tcp
 //
 // starts `gvx-relay serve LISTEN BACKEND [ADDR]` as its child and then
@@ -93,15 +92,12 @@ func main() {
 }
 
 // guestIoctls are the subcommands that make one of gvx-sentry's guest
-// ioctls and print its result: resume-net resumes the network stacks of
-// the sandbox's network namespaces after a checkpoint that leaves it
-// running (api.IoctlResumeNetworks; the result is how many there are);
-// inner-tcp counts the TCP sockets of inner namespaces a restore would
-// wait on, which refuse a checkpoint (api.IoctlInnerTCP). The shim and
-// the rollout engine have the guest run them.
+// ioctls and print its result: inner-tcp counts the TCP sockets of inner
+// network namespaces a restore would wait on, which refuse a checkpoint
+// (api.IoctlInnerTCP); the shim and the rollout engine have the guest
+// run it before a checkpoint.
 var guestIoctls = map[string]uintptr{
-	api.RelayResumeNetCommand: api.IoctlResumeNetworks,
-	api.RelayInnerTCPCommand:  api.IoctlInnerTCP,
+	api.RelayInnerTCPCommand: api.IoctlInnerTCP,
 }
 
 // sandboxIoctl makes gvx-sentry's ioctl req on a socket and returns its

@@ -33,13 +33,20 @@ var restartableOpens = map[string]bool{
 
 // wrappers are the system calls Install patches, by name, and how:
 // restartOnSignal for the opens; for ioctl, bridgeIoctl (bridge.go) and
-// resumeNetIoctl (resumenet.go) and innerTCPIoctl (innertcp.go).
+// innerTCPIoctl (innertcp.go). Each of
+// them, and the calls that make network namespaces, first takes the
+// kernel under guard (guarding, saveguard.go).
 var wrappers = func() map[string]func(kernel.SyscallFn) kernel.SyscallFn {
 	w := map[string]func(kernel.SyscallFn) kernel.SyscallFn{
-		"ioctl": func(fn kernel.SyscallFn) kernel.SyscallFn { return bridgeIoctl(resumeNetIoctl(innerTCPIoctl(fn))) },
+		"ioctl": func(fn kernel.SyscallFn) kernel.SyscallFn {
+			return guarding(bridgeIoctl(innerTCPIoctl(fn)))
+		},
 	}
 	for name := range restartableOpens {
-		w[name] = restartOnSignal
+		w[name] = func(fn kernel.SyscallFn) kernel.SyscallFn { return guarding(restartOnSignal(fn)) }
+	}
+	for _, name := range []string{"unshare", "setns", "clone", "clone3"} {
+		w[name] = guarding
 	}
 	return w
 }()

@@ -46,3 +46,19 @@ func TestInstallPatchesEveryOpenAndIoctl(t *testing.T) {
 		}
 	}
 }
+
+// TestWrappersNameRealCalls: every name in wrappers is a system call of
+// this architecture's Linux table, so that none is wrapped in name only.
+func TestWrappersNameRealCalls(t *testing.T) {
+	names := map[string]bool{}
+	for _, table := range kernel.SyscallTables() {
+		for _, sc := range table.Table {
+			names[sc.Name] = true
+		}
+	}
+	for name := range wrappers {
+		if !names[name] {
+			t.Errorf("wrappers names %q, which no system call table has", name)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package compat
 
 import (
+	"gvisor.dev/gvisor/pkg/context"
 	"gvisor.dev/gvisor/pkg/sentry/inet"
 	"gvisor.dev/gvisor/pkg/sentry/kernel"
 	"gvisor.dev/gvisor/pkg/sentry/socket/netstack"
@@ -21,9 +22,13 @@ import (
 // never restored. The root stack's own listeners (dockerd's) wait on those
 // groups, so the restore of such a checkpoint never finishes. Reading the
 // states changes nothing, so any guest process may ask.
-var innerTCPIoctl = guestIoctl(api.IoctlInnerTCP, func(t *kernel.Task) int {
+var innerTCPIoctl = guestIoctl(api.IoctlInnerTCP, func(t *kernel.Task) int { return innerTCP(t, t.Kernel()) })
+
+// innerTCP counts the TCP endpoints that restoreWaits on in the stacks of
+// kernel k's network namespaces other than the root one.
+func innerTCP(ctx context.Context, k *kernel.Kernel) int {
 	n := 0
-	eachNetNS(t, func(ns *inet.Namespace) {
+	eachNetNS(ctx, k, func(ns *inet.Namespace) {
 		st, ok := ns.Stack().(*netstack.Stack)
 		if ns.IsRoot() || !ok || st == nil {
 			return
@@ -35,7 +40,7 @@ var innerTCPIoctl = guestIoctl(api.IoctlInnerTCP, func(t *kernel.Task) int {
 		}
 	})
 	return n
-})
+}
 
 // restoreWaits reports whether gVisor's restore of a TCP endpoint saved in
 // state s waits for it (tcp's loadState: connected, listening or

@@ -1,35 +1,13 @@
 package compat
 
 import (
+	"gvisor.dev/gvisor/pkg/context"
 	"gvisor.dev/gvisor/pkg/errors/linuxerr"
 	"gvisor.dev/gvisor/pkg/sentry/arch"
 	"gvisor.dev/gvisor/pkg/sentry/inet"
 	"gvisor.dev/gvisor/pkg/sentry/kernel"
 	"gvisor.dev/gvisor/pkg/sentry/socket"
-
-	"github.com/gvxrun/gvx/api"
 )
-
-// resumeNetIoctl serves api.IoctlResumeNetworks on a socket: it resumes
-// the network stack of every network namespace a task of the sandbox is
-// in and returns how many there are. gVisor's save freezes each endpoint
-// it encodes (TCP's beforeSave freezes its segment queue and registers it
-// with its stack for a Resume; UDP, ICMP, raw and packet endpoints
-// register too) but pauses and resumes only the root namespace's stack
-// (Kernel.SaveTo), so after a save that lets the sandbox run on — or one
-// that failed part way — the sockets of an inner container with a network
-// namespace of its own stay frozen, its loopback's included. Resuming a
-// stack whose dispatcher was not paused and that holds no endpoint to
-// resume does nothing, so any guest process may ask (the shim's and the
-// engine's execs hold the container's default capabilities, without
-// CAP_NET_ADMIN).
-var resumeNetIoctl = guestIoctl(api.IoctlResumeNetworks, func(t *kernel.Task) int {
-	return eachNetNS(t, func(ns *inet.Namespace) {
-		if st := ns.Stack(); st != nil {
-			st.Resume()
-		}
-	})
-})
 
 // guestIoctl serves ioctl request req on any socket with serve, whose
 // result the call returns; every other ioctl is fn's.
@@ -64,11 +42,11 @@ func socketFD(t *kernel.Task, fd int32) (bool, error) {
 	return ok, nil
 }
 
-// eachNetNS calls fn once with each network namespace a task of t's
-// sandbox is in and returns how many there were.
-func eachNetNS(t *kernel.Task, fn func(*inet.Namespace)) int {
+// eachNetNS calls fn once with each network namespace a task of kernel k
+// is in and returns how many there were.
+func eachNetNS(ctx context.Context, k *kernel.Kernel, fn func(*inet.Namespace)) int {
 	seen := map[*inet.Namespace]bool{}
-	for _, task := range t.Kernel().TaskSet().Root.Tasks() {
+	for _, task := range k.TaskSet().Root.Tasks() {
 		ns := task.GetNetworkNamespace()
 		if ns == nil {
 			continue // exiting
@@ -77,7 +55,7 @@ func eachNetNS(t *kernel.Task, fn func(*inet.Namespace)) int {
 			seen[ns] = true
 			fn(ns)
 		}
-		ns.DecRef(t)
+		ns.DecRef(ctx)
 	}
 	return len(seen)
 }
