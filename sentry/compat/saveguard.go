@@ -81,13 +81,17 @@ func init() {
 	state.Register((*saveGuard)(nil))
 }
 
-// thawAfterCheckpoints resumes the network stack of every network
-// namespace of k after each checkpoint attempt, failed or not, and after
-// a restore. gVisor's save freezes each endpoint it encodes but resumes
-// only the root namespace's stack (Kernel.SaveTo), so without this the
-// sockets of inner containers with network namespaces of their own —
-// their loopback's too — stay frozen in a sandbox that runs on. Resuming
-// a stack that is not paused does nothing.
+// thawAfterCheckpoints resumes the network stacks of k's inner network
+// namespaces after each checkpoint attempt, failed or not. gVisor's save
+// freezes each endpoint it encodes but resumes only the root namespace's
+// stack (Kernel.SaveTo), so without this the sockets of inner containers
+// with network namespaces of their own — their loopback's too — stay
+// frozen in a sandbox that runs on. The root stack is left to SaveTo,
+// and a restore's signal is not a save's: a restored root stack's
+// dispatcher still says it is paused (the flag is saved), and resuming it
+// leaves its processors a resume they did not ask for, after which the
+// next save's own resume blocks for ever (seen). An inner stack's
+// dispatcher is never paused, so its resume only thaws its endpoints.
 func thawAfterCheckpoints(k *kernel.Kernel) {
 	done := make(chan kernel.CheckpointGeneration, 1)
 	next := k.CheckpointGen().Count + 1
@@ -98,12 +102,17 @@ func thawAfterCheckpoints(k *kernel.Kernel) {
 		if gen.Count == math.MaxUint32 {
 			return // SignalAllCheckpointWaiters: the sandbox is going away
 		}
-		n := eachNetNS(k.SupervisorContext(), k, func(ns *inet.Namespace) {
-			if st := ns.Stack(); st != nil {
+		next = gen.Count + 1
+		if gen.Restore {
+			continue
+		}
+		n := 0
+		eachNetNS(k.SupervisorContext(), k, func(ns *inet.Namespace) {
+			if st := ns.Stack(); st != nil && !ns.IsRoot() {
 				st.Resume()
+				n++
 			}
 		})
-		log.Debugf("gvx: resumed the stacks of %d network namespaces after checkpoint generation %d", n, gen.Count)
-		next = gen.Count + 1
+		log.Debugf("gvx: resumed the stacks of %d inner network namespaces after checkpoint generation %d", n, gen.Count)
 	}
 }
