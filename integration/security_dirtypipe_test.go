@@ -16,10 +16,12 @@ import (
 // only or not. Its targets: a host file on a read-only bind mount, the
 // attack's own binary (a host file, read-only too), and, as an
 // unprivileged guest user, the image's /bin/busybox, whose lower layer
-// every sandbox of the image shares. The attack reaches the splice and
-// the write each time; no target reads the payload afterwards, inside or
-// out: the host files' checksums, busybox's in a new sandbox, the host
-// and the canary are unchanged.
+// every sandbox of the image shares; in docker mode, from inner
+// containers, the attack's binary through two read-only binds and, as uid
+// 1000, the inner image's busybox. The attack reaches the splice and the
+// write each time; no target reads the payload afterwards, inside or out:
+// the host files' checksums, busybox's in a new sandbox and a new inner
+// container, the host and the canary are unchanged.
 func TestSecurityDirtyPipe(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -31,6 +33,8 @@ func TestSecurityDirtyPipe(t *testing.T) {
 	}
 	bin := buildTestdataOnce(t)
 	attackSandbox(t, "sec-dp", "--mount", "type=bind,src="+dir+",dst=/ro,options=rbind:ro")
+	const dk = "sec-dp-docker"
+	dockerAttackSandbox(t, dk)
 	host := snapshotHost(t)
 	targetSum, binSum := sha(t, target), sha(t, bin)
 	// busyboxSum is /bin/busybox's checksum in a new sandbox of the
@@ -48,6 +52,18 @@ func TestSecurityDirtyPipe(t *testing.T) {
 	// An unprivileged user runs a copy: /attack is root's.
 	mustCtr(t, "task", "exec", "--exec-id", "cp", "sec-dp", "sh", "-c", "cp /attack/attack /tmp/attack && chmod 755 /tmp/attack")
 	const payload = "PWNED"
+	// check asserts that the attack on what ran to its end and changed
+	// nothing the attacker could see.
+	check := func(what, out string) {
+		t.Helper()
+		attackRan(t, "dirty pipe on "+what, out, "DIRTYPIPE splice 1 err=<nil>", "DIRTYPIPE write 5 err=<nil>", "DIRTYPIPE reread 5", "DONE dirtypipe")
+		if !strings.Contains(out, "DIRTYPIPE-CHANGED false") {
+			t.Errorf("dirty pipe on %s: the file reads the payload afterwards inside the sandbox", what)
+		}
+		if !strings.Contains(out, "DIRTYPIPE open-for-writing 0 err=") || strings.Contains(out, "DIRTYPIPE open-for-writing 0 err=<nil>") {
+			t.Errorf("dirty pipe on %s: the attacker could open it for writing, so the attack proves nothing", what)
+		}
+	}
 	for i, tc := range []struct{ what, user, file string }{
 		{"a host file on a read-only bind mount", "0", "/ro/target"},
 		{"the attack's own binary, a host file on a read-only bind mount", "0", "/attack/attack"},
@@ -58,15 +74,25 @@ func TestSecurityDirtyPipe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := r.stdout + r.stderr
-		t.Logf("dirty pipe on %s: exit %d\n%s", tc.what, r.code, out)
-		attackRan(t, "dirty pipe on "+tc.what, out, "DIRTYPIPE splice 1 err=<nil>", "DIRTYPIPE write 5 err=<nil>", "DIRTYPIPE reread 5", "DONE dirtypipe")
-		if !strings.Contains(out, "DIRTYPIPE-CHANGED false") {
-			t.Errorf("dirty pipe on %s: the file reads the payload afterwards inside the sandbox", tc.what)
-		}
-		if !strings.Contains(out, "DIRTYPIPE open-for-writing 0 err=") || strings.Contains(out, "DIRTYPIPE open-for-writing 0 err=<nil>") {
-			t.Errorf("dirty pipe on %s: the attacker could open it for writing, so the attack proves nothing", tc.what)
-		}
+		t.Logf("dirty pipe on %s: exit %d\n%s%s", tc.what, r.code, r.stdout, r.stderr)
+		check(tc.what, r.stdout+r.stderr)
+	}
+
+	// Docker mode: the same from inner containers, through two read-only
+	// binds (host → sandbox → container), and as uid 1000 on the inner
+	// image's busybox (dockerd's overlay2 on the episode volume).
+	innerSum := func() string {
+		return strings.TrimSpace(ctrSh(t, dk, "docker run --rm --pull never gvx.test/busybox:latest sha256sum /bin/busybox"))
+	}
+	innerBefore := innerSum()
+	for _, tc := range []struct{ what, user, file string }{
+		{"the attack's binary from an inner container (host → sandbox → container, read-only)", "0", "/attack/attack"},
+		{"the inner image's busybox, as an unprivileged user of an inner container", "1000", "/bin/busybox"},
+	} {
+		check(tc.what, ctrSh(t, dk, "docker run --rm --pull never --user "+tc.user+" -v /attack:/attack:ro gvx.test/busybox:latest /attack/attack dirtypipe "+tc.file+" 4097 "+payload+" 2>&1"))
+	}
+	if after := innerSum(); after == "" || after != innerBefore {
+		t.Errorf("the inner image's /bin/busybox in a new inner container: %q → %q", innerBefore, after)
 	}
 	if got := sha(t, target); got != targetSum {
 		t.Errorf("the host file on the read-only bind mount changed")
