@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/oci"
 )
 
 // OutsidePeers returns the peers ("ip:port") of the established TCP
@@ -107,11 +108,25 @@ func BeyondLoopback(pid int) bool {
 // reads.
 var TCPTablesCmd = []string{"cat", "/proc/net/tcp", "/proc/net/tcp6"}
 
-// InnerTCP reads what gvx-relay's api.RelayInnerTCPCommand printed in a
-// docker-mode guest: nil when its inner containers' own network
-// namespaces hold no TCP socket gVisor's restore would wait on for ever,
-// api.InnerTCPError naming the ways out when they do.
-func InnerTCP(out []byte) error {
+// InnerTCPCmd is the guest command, in a proxied docker-mode sandbox,
+// whose result InnerTCP reads: gvx-relay's count of the TCP sockets of
+// inner network namespaces (api.IoctlInnerTCP).
+var InnerTCPCmd = []string{oci.DockerRelayGuest, api.RelayInnerTCPCommand}
+
+// InnerTCP reads the result of InnerTCPCmd run in a docker-mode guest
+// (its stdout, stderr, exit code and the error of running it): nil when
+// its inner containers' own network namespaces hold no TCP socket
+// gVisor's restore would wait on for ever, api.InnerTCPError naming the
+// ways out when they do, and an error when the count cannot be had — which
+// refuses the checkpoint too: one that cannot be restored is worse than
+// none.
+func InnerTCP(out, stderr []byte, code int, err error) error {
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
+	}
+	if err != nil {
+		return fmt.Errorf("counting the TCP sockets of its inner containers (%s): %w", strings.Join(InnerTCPCmd, " "), err)
+	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil {
 		return fmt.Errorf("counting the TCP sockets of its inner containers: %q is not a count", out)

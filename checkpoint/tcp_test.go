@@ -34,14 +34,20 @@ func TestOutsidePeers(t *testing.T) {
 }
 
 func TestInnerTCP(t *testing.T) {
-	if err := InnerTCP([]byte("0\n")); err != nil {
+	if err := InnerTCP([]byte("0\n"), nil, 0, nil); err != nil {
 		t.Errorf("0: %v", err)
 	}
-	err := InnerTCP([]byte("3\n"))
+	err := InnerTCP([]byte("3\n"), nil, 0, nil)
 	if !errors.Is(err, api.ErrInnerTCP) || !strings.Contains(err.Error(), "3 held") || !strings.Contains(err.Error(), "--network host") {
 		t.Errorf("3: %v, want api.ErrInnerTCP naming the count and --network host", err)
 	}
-	if err := InnerTCP([]byte("gvx-relay: usage")); err == nil || errors.Is(err, api.ErrInnerTCP) {
+	if err := InnerTCP([]byte("gvx-relay: usage"), nil, 0, nil); err == nil || errors.Is(err, api.ErrInnerTCP) {
 		t.Errorf("garbage: %v, want an error that is not the refusal", err)
+	}
+	if err := InnerTCP(nil, []byte("gvx-relay: inner-tcp: ioctl 0x89fd: EINVAL\n"), 1, nil); err == nil || errors.Is(err, api.ErrInnerTCP) || !strings.Contains(err.Error(), "exit 1: gvx-relay: inner-tcp") {
+		t.Errorf("a failed count: %v, want an error naming the exit and stderr that is not the refusal", err)
+	}
+	if err := InnerTCP(nil, nil, -1, errors.New("exec failed")); err == nil || !strings.Contains(err.Error(), "exec failed") {
+		t.Errorf("an exec that failed: %v, want its error", err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
-	"github.com/gvxrun/gvx/oci"
 )
 
 // mayConnectOut says whether a sandbox that is not on a NAT, with
@@ -60,17 +59,9 @@ var errExecTimeout = errors.New("the command ran over 10 s")
 
 // innerTCP refuses the checkpoint of docker-mode backing b while its
 // inner containers' own network namespaces hold TCP sockets whose restore
-// would never finish (api.IoctlInnerTCP, counted by the guest's
-// gvx-relay). A count that cannot be had refuses too.
+// would never finish (checkpoint.InnerTCP).
 func (e *Engine) innerTCP(ctx context.Context, b *backing, spec *specs.Spec) error {
-	out, stderr, code, err := e.execIn(ctx, b, spec, "gvx-ck-itcp-", []string{oci.DockerRelayGuest, api.RelayInnerTCPCommand})
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
-	}
-	if err != nil {
-		return fmt.Errorf("counting the TCP sockets of its inner containers (%s %s): %w", oci.DockerRelayGuest, api.RelayInnerTCPCommand, err)
-	}
-	err = checkpoint.InnerTCP(out)
+	err := checkpoint.InnerTCP(e.execIn(ctx, b, spec, "gvx-ck-itcp-", checkpoint.InnerTCPCmd))
 	if errors.Is(err, api.ErrInnerTCP) {
 		return fmt.Errorf("%w: %w", ErrNotCheckpointable, err)
 	}

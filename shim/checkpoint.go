@@ -182,18 +182,9 @@ func (s *service) checkPaused(ctx context.Context, t *gvxTask, id string, pid ui
 
 // innerTCP refuses the checkpoint of proxied docker-mode task id while
 // its inner containers' own network namespaces hold TCP sockets whose
-// restore would never finish (api.IoctlInnerTCP, counted by the guest's
-// gvx-relay). A count that cannot be had refuses too: a checkpoint that
-// cannot be restored is worse than none.
+// restore would never finish (checkpoint.InnerTCP).
 func (t *gvxTask) innerTCP(ctx context.Context, id string) error {
-	out, stderr, code, err := t.runIn(ctx, id, []string{oci.DockerRelayGuest, api.RelayInnerTCPCommand}, 10*time.Second)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
-	}
-	if err != nil {
-		return fmt.Errorf("counting the TCP sockets of its inner containers (%s %s): %w", oci.DockerRelayGuest, api.RelayInnerTCPCommand, err)
-	}
-	return checkpoint.InnerTCP(out)
+	return checkpoint.InnerTCP(t.runIn(ctx, id, checkpoint.InnerTCPCmd, 10*time.Second))
 }
 
 // gvisorVersionMismatch is in gVisor's refusal of a state file that a

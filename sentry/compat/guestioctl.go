@@ -42,16 +42,17 @@ func socketFD(t *kernel.Task, fd int32) (bool, error) {
 	return ok, nil
 }
 
-// eachNetNS calls fn once with each network namespace a task of kernel k
-// is in and returns how many there were.
-func eachNetNS(ctx context.Context, k *kernel.Kernel, fn func(*inet.Namespace)) int {
+// eachInnerNetNS calls fn once with each network namespace other than the
+// root one that a task of kernel k is in (an inner container's own) and
+// returns how many there were.
+func eachInnerNetNS(ctx context.Context, k *kernel.Kernel, fn func(*inet.Namespace)) int {
 	seen := map[*inet.Namespace]bool{}
 	for _, task := range k.TaskSet().Root.Tasks() {
 		ns := task.GetNetworkNamespace()
 		if ns == nil {
 			continue // exiting
 		}
-		if !seen[ns] {
+		if !seen[ns] && !ns.IsRoot() {
 			seen[ns] = true
 			fn(ns)
 		}

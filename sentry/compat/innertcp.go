@@ -28,9 +28,9 @@ var innerTCPIoctl = guestIoctl(api.IoctlInnerTCP, func(t *kernel.Task) int { ret
 // kernel k's network namespaces other than the root one.
 func innerTCP(ctx context.Context, k *kernel.Kernel) int {
 	n := 0
-	eachNetNS(ctx, k, func(ns *inet.Namespace) {
+	eachInnerNetNS(ctx, k, func(ns *inet.Namespace) {
 		st, ok := ns.Stack().(*netstack.Stack)
-		if ns.IsRoot() || !ok || st == nil {
+		if !ok || st == nil {
 			return
 		}
 		for _, ep := range st.Stack.RegisteredEndpoints() {

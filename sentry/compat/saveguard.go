@@ -39,7 +39,7 @@ func guarding(fn kernel.SyscallFn) kernel.SyscallFn {
 }
 
 // guardKernel puts a saveGuard in every checkpoint of k and has the
-// stacks of all of k's network namespaces resumed after each checkpoint
+// stacks of k's inner network namespaces resumed after each checkpoint
 // attempt (thawAfterCheckpoints).
 func guardKernel(k *kernel.Kernel) {
 	guarded.Store(k)
@@ -106,11 +106,9 @@ func thawAfterCheckpoints(k *kernel.Kernel) {
 		if gen.Restore {
 			continue
 		}
-		n := 0
-		eachNetNS(k.SupervisorContext(), k, func(ns *inet.Namespace) {
-			if st := ns.Stack(); st != nil && !ns.IsRoot() {
+		n := eachInnerNetNS(k.SupervisorContext(), k, func(ns *inet.Namespace) {
+			if st := ns.Stack(); st != nil {
 				st.Resume()
-				n++
 			}
 		})
 		log.Debugf("gvx: resumed the stacks of %d inner network namespaces after checkpoint generation %d", n, gen.Count)
