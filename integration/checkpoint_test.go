@@ -309,13 +309,7 @@ func TestCheckpointRefused(t *testing.T) {
 	inner := "nsenter -t $(pidof nc) -n nc -w 3 127.0.0.1 8080 </dev/null"
 	answers := func(when string) {
 		t.Helper()
-		var out string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if out = inTaskQuiet("ckinner", inner+" 2>&1"); strings.Contains(out, "hi-inner") {
-				return
-			}
-		}
-		t.Errorf("the inner namespace's server %s: %q", when, out)
+		printsWithin(t, "the inner namespace's server "+when, "hi-inner", func() string { return inTaskQuiet("ckinner", inner+" 2>&1") })
 	}
 	answers("before the checkpoint")
 	r, err = e.ctrResult(ctx, "container", "checkpoint", "--task", "ckinner", "gvx.test/ckinner:1")

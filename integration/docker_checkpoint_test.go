@@ -45,6 +45,20 @@ func ckDockerRunner(t *testing.T, spares int) (*dind.Runner, string) {
 	return &dind.Runner{Client: c}, dir
 }
 
+// printsWithin fails the test (not fatally) unless run's output
+// contains want within 10 s, tried every 200 ms; the error shows what
+// was last printed.
+func printsWithin(t *testing.T, what, want string, run func() string) {
+	t.Helper()
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if out = run(); strings.Contains(out, want) {
+			return
+		}
+	}
+	t.Errorf("%s: %q, want %q", what, out, want)
+}
+
 // ckEpisode starts episode id of r (its volume in dir); the test's end
 // closes it unless the returned func closed it first.
 func ckEpisode(t *testing.T, ctx context.Context, r *dind.Runner, dir, id string) (*dind.Episode, func() error) {
@@ -323,16 +337,10 @@ func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	ep, closeEp := ckEpisode(t, ctx, r, dir, id)
 	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
 	run := func(script string) string { return sbRun(t, ctx, ep.Sandbox, script) }
-	// answers waits up to 10 s for script to print want.
+	// answers waits for script to print want.
 	answers := func(what, script, want string) {
 		t.Helper()
-		var out string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if out = run(script + " 2>&1 || true"); strings.Contains(out, want) {
-				return
-			}
-		}
-		t.Errorf("%s: %q, want %q", what, out, want)
+		printsWithin(t, what, want, func() string { return run(script + " 2>&1 || true") })
 	}
 	// refused checks that the SDK's and ctr's checkpoints are refused
 	// with an error containing want, leaving the task running.

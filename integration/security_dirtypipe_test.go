@@ -49,8 +49,6 @@ func TestSecurityDirtyPipe(t *testing.T) {
 		return strings.Fields(out)[0]
 	}
 	before := busyboxSum()
-	// An unprivileged user runs a copy: /attack is root's.
-	mustCtr(t, "task", "exec", "--exec-id", "cp", "sec-dp", "sh", "-c", "cp /attack/attack /tmp/attack && chmod 755 /tmp/attack")
 	const payload = "PWNED"
 	// check asserts that the attack on what ran to its end and changed
 	// nothing the attacker could see.
@@ -70,7 +68,7 @@ func TestSecurityDirtyPipe(t *testing.T) {
 		{"the image's busybox, as an unprivileged user", "1000", "/bin/busybox"},
 	} {
 		r, err := e.ctrResult(context.Background(), "task", "exec", "--exec-id", "dp"+string(rune('a'+i)), "--user", tc.user, "sec-dp",
-			"/tmp/attack", "dirtypipe", tc.file, "4097", payload)
+			"/attack/attack", "dirtypipe", tc.file, "4097", payload)
 		if err != nil {
 			t.Fatal(err)
 		}

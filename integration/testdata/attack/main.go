@@ -526,8 +526,11 @@ func child() {
 // afterwards, through a new descriptor.
 func dirtyPipe(file string, off int64, payload string) {
 	step := func(name string, n int, err error) { say("DIRTYPIPE", name, n, fmt.Sprintf("err=%v", err)) }
-	_, werr := os.OpenFile(file, os.O_WRONLY, 0)
+	wf, werr := os.OpenFile(file, os.O_WRONLY, 0)
 	step("open-for-writing", 0, werr)
+	if werr == nil {
+		wf.Close()
+	}
 	var p [2]int
 	if err := unix.Pipe(p[:]); err != nil {
 		step("pipe", 0, err)
