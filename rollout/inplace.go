@@ -45,7 +45,10 @@ func (e *Engine) RollbackInPlace(ctx context.Context, id, hid string, creator ci
 		return 0, fmt.Errorf("rollback %s to %s: %w (made from %s)", id, hid, ErrForeignHandle, h.Sandbox)
 	}
 	t0 := time.Now()
-	if task, err := ctr.Task(ctx, nil); err == nil {
+	// Loaded with its IO, so that its delete removes the fifos of the
+	// client that created it (ctr's, which exited): the rolled-back task
+	// gets new ones from creator.
+	if task, err := ctr.Task(ctx, cio.Load); err == nil {
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return 0, fmt.Errorf("rollback %s: delete its task: %w", id, err)
 		}
