@@ -89,7 +89,8 @@ func (s *Sandbox) rollout(ctx context.Context) (*rollout.Engine, *rollout.Sandbo
 // Checkpoint saves the sandbox's whole state. The sandbox runs on
 // afterwards (with Async, once the save is done). Refused, the sandbox
 // running on untouched, for what gVisor or gvx cannot save: docker mode and
-// published unix sockets (host sockets), pool sandboxes, a host network.
+// published unix sockets (host sockets), sandboxes of image pools (the
+// SDK's pools), a host network.
 func (s *Sandbox) Checkpoint(ctx context.Context, o CheckpointOptions) (Checkpoint, error) {
 	if s.c.isClosed() {
 		return Checkpoint{}, newError("checkpoint", s.id, ErrClosed, nil)

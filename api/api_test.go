@@ -53,6 +53,7 @@ func TestNames(t *testing.T) {
 		"lease_label":                api.LeaseLabel,
 		"cri_container_type":         api.CRIContainerType,
 		"cri_sandbox_id":             api.CRISandboxID,
+		"cri_container_name":         api.CRIContainerName,
 		"cri_role_sandbox":           api.CRIRoleSandbox,
 		"cri_role_container":         api.CRIRoleContainer,
 		"not_running":                api.NotRunning,

@@ -194,6 +194,12 @@ func (r SentryRoot) SandboxState(id string) string {
 	return filepath.Join(string(r), id+"_sandbox:"+id+".state")
 }
 
+// ContainerStates matches gVisor's state file of container id, whichever
+// sandbox it runs in.
+func (r SentryRoot) ContainerStates(id string) string {
+	return filepath.Join(string(r), id+"_sandbox:*.state")
+}
+
 // StateSuffix ends the name of every gVisor state file in a sentry root.
 const StateSuffix = ".state"
 

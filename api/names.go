@@ -114,6 +114,9 @@ const (
 const (
 	CRIContainerType = "io.kubernetes.cri.container-type"
 	CRISandboxID     = "io.kubernetes.cri.sandbox-id"
+	// CRIContainerName names a container within its sandbox; gVisor's
+	// restore matches a sandbox's containers to the saved ones by it.
+	CRIContainerName = "io.kubernetes.cri.container-name"
 	// Values of CRIContainerType.
 	CRIRoleSandbox   = "sandbox"   // a pod's pause container
 	CRIRoleContainer = "container" // an application container

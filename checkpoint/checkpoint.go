@@ -54,6 +54,37 @@ type Manifest struct {
 	Relay string `json:"relay,omitempty"`
 	// Volumes are the sandbox's ext4lite volumes.
 	Volumes []Volume `json:"volumes,omitempty"`
+	// Root is the sandbox's root container when the task ran as a
+	// container in a sandbox booted before it (a warm pool's): a restore
+	// boots that root container from the image first, then restores the
+	// task into it. Nil when the task was the sandbox's root container.
+	Root *Root `json:"root,omitempty"`
+}
+
+// Root is the root container of a checkpointed sandbox the task ran in.
+type Root struct {
+	// ID is its container id at the checkpoint.
+	ID string `json:"id"`
+	// Flags are the gvx-sentry global flags the sandbox booted with.
+	Flags string `json:"flags"`
+}
+
+// RootSpecFile, in the image directory of a checkpoint with a Root, is
+// that root container's spec.
+const RootSpecFile = "gvx-root.json"
+
+// SaveRoot copies the spec of root container id, in bundle, of a sandbox
+// booted with gvx-sentry flags into image directory dir, and returns what
+// the manifest records of it.
+func SaveRoot(dir, bundle, id, flags string) (*Root, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("the spec of root container %s: %w", id, err)
+	}
+	if err := api.WriteFile(filepath.Join(dir, RootSpecFile), data, 0o600); err != nil {
+		return nil, fmt.Errorf("the spec of root container %s: %w", id, err)
+	}
+	return &Root{ID: id, Flags: flags}, nil
 }
 
 // Volume is one volume of a checkpointed sandbox.

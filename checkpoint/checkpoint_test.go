@@ -145,3 +145,34 @@ func TestSaveVolumeNotMounted(t *testing.T) {
 		t.Errorf("a volume no sandbox process has mounted: %v", err)
 	}
 }
+
+// TestSaveRoot: a pool sandbox's root container spec goes into the image
+// directory and the manifest records its id and flags; a bundle without
+// a spec is an error naming the root container.
+func TestSaveRoot(t *testing.T) {
+	bundle, dir := t.TempDir(), t.TempDir()
+	spec := []byte(`{"process":{"args":["/pause"]}}`)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root, err := SaveRoot(dir, bundle, "gvxpool-1", "--network=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *root != (Root{ID: "gvxpool-1", Flags: "--network=none"}) {
+		t.Errorf("root %+v", root)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, RootSpecFile)); err != nil || string(got) != string(spec) {
+		t.Errorf("saved spec %q, %v; want %q", got, err, spec)
+	}
+	m := &Manifest{Task: "t1", Root: root}
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadManifest(dir); err != nil || got.Root == nil || *got.Root != *root {
+		t.Errorf("manifest read back: %+v, %v", got, err)
+	}
+	if _, err := SaveRoot(t.TempDir(), t.TempDir(), "gvxpool-2", ""); err == nil || !strings.Contains(err.Error(), "root container gvxpool-2") {
+		t.Errorf("a bundle without a spec: %v", err)
+	}
+}

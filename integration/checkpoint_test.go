@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	osexec "os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // checkpointGuest is the task the checkpoint tests save and restore: its
@@ -383,6 +385,170 @@ func TestCheckpointOtherSentry(t *testing.T) {
 	mustCtr(t, "container", "restore", "--live", id, ref)
 	if got := strings.TrimSpace(inTask(t, id, "cat /tmp/mark")); got != "saved" {
 		t.Errorf("restored on its own build: /tmp/mark %q", got)
+	}
+	removeTask(t, id)
+}
+
+// TestCheckpointPool: a task that adopted a warm pool's sandbox is
+// checkpointed like one with its own. `ctr c checkpoint --task` saves the
+// pool sandbox whole (its root container and the task, with the task's
+// ext4lite volume); `ctr c restore` brings the task back as it was, in a
+// sandbox of its own restored from the image (not one of the pool's),
+// which its delete destroys. gvx checkpoint / rollback / fork (the
+// rollout engine) do the same, and a checkpoint of the restored task
+// works again.
+func TestCheckpointPool(t *testing.T) {
+	requireEnv(t)
+	img := filepath.Join(volumeDir(t), "ckpool.ext4")
+	gvx(t, "volume", "create", "--size", "64M", img)
+	checkNoLeaks(t)
+	p := startPool(t, 1)
+	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	id, ref := "ckpool", "gvx.test/ckpool:1"
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	pooled := runAdopted(t, p, id, volMount(img, "/work"), "sh", "-c", checkpointGuest)
+	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
+	for i := 0; i < 3; i++ {
+		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+		waitIn(t, id, "cat /tmp/n", fmt.Sprint(i+1))
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out", "ping")
+
+	mustCtr(t, "container", "checkpoint", "--task", id, ref)
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Fatalf("after its checkpoint the pool task is %s, want RUNNING", st)
+	}
+	inTask(t, id, "echo 2 > /tmp/after && rm /tmp/before && echo 2 > /work/after && rm /work/before && sync")
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid); kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "4")
+	waitIn(t, id, "cat /tmp/off", "12345X")
+	removeTask(t, id)
+
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	if st := taskStatus(t, id); st != "RUNNING" {
+		t.Fatalf("restored pool task is %s, want RUNNING", st)
+	}
+	own := restoredSandbox(t, id)
+	if own == pooled {
+		t.Errorf("the restored task runs in pool sandbox %s, want one of its own", pooled)
+	}
+	if got := inTask(t, id, "ls /tmp/before /tmp/after /work/before /work/after 2>&1; true"); !strings.Contains(got, "/tmp/before") || !strings.Contains(got, "/work/before") ||
+		!strings.Contains(got, "/tmp/after: No such file") || !strings.Contains(got, "/work/after: No such file") {
+		t.Errorf("files after the restore:\n%s\nwant before (rootfs and volume) back and after gone", got)
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "4") // 3 at the checkpoint, one more since
+	inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/off", "12345X")
+	waitIn(t, id, "cat /tmp/pipe.out", "x")
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2")
+	if out := mustCtr(t, "task", "ps", id); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
+		t.Errorf("task ps of the restored task lists no process:\n%s", out)
+	}
+	// The restored task (in its own sandbox of a pool's shape) is
+	// checkpointed again, by the rollout engine: rolled back in place
+	// and forked.
+	store := filepath.Join(loopFS(t, "xfs"), "store")
+	flags := []string{"--address", e.Socket(), "--namespace", testNS, "--store", store}
+	cli := func(args ...string) string {
+		t.Helper()
+		return gvx(t, append(append(args[:1:1], flags...), args[1:]...)...)
+	}
+	ck := strings.TrimSpace(cli("checkpoint", id))
+	inTask(t, id, "echo 3 > /work/after3; echo 3 > /tmp/after3")
+	cli("rollback", id, ck)
+	waitIn(t, id, "cat /tmp/n", "4")
+	waitIn(t, id, "ls /tmp/after3 /work/after3 2>/dev/null | wc -l", "0")
+	forks := strings.Fields(cli("fork", ck, "2"))
+	if len(forks) != 2 {
+		t.Fatalf("gvx fork printed %q, want two ids", forks)
+	}
+	for _, f := range forks {
+		cleanupTask(t, f)
+		waitIn(t, f, "cat /tmp/n", "4")
+	}
+	inTask(t, forks[0], "echo f0 > /tmp/mine")
+	waitIn(t, forks[1], "cat /tmp/mine 2>/dev/null || echo none", "none")
+	for _, f := range append(forks, id) {
+		removeTask(t, f)
+	}
+	cli("checkpoints", "rm", ck)
+	if _, err := os.Stat(harness.State.SentryRoot(id)); err == nil {
+		t.Errorf("the sentry directory of %s (its restored sandbox %s) is still there after its delete", id, own)
+	}
+	fsckClean(t, img)
+
+	// Through the rollout engine from the pool: a fresh pool task.
+	if err := p.WaitReady(context.Background(), 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	runAdopted(t, p, "ckpool2", nil, "sh", "-c", "echo 1 > /tmp/v; while true; do sleep 0.1; done")
+	waitIn(t, "ckpool2", "cat /tmp/v", "1")
+	ck2 := strings.TrimSpace(cli("checkpoint", "ckpool2"))
+	inTask(t, "ckpool2", "echo 2 > /tmp/v")
+	cli("rollback", "ckpool2", ck2)
+	waitIn(t, "ckpool2", "cat /tmp/v", "1")
+	restoredSandbox(t, "ckpool2")
+	removeTask(t, "ckpool2")
+	cli("checkpoints", "rm", ck2)
+}
+
+// restoredSandbox returns the id of the sandbox that task id, restored
+// from a pool task's checkpoint, runs in: its own, in its sentry
+// directory (the shim's restoredSandboxDir), booted by the restore.
+func restoredSandbox(t *testing.T, id string) string {
+	t.Helper()
+	if sb := adopted(id); sb != ".sandbox" {
+		t.Fatalf("restored pool task %s runs in sandbox directory %q, want its own (.sandbox)", id, sb)
+	}
+	rec, err := os.ReadFile(api.SandboxDir(filepath.Join(harness.State.SentryRoot(id), ".sandbox")).Record())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb struct {
+		ID   string          `json:"id"`
+		Pool json.RawMessage `json:"pool"`
+	}
+	if err := json.Unmarshal(rec, &sb); err != nil || !strings.HasPrefix(sb.ID, "gvxroot-") || sb.Pool != nil {
+		t.Fatalf("the record of %s's restored sandbox: %s (%v), want a gvxroot-… sandbox of no pool", id, rec, err)
+	}
+	return sb.ID
+}
+
+// TestCheckpointPoolNAT: a task in a NAT pool's sandbox, checkpointed and
+// restored: the restored sandbox has a NAT of its own (eth0 10.0.2.15,
+// the host server reachable through it again), and a file written before
+// the checkpoint is back.
+func TestCheckpointPoolNAT(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	srv := startNATHTTP(t, "hello-ck-pool-nat")
+	p := startNATPool(t, srv)
+	id, ref := "ckpoolnat", "gvx.test/ckpoolnat:1"
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	runAdopted(t, p, id, nil, "sh", "-c", "echo kept > /tmp/kept; while true; do sleep 0.1; done")
+	get := fmt.Sprintf("http://10.0.2.2:%d/", srv.port)
+	if r := ctrExec(t, id, "get1", "wget", "-q", "-O", "-", get); r.code != 0 || r.stdout != "hello-ck-pool-nat" {
+		t.Fatalf("pool task through its NAT: code %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	mustCtr(t, "container", "checkpoint", "--task", id, ref)
+	removeTask(t, id)
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	restoredSandbox(t, id)
+	waitIn(t, id, "cat /tmp/kept", "kept")
+	r := ctrExec(t, id, "ip", "sh", "-c", "ip -4 addr show eth0")
+	if !strings.Contains(r.stdout, "10.0.2.15/24") {
+		t.Errorf("restored pool task's eth0: %q %q", r.stdout, r.stderr)
+	}
+	if r := ctrExec(t, id, "get2", "wget", "-q", "-O", "-", get); r.code != 0 || r.stdout != "hello-ck-pool-nat" {
+		t.Errorf("restored pool task through its NAT: code %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if n := srv.conns.Load(); n != 2 {
+		t.Errorf("the host server saw %d connections, want 2", n)
 	}
 	removeTask(t, id)
 }

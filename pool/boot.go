@@ -103,34 +103,13 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	return sb, nil
 }
 
-// run runs gvx-sentry against sb's root.
+// run runs gvx-sentry against sb's root, booting at bootNice.
 func (s *Server) run(ctx context.Context, sb *sandbox.Sandbox, args ...string) error {
-	// Not cancelled with ctx: a create killed halfway leaves processes no
-	// record names; a finished boot is destroyed by drain instead.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	cmd := sb.Command(cctx, s.sentry, args...)
-	// The sandbox inherits create's stdio: a file, not a pipe, so that
-	// nothing waits for the sandbox to close it.
-	out, err := os.CreateTemp(sb.Dir, "sentry-*.log")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(out.Name())
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Start()
-	if err == nil {
+	return sb.Run(ctx, s.sentry, time.Minute, func(pid int) {
 		// Boot in the background: at the lowest CPU priority, so that a
 		// refill never slows the tasks running (or being adopted) now.
-		_ = unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, bootNice)
-		err = cmd.Wait()
-	}
-	if err != nil {
-		msg, _ := os.ReadFile(out.Name())
-		return fmt.Errorf("gvx-sentry %s %s: %w: %s", args[0], sb.ID, err, strings.TrimSpace(string(msg)))
-	}
-	return nil
+		_ = unix.Setpriority(unix.PRIO_PROCESS, pid, bootNice)
+	}, args...)
 }
 
 // bootNice is the CPU niceness sandboxes boot at.

@@ -18,6 +18,7 @@ import (
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/internal/cgroups"
 	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/sandbox"
 	"github.com/gvxrun/gvx/sandbox/control"
 )
 
@@ -66,9 +67,13 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	}
 	flags, err := os.ReadFile(filepath.Join(e.layout.SentryRoot(b.id), api.FlagsFile))
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: its gvx-sentry flags: %w (is it a gvx task that boots its own sandbox? tasks in warm-pool sandboxes and pod members cannot be checkpointed)", sb.ID, err)
+		return nil, fmt.Errorf("checkpoint %s: its gvx-sentry flags: %w (is it a gvx task? members of CRI pods cannot be checkpointed)", sb.ID, err)
 	}
 	if err := checkpointable(string(flags)); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
+	}
+	pooled, err := e.poolSandbox(namespaceOf(ctx), b.id)
+	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
 	st, err := e.readState(namespaceOf(ctx), b.id)
@@ -121,7 +126,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	unlock = false
 	e.background(ctx, "checkpoint "+h.ID, func(bctx context.Context) error {
 		defer sb.mu.Unlock()
-		err := e.save(bctx, ctl, h, b.id, string(flags), spec)
+		err := e.save(bctx, ctl, h, b.id, string(flags), spec, pooled)
 		h.Paused = time.Since(t0)
 		if rerr := e.resume(bctx, b); rerr != nil && err == nil {
 			err = rerr
@@ -209,11 +214,35 @@ func checkpointable(flags string) error {
 	return nil
 }
 
+// poolSandbox returns the sandbox container id runs in when that is one
+// booted before it — a warm pool's, or one a restore of such a container
+// booted (its sentry root links to the sandbox's) — and nil when id runs
+// in a sandbox of its own. It refuses the sandboxes a restore could not
+// boot again.
+func (e *Engine) poolSandbox(ns, id string) (*sandbox.Sandbox, error) {
+	target, err := os.Readlink(filepath.Join(e.layout.SentryRoot(id), ns))
+	if err != nil {
+		return nil, nil // a directory: its own sandbox's root
+	}
+	if _, err := os.Stat(api.SentryRoot(target).TaskRecord(id)); err == nil {
+		return nil, fmt.Errorf("%w: it runs as a process in the root container of an image pool's sandbox, which the sandbox's other state shares; run it as a container (a pool without an image, or no pool)", ErrNotCheckpointable)
+	}
+	sb, err := sandbox.Load(api.SandboxDir(filepath.Dir(target)).Record())
+	if err != nil {
+		return nil, fmt.Errorf("its sandbox: %w", err)
+	}
+	if sb.Pool != nil && sb.Pool.Image != "" {
+		return nil, fmt.Errorf("%w: it runs in an image pool's sandbox, whose root container runs on the pool's image, which a restore could not boot again; use a pool without an image, or no pool", ErrNotCheckpointable)
+	}
+	return sb, nil
+}
+
 // save saves paused backing id (control connection ctl, flags and spec as
-// it runs with) into h's image directory: gVisor's state — which flushes
-// what gVisor caches of the volumes to them, the kernel staying paused by
-// the caller's Pause — then the volumes, the manifest and the spec.
-func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, flags string, spec *specs.Spec) error {
+// it runs with; pooled, the sandbox it runs in when not its own) into h's
+// image directory: gVisor's state — which flushes what gVisor caches of
+// the volumes to them, the kernel staying paused by the caller's Pause —
+// then the volumes, the manifest and the spec.
+func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, flags string, spec *specs.Spec, pooled *sandbox.Sandbox) error {
 	dir := e.store.ImageDir(h.ID)
 	files, err := createImageFiles(dir)
 	if err != nil {
@@ -224,8 +253,15 @@ func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, f
 		return api.ExplainSave(err)
 	}
 	m := &checkpoint.Manifest{Task: id, Flags: flags}
+	cgroup := spec.Linux.CgroupsPath
+	if pooled != nil {
+		if m.Root, err = checkpoint.SaveRoot(dir, pooled.Bundle(), pooled.ID, pooled.Flags); err != nil {
+			return err
+		}
+		cgroup = pooled.Cgroup
+	}
 	if vols := volumesOf(ctx, spec.Mounts); len(vols) > 0 {
-		saved, err := checkpoint.SaveVolumes(ctx, dir, vols, cgroups.Procs(spec.Linux.CgroupsPath))
+		saved, err := checkpoint.SaveVolumes(ctx, dir, vols, cgroups.Procs(cgroup))
 		if err != nil {
 			return err
 		}

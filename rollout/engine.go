@@ -365,6 +365,7 @@ func (e *Engine) newID(base string) string {
 // sandboxInfo is what the engine reads of gVisor's state file of a
 // sandbox.
 type sandboxInfo struct {
+	ID                string `json:"id"`
 	ControlSocketPath string `json:"controlSocketPath"`
 	Pid               int    `json:"pid"`
 }
@@ -379,15 +380,32 @@ type sandboxFile struct {
 	} `json:"spec"`
 }
 
-// readState reads gVisor's state file of container id's sandbox.
+// readState reads gVisor's state file of the root container of container
+// id's sandbox: id's own, or, for a container in a sandbox booted before
+// it (a warm pool's), its sandbox's root container's.
 func (e *Engine) readState(ns, id string) (sandboxFile, error) {
 	root := api.SentryRoot(filepath.Join(e.layout.SentryRoot(id), ns))
 	var st sandboxFile
-	data, err := os.ReadFile(root.SandboxState(id))
-	if err != nil {
-		return st, fmt.Errorf("sandbox state of %s: %w", id, err)
+	path := root.SandboxState(id)
+	if _, err := os.Stat(path); err != nil {
+		if m, _ := filepath.Glob(root.ContainerStates(id)); len(m) == 1 {
+			path = m[0]
+		}
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, &st)
+	}
+	if err == nil && st.Sandbox.ID != "" && st.Sandbox.ID != id {
+		// A container in another's sandbox: the root's file says how
+		// the sandbox runs (its NAT).
+		data, err = os.ReadFile(root.SandboxState(st.Sandbox.ID))
+		if err == nil {
+			st = sandboxFile{}
+			err = json.Unmarshal(data, &st)
+		}
+	}
+	if err != nil {
 		return st, fmt.Errorf("sandbox state of %s: %w", id, err)
 	}
 	return st, nil

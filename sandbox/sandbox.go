@@ -98,6 +98,38 @@ func (s *Sandbox) Command(ctx context.Context, sentry string, args ...string) *e
 	return cmd
 }
 
+// Run runs gvx-sentry (at sentry) against the sandbox's root with args —
+// a create, start or restore of its root container — and waits at most
+// timeout for it. It is not cancelled with ctx: one killed halfway would
+// leave processes no record names. The sandbox it starts inherits its
+// stdio: a file in the sandbox's directory, not a pipe, so that nothing
+// waits for the sandbox to close it; a failure's error carries what it
+// wrote. started, if set, is called with its pid once it runs.
+func (s *Sandbox) Run(ctx context.Context, sentry string, timeout time.Duration, started func(pid int), args ...string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	cmd := s.Command(cctx, sentry, args...)
+	out, err := os.CreateTemp(s.Dir, "sentry-*.log")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Start()
+	if err == nil {
+		if started != nil {
+			started(cmd.Process.Pid)
+		}
+		err = cmd.Wait()
+	}
+	if err != nil {
+		msg, _ := os.ReadFile(out.Name())
+		return fmt.Errorf("gvx-sentry %s %s: %w: %s", args[0], s.ID, err, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
 // Save writes s as JSON to path (atomically).
 func (s *Sandbox) Save(path string) error {
 	if err := api.WriteJSON(path, s); err != nil {

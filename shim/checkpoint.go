@@ -114,8 +114,10 @@ func (t *gvxTask) checkpointable() error {
 		return fmt.Errorf("it uses the host's network stack (host network: network = \"host\", or no network namespace of its own): its sockets live in the host kernel, which gVisor cannot save")
 	case !oci.OwnNetNS(t.spec):
 		return fmt.Errorf("it has no network namespace of its own (host network) and network %q: its sandbox runs in the host's network namespace, which gVisor cannot save", t.network)
-	case t.rec.Adopted:
-		return fmt.Errorf("it runs in a warm-pool sandbox; checkpoint a task that boots its own sandbox")
+	case t.rec.Adopted && t.rec.PoolProcess:
+		return fmt.Errorf("it runs as a process in the root container of an image pool's sandbox, which the sandbox's other state shares; run it as a container (a pool without an image, or a task that boots its own sandbox)")
+	case t.rec.Adopted && (t.rec.Sandbox == nil || t.rec.Sandbox.Dir == "" || t.rec.Sandbox.Pool != nil && t.rec.Sandbox.Pool.Image != ""):
+		return fmt.Errorf("it runs in an image pool's sandbox, whose root container runs on the pool's image, which a restore could not boot again; use a pool without an image, or a task that boots its own sandbox")
 	case t.rec.Docker && t.rec.DockerSocket == nil:
 		return fmt.Errorf("it runs in docker mode with dockerd's socket published as a host socket (gVisor's --host-uds=create: network %q in a network namespace it joins, a pool or a pod), which gVisor cannot save; "+
 			"docker mode in a sandbox of its own with a new network namespace (any network but \"host\"), or on \"nat\", publishes it through the shim and can be checkpointed", t.network)
@@ -134,6 +136,16 @@ func (t *gvxTask) saveVolumes(ctx context.Context, dir string) error {
 			return err
 		}
 		m.Relay = t.relay
+	}
+	if t.rec.Adopted {
+		// The task is a container in a sandbox booted before it: the
+		// image holds that sandbox's root container too.
+		sb := t.rec.Sandbox
+		root, err := checkpoint.SaveRoot(dir, sb.Bundle(), sb.ID, sb.Flags)
+		if err != nil {
+			return err
+		}
+		m.Root = root
 	}
 	if len(t.mounted) > 0 {
 		vols, err := checkpoint.SaveVolumes(ctx, dir, t.mounted, cgroups.Procs(t.rec.Sandbox.Cgroup))

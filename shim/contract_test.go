@@ -50,6 +50,7 @@ func TestContractPoolAnnotations(t *testing.T) {
 		c.Name("cri_container_type"):      c.Name("cri_role_container"),
 		c.Name("cri_sandbox_id"):          sb.ID,
 		c.Name("annotation_pool_sandbox"): sb.ID,
+		c.Name("cri_container_name"):      poolTaskName, // what a restore finds it by
 	}
 	if len(s.Annotations) != len(want) {
 		t.Errorf("container in a pool sandbox: annotations %v, want %v", s.Annotations, want)
@@ -62,8 +63,14 @@ func TestContractPoolAnnotations(t *testing.T) {
 	// Reset: the container's delete leaves the sandbox to the shim.
 	s = &specs.Spec{Linux: &specs.Linux{CgroupsPath: "/x"}}
 	enterPoolSandbox(s, sb, false, true)
-	if _, ok := s.Annotations[c.Name("annotation_pool_sandbox")]; ok || len(s.Annotations) != 2 {
+	if _, ok := s.Annotations[c.Name("annotation_pool_sandbox")]; ok || len(s.Annotations) != 3 {
 		t.Errorf("container in a pool sandbox that is reset: annotations %v, want the CRI ones only", s.Annotations)
+	}
+	// A name the task has (CRI's) stays.
+	s = &specs.Spec{Linux: &specs.Linux{CgroupsPath: "/x"}, Annotations: map[string]string{c.Name("cri_container_name"): "app"}}
+	enterPoolSandbox(s, sb, false, true)
+	if got := s.Annotations[c.Name("cri_container_name")]; got != "app" {
+		t.Errorf("a named container in a pool sandbox is named %q, want app", got)
 	}
 }
 

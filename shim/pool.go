@@ -49,6 +49,12 @@ func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess, reset bo
 		// gVisor's own annotations for a container joining a sandbox.
 		spec.Annotations[api.CRIContainerType] = api.CRIRoleContainer
 		spec.Annotations[api.CRISandboxID] = sb.ID
+		if spec.Annotations[api.CRIContainerName] == "" {
+			// One name for the task container of every pool sandbox: a
+			// restore of its checkpoint (restoreroot.go) finds it by
+			// name, however many tasks the sandbox served before.
+			spec.Annotations[api.CRIContainerName] = poolTaskName
+		}
 		if !reset {
 			// gvx-sentry's delete of the container takes the whole
 			// sandbox with it.
@@ -58,6 +64,10 @@ func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess, reset bo
 	// The sandbox's cgroup (with the same limits) holds the task.
 	spec.Linux.CgroupsPath = ""
 }
+
+// poolTaskName is the container name (api.CRIContainerName) of a task
+// that runs as a container in a pool sandbox.
+const poolTaskName = "gvx-task"
 
 // linkPoolRoot makes dir/<ns> (the sentry root containerd's runc shim
 // computes for the task) point at the adopted sandbox's root.

@@ -324,6 +324,14 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 		t.spec.Annotations[api.CRISandboxID] = t.pause.rec.Sandbox.ID
 		return nil
 	}
+	if t.restoring != nil {
+		// A checkpoint restores into a sandbox of its own: of the same
+		// shape as the one it was saved in.
+		if t.restoring.Root != nil {
+			return t.restoreRoot(ctx)
+		}
+		return nil
+	}
 	why := adopt.Blocker(t.cfg, t.spec, t.role, t.rootVol != nil)
 	if why == "" && t.network != t.cfg.Network {
 		why = "it asks for network " + t.network + ", not the pool's " + t.cfg.Network

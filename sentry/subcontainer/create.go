@@ -46,13 +46,24 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	if err != nil {
 		return util.Errorf("reading spec: %v", err)
 	}
-	if !IsSubcontainer(spec) {
-		return util.Errorf("container %s: gvx-sentry's sub-container create got a spec for a sandbox of its own", id)
+	if err := create(conf, f, id, spec, MonitorCommand); err != nil {
+		return util.Errorf("%v", err)
 	}
+	return subcommands.ExitSuccess
+}
+
+// create creates sub-container id (spec) with the create or restore
+// command line's flags f and leaves behind its monitor, run as
+// monitorArgs.
+func create(conf *config.Config, f *flag.FlagSet, id string, spec *specs.Spec, monitorArgs ...string) error {
+	if !IsSubcontainer(spec) {
+		return fmt.Errorf("container %s: gvx-sentry's sub-container %s got a spec for a sandbox of its own", id, f.Name())
+	}
+	var err error
 	moved := func() error { return nil }
 	if to := spec.Annotations[api.AnnotationPodCgroup]; to != "" {
 		if moved, err = enterPodCgroup(conf.RootDir, spec, to); err != nil {
-			return util.Errorf("creating container %s: %v", id, err)
+			return fmt.Errorf("creating container %s: %v", id, err)
 		}
 	}
 	dir := bundle.Dir(argv.Flag(f, "bundle"))
@@ -65,21 +76,21 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 	})
 	if err != nil {
 		_ = moved()
-		return util.Errorf("creating container: %v", err)
+		return fmt.Errorf("creating container: %v", err)
 	}
 	if ns := spec.Annotations[api.AnnotationPodNetns]; ns != "" {
 		if err := attachPodNetns(cont, ns); err != nil {
 			_ = moved()
 			_ = cont.Destroy()
-			return util.Errorf("creating container %s: %v", id, err)
+			return fmt.Errorf("creating container %s: %v", id, err)
 		}
 	}
 	// The monitor starts in the sandbox's cgroup, which the move empties.
 	if err := moved(); err != nil {
 		_ = cont.Destroy()
-		return util.Errorf("creating container %s: %v", id, err)
+		return fmt.Errorf("creating container %s: %v", id, err)
 	}
-	pid, err := SpawnMonitor(conf.RootDir, id, MonitorCommand, spec.Process != nil && spec.Process.Terminal)
+	pid, err := SpawnMonitor(conf.RootDir, id, spec.Process != nil && spec.Process.Terminal, monitorArgs...)
 	if err == nil {
 		if p := argv.Flag(f, "pid-file"); p != "" {
 			err = bundle.WritePidFile(p, pid)
@@ -90,9 +101,9 @@ func (c *Create) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
 		_ = cont.Destroy()
-		return util.Errorf("creating container %s: %v", id, err)
+		return fmt.Errorf("creating container %s: %v", id, err)
 	}
-	return subcommands.ExitSuccess
+	return nil
 }
 
 // attachPodNetns gives the running sandbox of cont, a pod's sandbox
@@ -112,11 +123,11 @@ func attachPodNetns(cont *container.Container, ns string) error {
 	return nil
 }
 
-// SpawnMonitor starts gvx-sentry's internal command (a monitor) for
-// container id with this process's stdio and global flags and returns its
-// pid (monitor.Spawn).
-func SpawnMonitor(root, id, command string, terminal bool) (int, error) {
-	m := argv.Self(command, id)
+// SpawnMonitor starts gvx-sentry's internal command (a monitor: command
+// and its flags, then id) for container id with this process's stdio and
+// global flags and returns its pid (monitor.Spawn).
+func SpawnMonitor(root, id string, terminal bool, command ...string) (int, error) {
+	m := argv.Self(append(command, id)...)
 	if !terminal {
 		// The container's stdio. With a terminal the container has the
 		// pty create set up, and the caller (go-runc) collects create's

@@ -27,7 +27,12 @@ const MonitorCommand = "gvx-monitor"
 // Monitor is the internal command standing for a sub-container's init.
 type Monitor struct {
 	util.InternalSubCommand
+	// restore: the monitor's start restores the container (Restore).
+	restore bool
 }
+
+// restoreFlag is the monitor's flag that makes its start a restore.
+const restoreFlag = "restore"
 
 // Name implements subcommands.Command.
 func (*Monitor) Name() string { return MonitorCommand }
@@ -38,14 +43,16 @@ func (*Monitor) Synopsis() string {
 }
 
 // Usage implements subcommands.Command.
-func (*Monitor) Usage() string { return MonitorCommand + " <container id>\n" }
+func (*Monitor) Usage() string { return MonitorCommand + " [--restore] <container id>\n" }
 
 // SetFlags implements subcommands.Command.
-func (*Monitor) SetFlags(*flag.FlagSet) {}
+func (m *Monitor) SetFlags(f *flag.FlagSet) {
+	f.BoolVar(&m.restore, restoreFlag, false, "restore the container at start (a sandbox being restored)")
+}
 
 // Execute implements subcommands.Command. It never returns: the process
 // exits with the container's status.
-func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
+func (m *Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
 	conf := args[0].(*config.Config)
 	if f.NArg() != 1 {
 		f.Usage()
@@ -68,7 +75,7 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	}
 	joinSandboxCgroup(conf, c)
 
-	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c) }, func() (int, bool) { return waiting(conf.RootDir, id) })
+	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c, m.restore) }, func() (int, bool) { return waiting(conf.RootDir, id) })
 	switch {
 	case errors.Is(err, monitor.ErrNotWaiting):
 		ln.Close()
@@ -120,8 +127,9 @@ func joinSandboxCgroup(conf *config.Config, c *container.Container) {
 	conf.IgnoreCgroups = true
 }
 
-// start starts container c with the monitor's stdio.
-func start(conf *config.Config, c *container.Container) error {
+// start starts container c with the monitor's stdio, or restores it
+// into its sandbox being restored.
+func start(conf *config.Config, c *container.Container, restore bool) error {
 	// The monitor joined the sandbox's cgroup already (joinSandboxCgroup):
 	// hide it from Start, which would join and restore it again (slow on
 	// cgroup v1). Only the container's own state file loses it, and no
@@ -129,6 +137,12 @@ func start(conf *config.Config, c *container.Container) error {
 	// to the root container's state).
 	if conf.IgnoreCgroups {
 		c.Sandbox.CgroupJSON.Cgroup = nil
+	}
+	if restore {
+		// A sub-container's restore takes no image: the root container's
+		// restore read it, and gVisor restores the sandbox now that its
+		// last container is here.
+		return c.Restore(conf, "", false, false, nil)
 	}
 	return c.Start(conf)
 }

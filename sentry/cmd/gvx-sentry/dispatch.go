@@ -53,8 +53,9 @@ var table = map[string]map[kind]handler{
 		kindPlain: gvx(new(checkpoint.Checkpoint)), // runsc's save, taking runc's (CRIU's) flags
 	},
 	"restore": { // each bounded in time (watchRestore)
-		kindPlain: before(watchRestore, runsc),                        // in the mount namespace of its volumes (mountVolumes), like create
-		kindNAT:   before(watchRestore, gvx(new(natsandbox.Restore))), // runsc's, with a new NAT and eth0
+		kindPlain:        before(watchRestore, runsc),                          // in the mount namespace of its volumes (mountVolumes), like create
+		kindSubcontainer: before(watchRestore, gvx(new(subcontainer.Restore))), // a warm-pool task's: create, then its monitor restores it
+		kindNAT:          before(watchRestore, gvx(new(natsandbox.Restore))),   // runsc's, with a new NAT and eth0
 	},
 	"ps":     {kindTask: onSandbox(runsc)},
 	"pause":  {kindTask: onSandbox(runsc)},
@@ -82,7 +83,8 @@ const (
 	kindPlain kind = iota
 	// kindSubcontainer is a container in a running sandbox: a pod's
 	// container, or one that adopted a warm-pool sandbox (package
-	// subcontainer). kindOf tells it apart for create, start and delete.
+	// subcontainer). kindOf tells it apart for create, restore, start and
+	// delete.
 	kindSubcontainer
 	// kindTask is a task started as a process in a running sandbox's root
 	// container, an image pool's sandbox (package exectask).
@@ -118,7 +120,13 @@ func kindOf(c argv.Command) kind {
 		}
 		return kindPlain
 	case "restore":
-		if spec, err := c.CreateSpec(); err == nil && natsandbox.Wants(spec) {
+		spec, err := c.CreateSpec()
+		switch {
+		case err != nil:
+			return kindPlain
+		case subcontainer.IsSubcontainer(spec):
+			return kindSubcontainer
+		case natsandbox.Wants(spec):
 			return kindNAT
 		}
 		return kindPlain

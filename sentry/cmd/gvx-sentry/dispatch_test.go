@@ -72,6 +72,7 @@ func TestKindOf(t *testing.T) {
 		{[]string{"create", "--bundle", nat, "n1"}, kindNAT},
 		{[]string{"restore", "--bundle", nat, "--image-path", "/ck", "--detach", "n2"}, kindNAT},
 		{[]string{"restore", "--bundle", own, "--image-path", "/ck", "c5"}, kindPlain},
+		{[]string{"restore", "--bundle", sub, "--pid-file", "p", "--detach", "c6"}, kindSubcontainer},
 		{[]string{"start", "c1"}, kindSubcontainer},
 		{[]string{"start", "task1"}, kindTask},
 		{[]string{"start", "c3"}, kindPlain},
