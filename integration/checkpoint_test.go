@@ -93,6 +93,20 @@ func TestCheckpointRestore(t *testing.T) {
 	cleanupTask(t, id)
 	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
 	mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, volMount(img, "/work")...), busybox, id, "sh", "-c", checkpointGuest)...)
+	checkpointRoundTrip(t, id, ref)
+	removeTask(t, id)
+	fsckClean(t, img)
+}
+
+// checkpointRoundTrip runs checkpointGuest's round trip on task id, which
+// runs it with an ext4lite volume at /work: its state made (a counter of
+// 3, a line over its TCP connection), `ctr c checkpoint --task` to ref
+// (the task runs on), changes the restore must undo, the task removed,
+// `ctr c restore --live`; then the restored task has the files of the
+// checkpoint (root filesystem and volume), its counter, file offset,
+// pipe and TCP connection as they were. The restored task runs on.
+func checkpointRoundTrip(t *testing.T, id, ref string) {
+	t.Helper()
 	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
 	for i := 0; i < 3; i++ {
 		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
@@ -127,8 +141,6 @@ func TestCheckpointRestore(t *testing.T) {
 	waitIn(t, id, "cat /tmp/pipe.out", "x") // the pipe still reaches cat
 	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
 	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2") // the connection is still up
-	removeTask(t, id)
-	fsckClean(t, img)
 }
 
 // TestCheckpointFork: one checkpoint restored into two new containers
@@ -409,55 +421,18 @@ func TestCheckpointPool(t *testing.T) {
 	id, ref := "ckpool", "gvx.test/ckpool:1"
 	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
 	pooled := runAdopted(t, p, id, volMount(img, "/work"), "sh", "-c", checkpointGuest)
-	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
-	for i := 0; i < 3; i++ {
-		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-		waitIn(t, id, "cat /tmp/n", fmt.Sprint(i+1))
-	}
-	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-	waitIn(t, id, "cat /tmp/tcp.out", "ping")
-
-	mustCtr(t, "container", "checkpoint", "--task", id, ref)
-	if st := taskStatus(t, id); st != "RUNNING" {
-		t.Fatalf("after its checkpoint the pool task is %s, want RUNNING", st)
-	}
-	inTask(t, id, "echo 2 > /tmp/after && rm /tmp/before && echo 2 > /work/after && rm /work/before && sync")
-	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid); kill -USR2 $(cat /tmp/main.pid)")
-	waitIn(t, id, "cat /tmp/n", "4")
-	waitIn(t, id, "cat /tmp/off", "12345X")
-	removeTask(t, id)
-
-	mustCtr(t, "container", "restore", "--live", id, ref)
-	if st := taskStatus(t, id); st != "RUNNING" {
-		t.Fatalf("restored pool task is %s, want RUNNING", st)
-	}
+	checkpointRoundTrip(t, id, ref)
 	own := restoredSandbox(t, id)
 	if own == pooled {
 		t.Errorf("the restored task runs in pool sandbox %s, want one of its own", pooled)
 	}
-	if got := inTask(t, id, "ls /tmp/before /tmp/after /work/before /work/after 2>&1; true"); !strings.Contains(got, "/tmp/before") || !strings.Contains(got, "/work/before") ||
-		!strings.Contains(got, "/tmp/after: No such file") || !strings.Contains(got, "/work/after: No such file") {
-		t.Errorf("files after the restore:\n%s\nwant before (rootfs and volume) back and after gone", got)
-	}
-	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-	waitIn(t, id, "cat /tmp/n", "4") // 3 at the checkpoint, one more since
-	inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
-	waitIn(t, id, "cat /tmp/off", "12345X")
-	waitIn(t, id, "cat /tmp/pipe.out", "x")
-	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2")
 	if out := mustCtr(t, "task", "ps", id); len(strings.Split(strings.TrimSpace(out), "\n")) < 2 {
 		t.Errorf("task ps of the restored task lists no process:\n%s", out)
 	}
 	// The restored task (in its own sandbox of a pool's shape) is
 	// checkpointed again, by the rollout engine: rolled back in place
 	// and forked.
-	store := filepath.Join(loopFS(t, "xfs"), "store")
-	flags := []string{"--address", e.Socket(), "--namespace", testNS, "--store", store}
-	cli := func(args ...string) string {
-		t.Helper()
-		return gvx(t, append(append(args[:1:1], flags...), args[1:]...)...)
-	}
+	cli, _ := rolloutCLI(t)
 	ck := strings.TrimSpace(cli("checkpoint", id))
 	inTask(t, id, "echo 3 > /work/after3; echo 3 > /tmp/after3")
 	cli("rollback", id, ck)

@@ -396,18 +396,26 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// rolloutCLI returns a runner of gvx's checkpoint commands (`gvx
+// checkpoint|rollback|fork|checkpoints …`) on the suite's containerd and
+// namespace, with a store on an XFS loop filesystem of the test's, and
+// the flags it adds after the command.
+func rolloutCLI(t *testing.T) (func(args ...string) string, []string) {
+	store := filepath.Join(loopFS(t, "xfs"), "store")
+	flags := []string{"--address", e.Socket(), "--namespace", testNS, "--store", store}
+	return func(args ...string) string {
+		t.Helper()
+		return gvx(t, append(append(args[:1:1], flags...), args[1:]...)...)
+	}, flags
+}
+
 // TestRolloutCLI: gvx checkpoint, rollback (in place: the same container
 // id, found by ctr), fork, checkpoints and checkpoints rm on a task ctr
 // started.
 func TestRolloutCLI(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
-	store := filepath.Join(loopFS(t, "xfs"), "store")
-	flags := []string{"--address", e.Socket(), "--namespace", testNS, "--store", store}
-	cli := func(args ...string) string {
-		t.Helper()
-		return gvx(t, append(append(args[:1:1], flags...), args[1:]...)...)
-	}
+	cli, flags := rolloutCLI(t)
 	cleanupTask(t, "cli")
 	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, "cli", "sh", "-c", "echo 1 > /tmp/v; while true; do sleep 0.1; done")
 	waitIn(t, "cli", "cat /tmp/v", "1")
