@@ -29,6 +29,15 @@ type PoolConfig struct {
 	Template Config
 	// Size is how many booted sandboxes the pool keeps ready (1–1024).
 	Size int
+	// Checkpointable: the pool's sandboxes can be checkpointed (Sandbox.
+	// Checkpoint, Rollback, Client.Fork). The template's init then runs
+	// as a container in a booted sandbox (a plain pool) instead of as a
+	// process in the root container of an image pool's, which gVisor's
+	// restore could not put back; an acquire also creates that container
+	// (its root filesystem and gofer). A template that cannot run as a
+	// process (volumes, a terminal, published sockets, a hostname) gets a
+	// plain pool anyway.
+	Checkpointable bool
 }
 
 // AcquireOptions are what differs between sandboxes of one pool.
@@ -42,9 +51,9 @@ type AcquireOptions struct {
 // Pool keeps sandboxes of a template booted ahead of demand: a `gvx pool
 // serve` of its own (docs/pool.md), whose sandboxes New adopts instead of
 // booting one. A template of an image, with no terminal, volumes, docker
-// mode, published sockets or hostname, gets an image pool: a sandbox is
-// then handed out with the template's init already started as a process
-// in it (create to first exec ≈ 55–70 ms). Each sandbox serves once: Release
+// mode, published sockets or hostname, gets an image pool (unless
+// Checkpointable): a sandbox is then handed out with the template's init
+// already started as a process in it (create to first exec ≈ 55–70 ms). Each sandbox serves once: Release
 // destroys it and the pool boots a fresh one.
 type Pool struct {
 	c      *Client
@@ -146,7 +155,7 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 		// filesystem cap (the shim lets a task adopt only such a sandbox).
 		rc.SentryFlags = append(rc.SentryFlags, api.RootfsSizeFlag(t.Resources.DiskBytes))
 	}
-	if imagePoolable(t) && rc.RootfsOverlay == "memory" {
+	if imagePoolable(t) && rc.RootfsOverlay == "memory" && !pc.Checkpointable {
 		rc.Pool.Image, rc.Pool.Containerd, rc.Pool.Namespace, rc.Pool.Snapshotter = img.Name(), c.opts.Containerd, c.opts.Namespace, c.opts.Snapshotter
 	}
 	body, err := encodeConfig(rc)

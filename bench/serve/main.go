@@ -9,7 +9,9 @@
 // full before each cycle). Through the service the pooled template is
 // measured twice: as configured by default (one hot sandbox, acquired
 // from the pool ahead of the create) and with hot = 0 (each create
-// acquires from the pool). The service's overhead is the difference. Then
+// acquires from the pool), and a third time as a checkpointable template
+// (a plain pool: the sandbox's container created at acquire, one hot).
+// The service's overhead is the difference. Then
 // -concurrent commands.run at once through the service. `make bench` runs
 // it; -plain=false leaves out the template without a pool.
 //
@@ -97,7 +99,7 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	defer srv.stop()
 	// The paths take turns, rounds times, so that a drift of the
 	// machine's load does not favour one.
-	var goPlain, goPool, rawPlain, rawPool, rawCold, jsPlain, jsPool, jsCold sdkResult
+	var goPlain, goPool, rawPlain, rawPool, rawCold, rawCk, jsPlain, jsPool, jsCold, jsCk sdkResult
 	per := (runs + rounds - 1) / rounds
 	plainRuns := per
 	if !plain {
@@ -116,7 +118,7 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 			runs int
 			raw  *sdkResult
 			js   *sdkResult
-		}{{"base", plainRuns, &rawPlain, &jsPlain}, {"cold", per, &rawCold, &jsCold}, {"pooled", per, &rawPool, &jsPool}} {
+		}{{"base", plainRuns, &rawPlain, &jsPlain}, {"cold", per, &rawCold, &jsCold}, {"pooled", per, &rawPool, &jsPool}, {"ckpooled", per, &rawCk, &jsCk}} {
 			if p.runs == 0 {
 				continue
 			}
@@ -159,6 +161,9 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	row("e2b JS SDK → gvx serve", cold, jsCold.CreateRun, jsCold.Cycle)
 	row("HTTP (Go) → gvx serve", hot, rawPool.CreateRun, rawPool.Cycle)
 	row("e2b JS SDK → gvx serve", hot, jsPool.CreateRun, jsPool.Cycle)
+	ck := pooled + ", checkpointable (a plain pool; 1 hot)"
+	row("HTTP (Go) → gvx serve", ck, rawCk.CreateRun, rawCk.Cycle)
+	row("e2b JS SDK → gvx serve", ck, jsCk.CreateRun, jsCk.Cycle)
 	diff := func(what string, a, b sdkResult) {
 		fmt.Printf("%s, p50 difference: create + first command %.1f ms, full cycle %.1f ms\n", what,
 			pct(a.CreateRun, 50)-pct(b.CreateRun, 50), pct(a.Cycle, 50)-pct(b.Cycle, 50))
@@ -172,6 +177,8 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	diff("service + JS SDK overhead (e2b JS SDK → gvx serve − Go SDK), pooled, hot = 0", jsCold, goPool)
 	diff("hot sandbox (e2b JS SDK, default − hot = 0)", jsPool, jsCold)
 	diff("hot sandbox (HTTP, default − hot = 0)", rawPool, rawCold)
+	diff("checkpointable pool (e2b JS SDK, checkpointable − image pool, 1 hot each)", jsCk, jsPool)
+	diff("checkpointable pool (HTTP, checkpointable − image pool, 1 hot each)", rawCk, rawPool)
 	if c := jsPool.Concurrent; c != nil {
 		fmt.Printf("%d concurrent commands.run over %d sandboxes: %.0f ms, %d errors", c.Commands, c.Sandboxes, c.MS, c.Errors)
 		if c.FirstError != nil {
@@ -272,7 +279,7 @@ func startServe(dir string, bins harness.Bins, socket, image string, poolSize in
 	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" bench\n"), 0o600); err != nil {
 		return nil, err
 	}
-	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %[1]q\n\n[[template]]\nname = \"pooled\"\nimage = %[1]q\npool_size = %[2]d\n\n[[template]]\nname = \"cold\"\nimage = %[1]q\npool_size = %[2]d\nhot = 0\n", image, poolSize)
+	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %[1]q\n\n[[template]]\nname = \"pooled\"\nimage = %[1]q\npool_size = %[2]d\n\n[[template]]\nname = \"cold\"\nimage = %[1]q\npool_size = %[2]d\nhot = 0\n\n[[template]]\nname = \"ckpooled\"\nimage = %[1]q\npool_size = %[2]d\ncheckpointable = true\n", image, poolSize)
 	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
 		return nil, err
 	}

@@ -52,6 +52,12 @@ type Template struct {
 	// that a create is a hand-over, not a pool's acquire. Nil: 1 when the
 	// template has a pool; 0: none.
 	Hot *int `json:"hot,omitempty" toml:"hot"`
+	// Checkpointable: the pool's sandboxes can be checkpointed (gvx's
+	// checkpoint, rollback and fork routes, E2B's fork): the pool is a
+	// plain one, whose acquire creates the sandbox's container, rather
+	// than an image pool's, whose sandboxes cannot be checkpointed. Only
+	// meaningful with a pool (a sandbox booted at create can be).
+	Checkpointable bool `json:"checkpointable,omitempty" toml:"checkpointable"`
 }
 
 // Network modes of a Template.

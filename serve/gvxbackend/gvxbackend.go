@@ -232,7 +232,7 @@ func (b *Backend) Prepare(ctx context.Context, t backend.Template) error {
 		}
 		return nil
 	}
-	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, backend.CreateOptions{}), Size: t.PoolSize})
+	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, backend.CreateOptions{}), Size: t.PoolSize, Checkpointable: t.Checkpointable})
 	if err != nil {
 		if errors.Is(err, gvx.ErrInvalid) {
 			return err
