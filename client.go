@@ -56,7 +56,8 @@ type Options struct {
 	Snapshotter string
 	// CheckpointDir is the store of checkpoints (default
 	// DataDir/checkpoints); put it on the volumes' filesystem (XFS or
-	// btrfs) so that volume copies are reflinks.
+	// btrfs) so that volume copies are reflinks and each checkpoint's
+	// memory shares storage with its parent's where unchanged.
 	CheckpointDir string
 	// Spares is how many restored, paused sandboxes are kept ready for
 	// each checkpoint, so that a Rollback or Fork to it is two control
@@ -70,6 +71,10 @@ type Options struct {
 	// successor, if it died in that window — finds the sandbox as it was
 	// before the rollback. Default false: Rollback waits.
 	LazyLabels bool
+	// NoDedupe: checkpoints' memory is not deduplicated against their
+	// parents' (which costs the CPU of reading both, in the background;
+	// docs/checkpoint.md).
+	NoDedupe bool
 	// Progress, if set, receives a line for each long step: starting
 	// containerd, importing and unpacking images, cloning volumes,
 	// waiting for dockerd.

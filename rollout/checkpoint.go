@@ -140,11 +140,43 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		} else {
 			sb.parent = h.ID
 			e.fillSpares(bctx, h)
+			if h.Parent != "" && !e.opts.NoDedupe {
+				e.background(bctx, "dedupe "+h.ID, func(ctx context.Context) error { return e.dedupe(ctx, h) })
+			}
 		}
 		p.finish(err)
+		if err == nil {
+			// Recorded on the backing (an fsync of containerd's, after
+			// Wait returns) for a later process that adopts it.
+			if _, lerr := b.container.SetLabels(bctx, map[string]string{labelParent: h.ID}); lerr != nil {
+				log.G(bctx).WithError(lerr).Warnf("gvx rollout: checkpoint %s: label %s's backing", h.ID, sb.ID)
+			}
+		}
 		return err
 	})
 	return h, nil
+}
+
+// dedupe makes the memory of saved handle h share storage with its
+// parent's wherever their pages are equal (checkpoint.Dedupe): h then
+// costs on disk the pages written since its parent. Nothing to do on a
+// store that cannot share blocks, or once the parent is released.
+func (e *Engine) dedupe(ctx context.Context, h *Handle) error {
+	child := filepath.Join(e.store.ImageDir(h.ID), api.CheckpointPagesFile)
+	parent := filepath.Join(e.store.ImageDir(h.Parent), api.CheckpointPagesFile)
+	t0 := time.Now()
+	st, err := checkpoint.Dedupe(ctx, child, parent)
+	switch {
+	case errors.Is(err, checkpoint.ErrNoDedupe):
+		log.G(ctx).Debugf("gvx rollout: checkpoint %s not deduplicated: %v", h.ID, err)
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		return nil // released meanwhile
+	case err != nil:
+		return err
+	}
+	log.G(ctx).Debugf("gvx rollout: checkpoint %s: %d of its %d MiB of memory share storage with %s's (%s)", h.ID, st.Shared>>20, st.Size>>20, h.Parent, time.Since(t0))
+	return nil
 }
 
 // natQuiet refuses NAT backing b, paused, if its guest holds a TCP
@@ -225,7 +257,7 @@ func (e *Engine) poolSandbox(ns, id string) (*sandbox.Sandbox, error) {
 		return nil, nil // a directory: its own sandbox's root
 	}
 	if _, err := os.Stat(api.SentryRoot(target).TaskRecord(id)); err == nil {
-		return nil, fmt.Errorf("%w: it runs as a process in the root container of an image pool's sandbox, which the sandbox's other state shares; run it as a container (a pool without an image, or no pool)", ErrNotCheckpointable)
+		return nil, fmt.Errorf("%w: it runs as a process in the root container of an image pool's sandbox, which gVisor's restore cannot put back; run it as a container (a pool without an image: the SDK's PoolConfig.Checkpointable, gvx serve's checkpointable templates), or in a sandbox of its own", ErrNotCheckpointable)
 	}
 	sb, err := sandbox.Load(api.SandboxDir(filepath.Dir(target)).Record())
 	if err != nil {

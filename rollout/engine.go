@@ -50,6 +50,13 @@ type Options struct {
 	// rollback, paused — and so does one that attaches after this one
 	// died in that window. Default: Rollback waits.
 	LazyLabels bool
+	// NoDedupe: a checkpoint's memory is not deduplicated against its
+	// parent's. By default, once a checkpoint with a parent is saved,
+	// the engine makes its pages share storage with the parent's where
+	// they are equal (checkpoint.Dedupe, in the background: ≈ the CPU
+	// of reading both files), so that on a store on XFS or btrfs a
+	// checkpoint costs on disk what the sandbox wrote since its parent.
+	NoDedupe bool
 }
 
 // Engine checkpoints, rolls back and forks sandboxes.
@@ -229,7 +236,12 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 		}
 	}
 	b := &backing{id: id, container: ctr, task: task, restored: labels[LabelRole] != "", volDir: labels[labelVolumes]}
-	return &Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)}, nil
+	sb := &Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)}
+	if h, err := e.store.Get(labels[labelParent]); err == nil && h.Lineage == sb.lineage {
+		// Its tree goes on from there (a handle of this store's).
+		sb.parent = h.ID
+	}
+	return sb, nil
 }
 
 // FindBacking returns the container that is sandbox id's backing: the

@@ -67,7 +67,11 @@ func (e *Engine) RollbackInPlace(ctx context.Context, id, hid string, creator ci
 		_, _ = task.Delete(ctx, client.WithProcessKill)
 		return 0, fmt.Errorf("rollback %s: %w", id, err)
 	}
-	return time.Since(t0), nil
+	took := time.Since(t0)
+	if _, err := ctr.SetLabels(ctx, map[string]string{labelParent: h.ID}); err != nil {
+		return took, fmt.Errorf("rollback %s: %w", id, err)
+	}
+	return took, nil
 }
 
 // setRestoreFrom sets (or, with "", removes) the annotation that makes the

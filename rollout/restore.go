@@ -41,9 +41,14 @@ const (
 	LabelSandbox = "dev.gvx.rollout.sandbox"
 )
 
+// labelParent, on a sandbox's backing, names the handle its state
+// descends from (its last checkpoint, or the handle it was rolled back or
+// forked to): a later process adopting it goes on with the tree there.
+const labelParent = "dev.gvx.rollout.parent"
+
 // engineLabel says whether container label k is one the engine sets.
 func engineLabel(k string) bool {
-	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage || k == labelVolumes
+	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage || k == labelVolumes || k == labelParent
 }
 
 // ownLabels is labels without the engine's.
@@ -57,10 +62,11 @@ func ownLabels(labels map[string]string) map[string]string {
 	return out
 }
 
-// promote labels restored backing b as sandbox id's, with labels (its
-// sandbox's own) besides: a later process finds it by them.
-func (e *Engine) promote(ctx context.Context, b *backing, id string, labels map[string]string) error {
-	set := map[string]string{LabelRole: "sandbox", LabelSandbox: id}
+// promote labels restored backing b as sandbox id's, descending from
+// handle parent, with labels (its sandbox's own) besides: a later process
+// finds it by them.
+func (e *Engine) promote(ctx context.Context, b *backing, id, parent string, labels map[string]string) error {
+	set := map[string]string{LabelRole: "sandbox", LabelSandbox: id, labelParent: parent}
 	for k, v := range labels {
 		if !engineLabel(k) {
 			set[k] = v

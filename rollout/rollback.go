@@ -55,7 +55,7 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 		defer close(p.done)
 		var labels map[string]string
 		if labels, p.err = old.container.Labels(ctx); p.err == nil {
-			p.err = e.promote(ctx, next, sb.ID, labels)
+			p.err = e.promote(ctx, next, sb.ID, h.ID, labels)
 		}
 	}(context.WithoutCancel(ctx)) // it outlives the call
 	_ = e.pause(ctx, old) // no more output or work from it
@@ -142,7 +142,7 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	for i, b := range backings {
 		out[i] = &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}
 		if err == nil {
-			err = e.promote(ctx, b, b.id, labels)
+			err = e.promote(ctx, b, b.id, h.ID, labels)
 		}
 	}
 	if err != nil {
@@ -172,7 +172,7 @@ func (e *Engine) RestoreAs(ctx context.Context, hid, id string) (*Sandbox, error
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
 	labels := e.forkLabels(h)
-	if err := e.promote(ctx, b, b.id, labels); err != nil {
+	if err := e.promote(ctx, b, b.id, h.ID, labels); err != nil {
 		_ = e.destroy(ctx, b)
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}

@@ -10,7 +10,9 @@
 // DeltaBox-style trajectory: expansions with rollbacks of an agent doing
 // work between steps, reporting the share of wall time spent saving and
 // rolling back. The checkpoint store is a tmpfs (uncompressed images in
-// memory, as RESEARCH.md's routes suggest).
+// memory, as RESEARCH.md's routes suggest), but for the disk a chain of
+// checkpoints uses with and without deduplication against their parents
+// (a store on XFS).
 //
 //	go run ./bench/checkpoint -runs 20 -mem 16,256
 package main
@@ -86,6 +88,9 @@ func run(runs int, mems string, steps int, think time.Duration, nat bool) error 
 		}
 		if err := x.sizes(ctx, mib, runs, nat); err != nil {
 			return fmt.Errorf("%d MiB: %w", mib, err)
+		}
+		if err := x.dedupeChain(ctx, mib); err != nil {
+			return fmt.Errorf("%d MiB, checkpoint chain: %w", mib, err)
 		}
 	}
 	if steps > 0 {

@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -110,12 +109,12 @@ func run(runs, conc int, only string) error {
 	if err := os.Chmod(work, 0o755); err != nil {
 		return err
 	}
-	xfs, cleanup, err := loopFS(work, "xfs")
+	xfs, cleanup, err := harness.LoopFS(work, "xfs")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	ext4, cleanup2, err := loopFS(work, "ext4")
+	ext4, cleanup2, err := harness.LoopFS(work, "ext4")
 	if err != nil {
 		return err
 	}
@@ -385,32 +384,3 @@ func firstRuns(s []sample) []time.Duration {
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
 func progress(s string) { fmt.Fprintf(os.Stderr, "dockerbench: %s\n", s) }
-
-// loopFS makes and mounts a loop filesystem of kind under work.
-func loopFS(work, kind string) (string, func(), error) {
-	img := filepath.Join(work, kind+".fs")
-	mnt := filepath.Join(work, kind)
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		return "", nil, err
-	}
-	f, err := os.Create(img)
-	if err != nil {
-		return "", nil, err
-	}
-	err = f.Truncate(40 << 30)
-	f.Close()
-	if err != nil {
-		return "", nil, err
-	}
-	mkfs := exec.Command("mkfs.xfs", "-q", img)
-	if kind == "ext4" {
-		mkfs = exec.Command("mkfs.ext4", "-q", "-F", img)
-	}
-	if out, err := mkfs.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("mkfs.%s: %v: %s", kind, err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("mount %s: %v: %s", kind, err, out)
-	}
-	return mnt, func() { _ = exec.Command("umount", "-d", mnt).Run() }, nil
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -128,4 +129,35 @@ func SmapsAnonymous(pid int) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// LoopFS makes a loop filesystem of kind ("xfs": with reflink, or
+// "ext4") in a sparse 40 GiB file under work and mounts it; the function
+// it returns unmounts it and detaches its loop device.
+func LoopFS(work, kind string) (string, func(), error) {
+	img := filepath.Join(work, kind+".fs")
+	mnt := filepath.Join(work, kind)
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return "", nil, err
+	}
+	f, err := os.Create(img)
+	if err != nil {
+		return "", nil, err
+	}
+	err = f.Truncate(40 << 30)
+	f.Close()
+	if err != nil {
+		return "", nil, err
+	}
+	mkfs := exec.Command("mkfs.xfs", "-q", img)
+	if kind == "ext4" {
+		mkfs = exec.Command("mkfs.ext4", "-q", "-F", img)
+	}
+	if out, err := mkfs.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("mkfs.%s: %v: %s", kind, err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("mount %s: %v: %s", kind, err, out)
+	}
+	return mnt, func() { _ = exec.Command("umount", "-d", mnt).Run() }, nil
 }
