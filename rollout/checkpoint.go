@@ -141,7 +141,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 			sb.parent = h.ID
 			e.fillSpares(bctx, h)
 			if h.Parent != "" && !e.opts.NoDedupe {
-				e.background(bctx, "dedupe "+h.ID, func(ctx context.Context) error { return e.dedupe(ctx, h) })
+				e.startDedupe(bctx, h)
 			}
 		}
 		p.finish(err)
@@ -155,6 +155,32 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		return err
 	})
 	return h, nil
+}
+
+// startDedupe runs dedupe of handle h in the background, once its
+// parent's own dedupe (if one runs) is done. In that order a chain of
+// checkpoints keeps one copy of what they share: deduplicating the
+// parent after the child would move the parent onto the grandparent's
+// blocks and leave the child alone on the parent's old ones — two copies
+// (seen: 6 checkpoints at 256 MiB cost 546–806 MiB instead of ≈ 280).
+func (e *Engine) startDedupe(ctx context.Context, h *Handle) {
+	done := make(chan struct{})
+	e.mu.Lock()
+	prev := e.dedupes[h.Parent]
+	e.dedupes[h.ID] = done
+	e.mu.Unlock()
+	e.background(ctx, "dedupe "+h.ID, func(ctx context.Context) error {
+		defer func() {
+			e.mu.Lock()
+			delete(e.dedupes, h.ID)
+			e.mu.Unlock()
+			close(done)
+		}()
+		if prev != nil {
+			<-prev
+		}
+		return e.dedupe(ctx, h)
+	})
 }
 
 // dedupe makes the memory of saved handle h share storage with its

@@ -68,11 +68,12 @@ type Engine struct {
 	seq    atomic.Int64
 
 	mu      sync.Mutex
-	spares  map[string][]*backing // ready spares by handle id
-	filling map[string]int        // spares being restored, by handle id
-	filled  *sync.Cond            // signalled as restores of spares end (on mu)
-	saving  map[string]*pending   // checkpoints being saved, by handle id
-	bg      sync.WaitGroup        // background restores and teardowns
+	spares  map[string][]*backing    // ready spares by handle id
+	filling map[string]int           // spares being restored, by handle id
+	dedupes map[string]chan struct{} // dedupes under way, by handle id: closed when done
+	filled  *sync.Cond               // signalled as restores of spares end (on mu)
+	saving  map[string]*pending      // checkpoints being saved, by handle id
+	bg      sync.WaitGroup           // background restores and teardowns
 	closed  bool
 }
 
@@ -91,7 +92,7 @@ func New(c *client.Client, o Options) (*Engine, error) {
 	if o.Spares < 0 {
 		return nil, fmt.Errorf("rollout: Spares %d: want 0 or more", o.Spares)
 	}
-	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, saving: map[string]*pending{}}
+	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, dedupes: map[string]chan struct{}{}, saving: map[string]*pending{}}
 	e.filled = sync.NewCond(&e.mu)
 	return e, nil
 }

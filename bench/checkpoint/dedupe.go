@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,30 +66,29 @@ func (x *env) chain(ctx context.Context, mnt string, mib int, noDedupe bool) (us
 	if err := x.start(ctx, id, guest(mib), nil, ""); err != nil {
 		return 0, 0, 0, err
 	}
-	defer func() {
+	sb, err := e.Adopt(ctx, id)
+	if err != nil {
 		if cont, err := x.c.LoadContainer(ctx, id); err == nil {
 			stop(ctx, cont)
 		}
-	}()
-	sb, err := e.Adopt(ctx, id)
-	if err != nil {
 		_ = e.Close(ctx)
 		return 0, 0, 0, err
+	}
+	closeAll := func() error {
+		return errors.Join(e.Destroy(ctx, sb), e.Close(ctx)) // Close waits for the dedupes
 	}
 	free0, cpu0, t0 := freeBytes(mnt), selfCPU(), time.Now()
 	for i := 0; i < chainLength; i++ {
 		if i > 0 {
 			if _, err := execOut(ctx, sb.Task(), "sh", "-c", fmt.Sprintf("dd if=/dev/urandom of=/dev/shm/more%d bs=1M count=4 2>/dev/null", i)); err != nil {
-				_ = e.Close(ctx)
-				return 0, 0, 0, err
+				return 0, 0, 0, errors.Join(err, closeAll())
 			}
 		}
 		if _, err := e.Checkpoint(ctx, sb); err != nil {
-			_ = e.Close(ctx)
-			return 0, 0, 0, err
+			return 0, 0, 0, errors.Join(err, closeAll())
 		}
 	}
-	if err := e.Close(ctx); err != nil {
+	if err := closeAll(); err != nil {
 		return 0, 0, 0, err
 	}
 	syscall.Sync()

@@ -2,7 +2,7 @@
 // runsc's checkpoint and restore.
 //
 // Through one private containerd: a busybox sandbox with N MiB of its
-// memory dirtied (random data in /dev/shm) is checkpointed and rolled back
+// memory dirtied (random data in /dev/shm, 1 GiB large) is checkpointed and rolled back
 // by the rollout engine (the Sentry's control socket; hot spares or a
 // restore on demand) and forked 8 ways; the peer is runsc of the same
 // gVisor version driven by containerd's runc shim (task checkpoint with
@@ -106,10 +106,16 @@ func row(mib int, what string, d []time.Duration) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
-// guest dirties mib MiB of its memory, then idles.
+// guest dirties mib MiB of its memory, then idles: random data in
+// /dev/shm (a tmpfs of shmKiB: containerd's default spec caps it at 64
+// MiB, where a bigger fill failed silently — until 2026-12-05 the "256
+// MiB" rows had 64 MiB). The fill must succeed.
 func guest(mib int) []string {
-	return []string{"sh", "-c", fmt.Sprintf("dd if=/dev/urandom of=/dev/shm/fill bs=1M count=%d 2>/dev/null; echo ready > /tmp/ready; while true; do sleep 1; done", mib)}
+	return []string{"sh", "-c", fmt.Sprintf("dd if=/dev/urandom of=/dev/shm/fill bs=1M count=%d 2>/dev/null && echo ready > /tmp/ready; while true; do sleep 1; done", mib)}
 }
+
+// shmKiB is the size of every bench sandbox's /dev/shm.
+const shmKiB = 1 << 20
 
 // sizes measures everything at mib MiB (with nat, a NAT sandbox's
 // checkpoint and rollbacks too).

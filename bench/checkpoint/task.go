@@ -25,7 +25,7 @@ func (x *env) start(ctx context.Context, id string, args []string, opts any, run
 		runtime = api.RuntimeType
 	}
 	cont, err := x.c.NewContainer(ctx, id, client.WithNewSnapshot(id, x.img),
-		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(x.img), oci.WithProcessArgs(args...)}, more...)...), client.WithRuntime(runtime, opts))
+		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(x.img), oci.WithProcessArgs(args...), oci.WithDevShmSize(shmKiB)}, more...)...), client.WithRuntime(runtime, opts))
 	if err != nil {
 		return err
 	}
