@@ -72,7 +72,7 @@ func Dedupe(ctx context.Context, child, parent string) (DedupeStats, error) {
 	seed := maphash.MakeSeed()
 	index, err := blockIndex(src, seed)
 	if err != nil {
-		return st, fmt.Errorf("dedupe %s: read %s: %w", child, parent, err)
+		return st, fmt.Errorf("dedupe %s: %w", child, err)
 	}
 	// Runs: a child block at c whose content is at p in the parent
 	// extends the current run when both follow it.
@@ -86,36 +86,27 @@ func Dedupe(ctx context.Context, child, parent string) (DedupeStats, error) {
 		run.n = 0
 		return err
 	}
-	r := bufio.NewReaderSize(dst, 1<<20)
-	buf := make([]byte, dedupeBlock)
-	for off := int64(0); ; off += dedupeBlock {
+	st.Size, err = eachBlock(dst, func(off int64, block []byte) error {
 		if off%(64<<20) == 0 && ctx.Err() != nil {
-			return st, ctx.Err()
+			return ctx.Err()
 		}
-		n, err := io.ReadFull(r, buf)
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			st.Size = off + int64(n)
-			break
-		}
-		if err != nil {
-			return st, fmt.Errorf("dedupe %s: %w", child, err)
-		}
-		p, ok := index[maphash.Bytes(seed, buf)]
+		p, ok := index[maphash.Bytes(seed, block)]
 		if !ok {
-			if err := flush(); err != nil {
-				return st, err
-			}
-			continue
+			return flush()
 		}
 		st.Blocks++
 		if run.n > 0 && run.c+run.n == off && run.p+run.n == p {
 			run.n += dedupeBlock
-			continue
+			return nil
 		}
 		if err := flush(); err != nil {
-			return st, err
+			return err
 		}
 		run.c, run.p, run.n = off, p, dedupeBlock
+		return nil
+	})
+	if err != nil {
+		return st, err
 	}
 	return st, flush()
 }
@@ -123,17 +114,32 @@ func Dedupe(ctx context.Context, child, parent string) (DedupeStats, error) {
 // blockIndex maps the hash of each whole block of f to its first offset.
 func blockIndex(f *os.File, seed maphash.Seed) (map[uint64]int64, error) {
 	index := map[uint64]int64{}
+	_, err := eachBlock(f, func(off int64, block []byte) error {
+		h := maphash.Bytes(seed, block)
+		if _, ok := index[h]; !ok {
+			index[h] = off
+		}
+		return nil
+	})
+	return index, err
+}
+
+// eachBlock calls fn with each whole block of f, from its current
+// offset, and the block's offset, and returns f's size (a last partial
+// block counted, not passed); it stops at fn's first error.
+func eachBlock(f *os.File, fn func(off int64, block []byte) error) (int64, error) {
 	r := bufio.NewReaderSize(f, 1<<20)
 	buf := make([]byte, dedupeBlock)
 	for off := int64(0); ; off += dedupeBlock {
-		if _, err := io.ReadFull(r, buf); err == io.EOF || err == io.ErrUnexpectedEOF {
-			return index, nil
-		} else if err != nil {
-			return nil, err
+		n, err := io.ReadFull(r, buf)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return off + int64(n), nil
 		}
-		h := maphash.Bytes(seed, buf)
-		if _, ok := index[h]; !ok {
-			index[h] = off
+		if err != nil {
+			return off, fmt.Errorf("read %s: %w", f.Name(), err)
+		}
+		if err := fn(off, buf); err != nil {
+			return off, err
 		}
 	}
 }

@@ -77,12 +77,8 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	if err := s.run(ctx, sb, "create", "--bundle", sb.Bundle(), "--pid-file", sb.PidFile, sb.ID); err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(sb.PidFile)
-	if err != nil {
-		return nil, fmt.Errorf("read sandbox pid: %w", err)
-	}
-	if sb.Pid, err = strconv.Atoi(strings.TrimSpace(string(data))); err != nil {
-		return nil, fmt.Errorf("sandbox pid file: %w", err)
+	if err := sb.ReadPid(); err != nil {
+		return nil, err
 	}
 	if err := s.run(ctx, sb, "start", sb.ID); err != nil {
 		return nil, err
@@ -140,14 +136,7 @@ func (s *Server) installRootfs() error {
 	if err := os.MkdirAll(s.cfg.PoolDir().Rootfs(), 0o755); err != nil {
 		return fmt.Errorf("create pool rootfs: %w", err)
 	}
-	data, err := os.ReadFile(s.pause)
-	if err != nil {
-		return err
-	}
-	if err := api.WriteFile(s.pauseCopy(), data, 0o755); err != nil {
-		return fmt.Errorf("install %s in pool rootfs: %w", api.PauseBinary, err)
-	}
-	return nil
+	return bootspec.InstallPause(s.pause, s.cfg.PoolDir().Rootfs())
 }
 
 // pauseCopy is gvx-pause in the pool's root filesystem.

@@ -86,7 +86,7 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 		}
 		s.hook = hook
 	}
-	s.pause = filepath.Join(filepath.Dir(sentry), api.PauseBinary)
+	s.pause = bootspec.PausePath(sentry)
 	if st, err := os.Stat(s.pause); err != nil || st.IsDir() {
 		return nil, fmt.Errorf("%s not found: install it next to %s with `make install`", s.pause, sentry)
 	}

@@ -83,11 +83,24 @@ func (s *Sandbox) Alive() bool { return procfs.Alive(s.pid()) }
 // pid is the Sentry's pid, read from PidFile while not yet known.
 func (s *Sandbox) pid() int {
 	if s.Pid <= 0 && s.PidFile != "" {
-		if data, err := os.ReadFile(s.PidFile); err == nil {
-			s.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-		}
+		_ = s.ReadPid()
 	}
 	return s.Pid
+}
+
+// ReadPid sets Pid from PidFile, which a create or restore of the
+// sandbox's root container wrote.
+func (s *Sandbox) ReadPid() error {
+	data, err := os.ReadFile(s.PidFile)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: read its pid: %w", s.ID, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("sandbox %s: pid file %s: %w", s.ID, s.PidFile, err)
+	}
+	s.Pid = pid
+	return nil
 }
 
 // Command is gvx-sentry (at path sentry) run against the sandbox's root

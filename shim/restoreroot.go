@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -69,8 +68,8 @@ func (t *gvxTask) restoreRoot(ctx context.Context) error {
 			return fmt.Errorf("restore %s: %w", r.ID, err)
 		}
 	}
-	if err := installPause(r.Sentry, rootfs, spec); err != nil {
-		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore %s: %w", r.ID, err))
+	if err := bootspec.InstallPause(bootspec.PausePath(r.Sentry), rootfs); err != nil {
+		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore %s: the pool sandbox's gvx-pause: %w (install it next to %s with `make install`)", r.ID, err, r.Sentry))
 	}
 	spec.Root.Path = rootfs
 	spec.Linux.CgroupsPath = sb.Cgroup
@@ -82,12 +81,8 @@ func (t *gvxTask) restoreRoot(ctx context.Context) error {
 		"--bundle", sb.Bundle(), "--pid-file", sb.PidFile, sb.ID); err != nil {
 		return t.explainRestore(fmt.Errorf("restore %s: its sandbox's root container: %w", r.ID, err))
 	}
-	data, err := os.ReadFile(sb.PidFile)
-	if err != nil {
-		return fmt.Errorf("restore %s: sandbox pid: %w", r.ID, err)
-	}
-	if sb.Pid, err = strconv.Atoi(strings.TrimSpace(string(data))); err != nil {
-		return fmt.Errorf("restore %s: sandbox pid file: %w", r.ID, err)
+	if err := sb.ReadPid(); err != nil {
+		return fmt.Errorf("restore %s: %w", r.ID, err)
 	}
 	if err := sb.Save(d.Record()); err != nil {
 		return err
@@ -118,15 +113,4 @@ func readRootSpec(dir string) (*specs.Spec, error) {
 		return nil, fmt.Errorf("the checkpoint's root container is not a pool sandbox's gvx-pause (%s): the image is damaged or not gvx's", checkpoint.RootSpecFile)
 	}
 	return &spec, nil
-}
-
-// installPause puts gvx-pause (installed next to gvx-sentry at sentry)
-// where the root container's spec runs it, in root filesystem rootfs.
-func installPause(sentry, rootfs string, spec *specs.Spec) error {
-	src := filepath.Join(filepath.Dir(sentry), api.PauseBinary)
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return fmt.Errorf("the pool sandbox's %s: %w (install it next to %s with `make install`)", api.PauseBinary, err, sentry)
-	}
-	return api.WriteFile(filepath.Join(rootfs, strings.TrimPrefix(spec.Process.Args[0], "/")), data, 0o755)
 }

@@ -14,11 +14,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/oci"
 )
@@ -26,6 +29,22 @@ import (
 // PauseInGuest is where gvx-pause is in a plain pool's root container
 // (the pool's own root filesystem, api.PoolDir.Rootfs).
 const PauseInGuest = "/pause"
+
+// PausePath is gvx-pause as installed next to gvx-sentry at sentry.
+func PausePath(sentry string) string { return filepath.Join(filepath.Dir(sentry), api.PauseBinary) }
+
+// InstallPause copies gvx-pause (pause, on the host) to PauseInGuest in
+// rootfs, a plain pool sandbox's root filesystem.
+func InstallPause(pause, rootfs string) error {
+	data, err := os.ReadFile(pause)
+	if err != nil {
+		return err
+	}
+	if err := api.WriteFile(filepath.Join(rootfs, strings.TrimPrefix(PauseInGuest, "/")), data, 0o755); err != nil {
+		return fmt.Errorf("install %s in %s: %w", api.PauseBinary, rootfs, err)
+	}
+	return nil
+}
 
 // PauseInImage is where gvx-pause is in an image pool's root container
 // (added to the image's mount in the pool's upper directory).
