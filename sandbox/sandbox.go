@@ -119,6 +119,21 @@ func (s *Sandbox) Command(ctx context.Context, sentry string, args ...string) *e
 // waits for the sandbox to close it; a failure's error carries what it
 // wrote. started, if set, is called with its pid once it runs.
 func (s *Sandbox) Run(ctx context.Context, sentry string, timeout time.Duration, started func(pid int), args ...string) error {
+	return s.RunWith(ctx, func(cmd *exec.Cmd) error {
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		if started != nil {
+			started(cmd.Process.Pid)
+		}
+		return cmd.Wait()
+	}, sentry, timeout, args...)
+}
+
+// RunWith is Run with run starting the command and waiting for it (in a
+// process that reaps its children on its own, such as a shim, through
+// its reaper: exec.Cmd.Wait would race it).
+func (s *Sandbox) RunWith(ctx context.Context, run func(*exec.Cmd) error, sentry string, timeout time.Duration, args ...string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	cmd := s.Command(cctx, sentry, args...)
@@ -129,14 +144,7 @@ func (s *Sandbox) Run(ctx context.Context, sentry string, timeout time.Duration,
 	defer os.Remove(out.Name())
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Start()
-	if err == nil {
-		if started != nil {
-			started(cmd.Process.Pid)
-		}
-		err = cmd.Wait()
-	}
-	if err != nil {
+	if err := run(cmd); err != nil {
 		msg, _ := os.ReadFile(out.Name())
 		return fmt.Errorf("gvx-sentry %s %s: %w: %s", args[0], s.ID, err, strings.TrimSpace(string(msg)))
 	}

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"fmt"
 	"os/exec"
 
 	"github.com/containerd/containerd/v2/pkg/sys/reaper"
@@ -16,4 +17,14 @@ func runReaped(cmd *exec.Cmd) (int, error) {
 		return -1, err
 	}
 	return reaper.Default.Wait(cmd, ec)
+}
+
+// runReapedOK is runReaped with a non-zero exit status an error (what
+// sandbox.RunWith takes).
+func runReapedOK(cmd *exec.Cmd) error {
+	code, err := runReaped(cmd)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d", code)
+	}
+	return err
 }

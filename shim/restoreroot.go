@@ -77,7 +77,7 @@ func (t *gvxTask) restoreRoot(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := sb.Run(ctx, r.Sentry, restoreTimeout, nil, "restore", "--detach", "--image-path", t.checkpointDir,
+	if err := sb.RunWith(ctx, runReapedOK, r.Sentry, restoreTimeout, "restore", "--detach", "--image-path", t.checkpointDir,
 		"--bundle", sb.Bundle(), "--pid-file", sb.PidFile, sb.ID); err != nil {
 		return t.explainRestore(fmt.Errorf("restore %s: its sandbox's root container: %w", r.ID, err))
 	}
