@@ -183,6 +183,19 @@ func (r SentryRoot) OOMMarker(id string) string {
 	return filepath.Join(string(r), "gvx-oom-"+id)
 }
 
+// MonitorEnded is where the monitor of container id, inside a running
+// sandbox, records (MonitorEndedMark, in a file it created empty) that the
+// container's init exited and that it killed what was left of the
+// container's processes: a `kill --all` after that has nothing to do
+// (gvx-runtime answers it without gvx-sentry).
+func (r SentryRoot) MonitorEnded(id string) string {
+	return filepath.Join(string(r), "gvx-ended-"+id)
+}
+
+// MonitorEndedMark is what a MonitorEnded file holds once its container
+// ended.
+const MonitorEndedMark = "ended\n"
+
 // TaskRecord is gvx-sentry's record of task id, started as a process in a
 // running sandbox's root container.
 func (r SentryRoot) TaskRecord(id string) string {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -122,9 +123,17 @@ func checkAdoptedTask(t *testing.T, id, sb string) {
 		t.Errorf("task metrics without memory usage:\n%s", out)
 	}
 	checkPoolCredentials(t, taskPid(t, id), sb)
+	checkExecWaiter(t, id)
 	proc := asProcess(t, id)
 	mustCtr(t, "task", "kill", "-s", "TERM", id)
 	waitStatus(t, id, "STOPPED")
+	// A container's monitor killed what was left of it and marked it
+	// ended: the shim's `kill --all` after the exit is answered without
+	// gvx-sentry. (A task started as a process has no such marker.)
+	ended := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), testNS)).MonitorEnded(id)
+	if data, err := os.ReadFile(ended); (err == nil && string(data) == api.MonitorEndedMark) == proc {
+		t.Errorf("end marker of %s (process task: %v): %q, %v", id, proc, data, err)
+	}
 	mustCtr(t, "task", "rm", id)
 	// Gone, or (a container in it, pool.reset) reset and back in the pool.
 	d := harness.SandboxDir(sb)
@@ -134,6 +143,39 @@ func checkAdoptedTask(t *testing.T, id, sb string) {
 		}
 	}
 	mustCtr(t, "container", "rm", id)
+}
+
+// checkExecWaiter: an exec in running task id (adopted from a pool, so
+// its monitor serves execs) is stood for on the host by gvx-runtime's
+// waiter, not by a gvx-sentry of its own, and the waiter has dropped its
+// privileges.
+func checkExecWaiter(t *testing.T, id string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := e.ctr(context.Background(), "task", "exec", "--exec-id", "waiter", id, "sleep", "3")
+		done <- err
+	}()
+	pid, deadline := 0, time.Now().Add(10*time.Second)
+	for pid == 0 && time.Now().Before(deadline) {
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, c := range procs {
+			data, err := os.ReadFile(c)
+			args := strings.Split(string(data), "\x00")
+			if err == nil && len(args) > 3 && args[1] == api.RuntimeWaitCommand && args[3] == id {
+				pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(c)))
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pid == 0 {
+		t.Errorf("exec in %s: no %s on the host stands for it (did the exec start a gvx-sentry?)", id, api.RuntimeWaitCommand)
+	} else {
+		checkDropped(t, "exec waiter", pid)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("exec sleep 3 in %s: %v", id, err)
+	}
 }
 
 // checkPoolCredentials: the task's init on the host is the monitor, left

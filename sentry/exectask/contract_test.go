@@ -10,6 +10,7 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/internal/contractroot"
 	"github.com/gvxrun/gvx/sentry/internal/statetest"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // TestContract: a task deleted before it started exits with contract.json's
@@ -25,7 +26,7 @@ func TestContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := notRunning(errors.New("signal"), sb, 7, nil); !strings.Contains(err.Error(), c.Name("not_running")) {
+	if err := sandboxctl.NotRunning(errors.New("signal"), sb, 7, nil); !strings.Contains(err.Error(), c.Name("not_running")) {
 		t.Errorf("kill in a gone sandbox: %v, want %q", err, c.Name("not_running"))
 	}
 }

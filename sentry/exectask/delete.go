@@ -15,6 +15,7 @@ import (
 
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // Delete destroys a task's sandbox (the task's alone) and its record.
@@ -61,5 +62,5 @@ func (d *Delete) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcom
 // processRuns reports whether guest pid still runs in sb.
 func processRuns(sb *container.Container, pid int32) bool {
 	procs, err := sb.Processes()
-	return err == nil && hasProcess(procs, pid)
+	return err == nil && sandboxctl.HasProcess(procs, pid)
 }

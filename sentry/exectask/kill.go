@@ -17,6 +17,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // Kill signals a task's process (or, with --pid, another process of its
@@ -82,9 +83,9 @@ func (k *Kill) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomma
 	}
 	if err != nil {
 		if all {
-			err = notRunning(err, sb, 0, nil)
+			err = sandboxctl.NotRunning(err, sb, 0, nil)
 		} else {
-			err = notRunning(err, sb, pid, sb.Processes)
+			err = sandboxctl.NotRunning(err, sb, pid, sb.Processes)
 		}
 		return util.Errorf("kill task %s: %v", r.ID, err)
 	}

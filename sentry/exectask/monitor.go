@@ -90,14 +90,15 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 		}
 	}
 	waitConn, sigConn, execConn := conns[0], conns[1], conns[2]
-	x := &execServer{sandbox: sb, cid: sb.ID, control: sb.Sandbox.ControlSocketPath, proc: sb.Spec.Process, enableRaw: conf.EnableRaw, exec: execConn, signal: sigConn}
+	x := &fastexec.Server{Container: sb, Proc: sb.Spec.Process, EnableRaw: conf.EnableRaw, Exec: execConn, Signal: sigConn}
+	x.UID, x.GID = sandboxctl.HostRoot(sb.Spec)
 	if r, err := record.Load(conf.RootDir, id); err == nil {
 		if spec, err := bundle.ReadSpec(r.Bundle); err == nil {
-			x.proc = spec.Process // an exec's default capabilities
+			x.Proc = spec.Process // an exec's default capabilities
 		}
 	}
 	sandboxctl.DropPrivileges(sb.Spec)
-	go x.serve(ln)
+	go x.Serve(ln)
 	code := fastexec.WaitFor(waitConn, sigConn, sb.ID, pid)
 	ln.Close()
 	os.Remove(sock)

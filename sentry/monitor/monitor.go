@@ -5,9 +5,9 @@
 // to it on its start socket. `create` binds the socket (so that `start`
 // can connect at once) and hands it to the monitor as file descriptor 3
 // (Spawn); `start` connects, sends "start" and reads "ok" or "error: …"
-// (RequestStart; the monitor's side is ServeStart). A monitor of a task
-// started as a process keeps serving the socket for the task's execs
-// (Request, Reply). The package does not depend on gVisor, so that
+// (RequestStart; the monitor's side is ServeStart). Once the task runs,
+// its monitor keeps serving the socket for the task's execs (Request,
+// Reply). The package does not depend on gVisor, so that
 // gvx-runtime, the small front command, can speak it without loading
 // gvx-sentry.
 package monitor
@@ -217,10 +217,12 @@ func ShortPath(path string, fn func(name string) error) error {
 	return fn(fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
-// A monitor of a task started as a process in a running sandbox keeps
-// serving its socket after start, for the task's execs: JSON requests, one
-// per line, each answered by one Reply line.
+// A monitor keeps serving its socket after start, for the task's execs:
+// JSON requests, one per line, each answered by one Reply line.
 const (
+	// OpOwner asks for the sandbox's host uid and gid, which an exec's
+	// stdio is handed to before OpExec.
+	OpOwner = "owner"
 	// OpExec executes Process in the task's container with the three
 	// stdio descriptors sent along; the reply has its guest pid.
 	OpExec = "exec"
@@ -228,7 +230,9 @@ const (
 	// connection sent along (the caller's: the monitor holds no
 	// privilege to open more); the reply has its wait status.
 	OpWait = "wait"
-	// OpSignal sends Signal to guest process Pid.
+	// OpSignal sends Signal to guest process Pid; to a sub-container's
+	// monitor, Pid 0 is the container's init and All every process in
+	// the container.
 	OpSignal = "signal"
 )
 
@@ -238,6 +242,7 @@ type Request struct {
 	Process *specs.Process `json:"process,omitempty"`
 	Pid     int32          `json:"pid,omitempty"`
 	Signal  int            `json:"signal,omitempty"`
+	All     bool           `json:"all,omitempty"`
 }
 
 // Reply answers a Request.
@@ -249,12 +254,20 @@ type Reply struct {
 	Control string `json:"control,omitempty"`
 	// Status is a wait's status (unix.WaitStatus).
 	Status uint32 `json:"status,omitempty"`
+	// UID and GID answer OpOwner.
+	UID int `json:"uid,omitempty"`
+	GID int `json:"gid,omitempty"`
 }
 
 // ErrGone is what Send, Write and Read fail with when the monitor hangs up
 // without an answer: it has exited, and a monitor exits with the task it
 // stands for.
 var ErrGone = errors.New("monitor went away")
+
+// ErrNotServing is what Send and Read fail with when the monitor answers
+// no Reply: it still waits for its task's start (ServeStart), and did
+// nothing.
+var ErrNotServing = errors.New("monitor does not serve requests yet")
 
 // Send writes req to conn with files passed along, and reads the reply.
 func Send(conn *net.UnixConn, req Request, files ...*os.File) (*Reply, error) {
@@ -292,7 +305,7 @@ func Read(conn *net.UnixConn) (*Reply, error) {
 	}
 	var reply Reply
 	if err := json.Unmarshal(line, &reply); err != nil {
-		return nil, fmt.Errorf("monitor reply %q: %w", line, err)
+		return nil, fmt.Errorf("%w: it answered %q", ErrNotServing, bytes.TrimSpace(line))
 	}
 	if reply.Error != "" {
 		return nil, errors.New(reply.Error)

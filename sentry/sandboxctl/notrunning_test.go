@@ -1,4 +1,4 @@
-package exectask
+package sandboxctl
 
 import (
 	"errors"
@@ -49,7 +49,7 @@ func TestNotRunning(t *testing.T) {
 		{"no list", "sb", 7, func() ([]*control.Process, error) { return nil, errors.New("no") }, "signaling container"},
 		{"all", "sb", 0, nil, "signaling container"},
 	} {
-		err := notRunning(failed, load(tc.sb), tc.pid, tc.processes)
+		err := NotRunning(failed, load(tc.sb), tc.pid, tc.processes)
 		if err.Error() != tc.want || !errors.Is(err, failed) {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}

@@ -13,9 +13,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/pkg/control/client"
 	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/container"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
 	"github.com/gvxrun/gvx/sentry/monitor"
@@ -57,3 +59,30 @@ func DropPrivileges(spec *specs.Spec) {
 // HostRoot returns the host uid and gid the spec maps container root to (0
 // without a user namespace).
 func HostRoot(spec *specs.Spec) (int, int) { return hostcreds.HostRoot(spec) }
+
+// NotRunning wraps err, the failure to signal guest process pid (0: all
+// processes) of sandbox sb, in api.NotRunning when the sandbox is gone (its
+// host process has exited) or pid is no longer among the processes that
+// processes lists; otherwise it returns err.
+func NotRunning(err error, sb *container.Container, pid int32, processes func() ([]*control.Process, error)) error {
+	if !Alive(sb) {
+		return fmt.Errorf("%s: sandbox %s is gone: %w", api.NotRunning, sb.ID, err)
+	}
+	if pid == 0 {
+		return err
+	}
+	if procs, perr := processes(); perr == nil && !HasProcess(procs, pid) {
+		return fmt.Errorf("%s: process %d has exited: %w", api.NotRunning, pid, err)
+	}
+	return err
+}
+
+// HasProcess reports whether guest pid is among procs.
+func HasProcess(procs []*control.Process, pid int32) bool {
+	for _, p := range procs {
+		if int32(p.PID) == pid {
+			return true
+		}
+	}
+	return false
+}

@@ -66,6 +66,11 @@ func create(conf *config.Config, f *flag.FlagSet, id string, spec *specs.Spec, m
 			return fmt.Errorf("creating container %s: %v", id, err)
 		}
 	}
+	// An end marker of an earlier container of this id (its delete never
+	// came) would answer this one's `kill --all`.
+	if err := os.Remove(api.SentryRoot(conf.RootDir).MonitorEnded(id)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("creating container %s: %v", id, err)
+	}
 	dir := bundle.Dir(argv.Flag(f, "bundle"))
 	cont, err := container.New(conf, container.Args{
 		ID:            id,

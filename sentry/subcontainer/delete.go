@@ -54,9 +54,13 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 		return subcommands.ExitUsageError
 	}
 	conf := args[0].(*config.Config)
-	// The monitor's OOM marker has served once the container exited.
-	if err := os.Remove(api.SentryRoot(conf.RootDir).OOMMarker(f.Arg(0))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		log.Warningf("delete: %v", err)
+	// The monitor's OOM and end markers and its socket have served once
+	// the container exited.
+	root := api.SentryRoot(conf.RootDir)
+	for _, m := range []string{root.OOMMarker(f.Arg(0)), root.MonitorEnded(f.Arg(0)), root.MonitorSocket(f.Arg(0))} {
+		if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warningf("delete: %v", err)
+		}
 	}
 	id := container.FullID{ContainerID: f.Arg(0)}
 	c, err := container.Load(conf.RootDir, id, container.LoadOpts{SkipCheck: true})

@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/runsc/flag"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/monitor"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
@@ -86,31 +87,69 @@ func (m *Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subco
 		os.Remove(sock)
 		os.Exit(1)
 	}
-	ln.Close()
-	os.Remove(sock)
-	// Connect while still root (the control socket is root's), then keep
-	// only the sandbox's own credentials for the wait.
-	conn, err := sandboxctl.Connect(c)
-	if err != nil {
-		log.Warningf("monitor: %v", err)
-		os.Exit(api.ExitKilled)
+	// Connect while still root (the control socket is root's): the wait
+	// for the container (which blocks one), and an exec server's two;
+	// then keep only the sandbox's own credentials.
+	var conns [3]*urpc.Client
+	for i := range conns {
+		if conns[i], err = sandboxctl.Connect(c); err != nil {
+			log.Warningf("monitor: %v", err)
+			os.Remove(sock)
+			os.Exit(api.ExitKilled)
+		}
 	}
+	conn := conns[0]
 	oom, err := newOOMWatch(api.SentryRoot(conf.RootDir), c, func() (*urpc.Client, error) { return sandboxctl.Connect(c) })
 	if err != nil {
 		log.Warningf("monitor: cannot hold %s to its memory limit: %v", id, err)
 	}
+	// The end marker, empty until the container's init has exited (the
+	// monitor cannot create files once it drops its privileges).
+	ended, err := os.OpenFile(api.SentryRoot(conf.RootDir).MonitorEnded(id), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		log.Warningf("monitor: %v", err)
+	}
+	// The socket goes on serving the container's execs (gvx-runtime's
+	// exec: no gvx-sentry start-up per exec).
+	x := &fastexec.Server{Container: c, Whole: true, Proc: c.Spec.Process, EnableRaw: conf.EnableRaw, Exec: conns[1], Signal: conns[2]}
+	x.UID, x.GID = sandboxctl.HostRoot(c.Spec)
 	sandboxctl.DropPrivileges(c.Spec)
+	go x.Serve(ln)
 	if oom != nil {
 		go oom.run()
 	}
 	var ws unix.WaitStatus
 	cid := c.ID
-	if err := conn.Call(boot.ContMgrWait, &cid, &ws); err != nil {
+	err = conn.Call(boot.ContMgrWait, &cid, &ws)
+	ln.Close()
+	end(conns[2], cid, ended)
+	if err != nil {
 		log.Warningf("monitor: wait for %s: %v", cid, err)
 		os.Exit(api.ExitKilled)
 	}
 	os.Exit(api.ExitCode(syscall.WaitStatus(ws)))
 	return subcommands.ExitSuccess
+}
+
+// end kills what is left of container cid's processes once its init has
+// exited (as the end of a container's pid namespace would; runc's shim
+// then asks for the same with `kill --all`) and marks the container ended
+// in marker (api.SentryRoot.MonitorEnded), so that gvx-runtime answers
+// that `kill --all` without a gvx-sentry start-up. (The monitor's socket
+// stays, refusing connections, until the container's delete: the monitor
+// has no privilege left to remove it.)
+func end(sig *urpc.Client, cid string, marker *os.File) {
+	all := boot.SignalArgs{CID: cid, Signo: int32(unix.SIGKILL), Mode: boot.DeliverToAllProcesses}
+	if err := sig.Call(boot.ContMgrSignal, &all, nil); err != nil {
+		log.Debugf("monitor: kill the rest of %s: %v", cid, err)
+	}
+	if marker == nil {
+		return
+	}
+	if _, err := marker.WriteString(api.MonitorEndedMark); err != nil {
+		log.Warningf("monitor: mark %s ended: %v", cid, err)
+	}
+	marker.Close()
 }
 
 // joinSandboxCgroup moves the monitor into its sandbox's cgroups ahead of

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -17,9 +18,11 @@ import (
 )
 
 // exec handles `exec --detach --pid-file P --process F <id>` of a task
-// started as a process in a running sandbox: its monitor executes the
-// process (it holds a control connection to the sandbox), and a waiter —
-// this program again, ≈ 1 ms to start — stands for it on the host.
+// whose monitor serves execs — a task started as a process in a running
+// sandbox, or a container in one (a pod's, a warm pool's) once it runs:
+// the monitor executes the process (it holds a control connection to the
+// sandbox), and a waiter — this program again, ≈ 1 ms to start — stands
+// for it on the host.
 func (c command) exec() (bool, error) {
 	flags, ids, ok := subArgs(c.args, map[string]string{"--pid-file": "pid-file", "--process": "process", "--p": "process"},
 		map[string]string{"--detach": "detach", "--d": "detach"})
@@ -30,10 +33,6 @@ func (c command) exec() (bool, error) {
 	if !detach || pidFile == "" || process == "" {
 		return false, nil
 	}
-	r, err := record.Load(c.root, id)
-	if err != nil {
-		return false, nil // not such a task
-	}
 	data, err := os.ReadFile(process)
 	if err != nil {
 		return false, nil
@@ -42,17 +41,16 @@ func (c command) exec() (bool, error) {
 	if err := json.Unmarshal(data, &p); err != nil || p.Terminal {
 		return false, nil
 	}
-	spec, err := bundle.ReadSpec(r.Bundle)
-	if err != nil {
-		return false, nil
-	}
 	conn, err := monitor.Dial(c.root, id)
 	if err != nil {
-		return false, nil // the task's process has exited: gvx-sentry's exec
+		return false, nil // no monitor, or the task's process has exited: gvx-sentry's exec
 	}
 	defer conn.Close()
+	uid, gid, ok := owner(c.root, id, conn)
+	if !ok {
+		return false, nil // a monitor that does not serve execs (not started yet)
+	}
 	// Like runsc, hand the sandbox stdio it owns.
-	uid, gid := hostcreds.HostRoot(spec)
 	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
 	for _, f := range stdio {
 		if err := f.Chown(uid, gid); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
@@ -80,4 +78,25 @@ func (c command) exec() (bool, error) {
 	}
 	_ = waiter.Release()
 	return true, nil
+}
+
+// owner returns the host uid and gid of task id's sandbox, to which an
+// exec's stdio goes: from the spec of a task started as a process (its
+// record names the bundle), else asked of the monitor on conn, which
+// answers once its container runs (a monitor still waiting for start
+// answers no JSON: ok is false).
+func owner(root, id string, conn *net.UnixConn) (uid, gid int, ok bool) {
+	if r, err := record.Load(root, id); err == nil {
+		spec, err := bundle.ReadSpec(r.Bundle)
+		if err != nil {
+			return 0, 0, false
+		}
+		uid, gid = hostcreds.HostRoot(spec)
+		return uid, gid, true
+	}
+	reply, err := monitor.Send(conn, monitor.Request{Op: monitor.OpOwner})
+	if err != nil {
+		return 0, 0, false
+	}
+	return reply.UID, reply.GID, true
 }

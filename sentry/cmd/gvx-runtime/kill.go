@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/gvxrun/gvx/api"
@@ -10,31 +11,51 @@ import (
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
-// kill handles `kill <id> [signal]` of a running task started as a process
-// in a running sandbox: its monitor signals the process.
+// kill handles `kill [--all] <id> [signal]` of a running task whose
+// monitor serves it: a task started as a process in a running sandbox (its
+// monitor signals the process; --all is gvx-sentry's), or a container in
+// one (its monitor signals the container's init, or with --all all its
+// processes; after its init exited, its monitor killed the rest and
+// marked it ended, and --all has nothing left to do).
 func (c command) kill() (bool, error) {
-	if len(c.args) == 0 || len(c.args) > 2 || strings.HasPrefix(c.args[0], "-") {
-		return false, nil // --all, --pid: gvx-sentry's
+	args, all := c.args, false
+	if len(args) > 0 && (args[0] == "--all" || args[0] == "-all" || args[0] == "-a" || args[0] == "--a") {
+		args, all = args[1:], true
 	}
-	id, name := c.args[0], "TERM"
-	if len(c.args) == 2 {
-		name = c.args[1]
+	if len(args) == 0 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
+		return false, nil // --pid, …: gvx-sentry's
+	}
+	id, name := args[0], "TERM"
+	if len(args) == 2 {
+		name = args[1]
 	}
 	sig, err := monitor.ParseSignal(name)
 	if err != nil {
 		return false, nil
 	}
-	r, err := record.Load(c.root, id)
-	if err != nil || r.Pid == 0 {
-		return false, nil // not started: gvx-sentry records the kill
+	req := monitor.Request{Op: monitor.OpSignal, Signal: int(sig), All: all}
+	if r, err := record.Load(c.root, id); err == nil {
+		if all || r.Pid == 0 {
+			return false, nil // not started: gvx-sentry records the kill
+		}
+		req.Pid = r.Pid
+	}
+	ended := func() bool {
+		data, err := os.ReadFile(api.SentryRoot(c.root).MonitorEnded(id))
+		return all && err == nil && string(data) == api.MonitorEndedMark
 	}
 	conn, err := monitor.Dial(c.root, id)
 	if err != nil {
-		return false, nil
+		return ended(), nil // nothing left to kill, or gvx-sentry's
 	}
 	defer conn.Close()
-	if _, err := monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: r.Pid, Signal: int(sig)}); err != nil {
-		if errors.Is(err, monitor.ErrGone) {
+	if _, err := monitor.Send(conn, req); err != nil {
+		switch {
+		case errors.Is(err, monitor.ErrNotServing):
+			return false, nil // not started: gvx-sentry kills a created container
+		case errors.Is(err, monitor.ErrGone) && req.Pid == 0:
+			return ended(), nil // the container's init exited meanwhile
+		case errors.Is(err, monitor.ErrGone):
 			// The monitor exits with the task's process: it is gone. (A
 			// monitor that answers says api.NotRunning itself when the
 			// process or its sandbox is gone.)

@@ -6,8 +6,10 @@
 // gVisor code itself (the table fast) — `create` of a task started as a
 // process in a running sandbox (sentry/exectask/record), `start` of a
 // container or task whose monitor waits on its start socket
-// (sentry/monitor), and a detached `exec` in, a `kill` or a `delete` of a
-// task whose monitor serves execs — and replaces itself with gvx-sentry,
+// (sentry/monitor), a detached `exec` in and a `kill` of a task or
+// container whose monitor serves them, a `kill --all` of a container
+// whose monitor marked it ended, and a `delete` of such a task — and
+// replaces itself with gvx-sentry,
 // next to its own executable, for everything else, keeping its argument
 // vector (argv[0] included: gvx-sentry reads the task's flags file beside
 // it).
@@ -30,8 +32,8 @@ import (
 var fast = map[string]func(command) (handled bool, err error){
 	"create": command.create, // a task started as a process in a running sandbox: its record and monitor
 	"start":  command.start,  // a container or task whose monitor waits on its start socket
-	"exec":   command.exec,   // a detached exec in a task whose monitor serves execs
-	"kill":   command.kill,   // a started task: its monitor signals the process
+	"exec":   command.exec,   // a detached exec in a task or container whose monitor serves execs
+	"kill":   command.kill,   // a started task or container: its monitor signals it
 	"delete": command.delete, // a task whose process has exited (or --force)
 }
 
