@@ -20,7 +20,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/monitor"
-	"github.com/gvxrun/gvx/sentry/netns"
+	"github.com/gvxrun/gvx/sentry/podnet"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
@@ -113,14 +113,14 @@ func create(conf *config.Config, f *flag.FlagSet, id string, spec *specs.Spec, m
 
 // attachPodNetns gives the running sandbox of cont, a pod's sandbox
 // container in an adopted pool sandbox, the interfaces of the pod's network
-// namespace ns (netns.Attach).
+// namespace ns (podnet.Attach).
 func attachPodNetns(cont *container.Container, ns string) error {
 	conn, err := sandboxctl.Connect(cont)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	names, err := netns.Attach(conn, ns)
+	names, err := podnet.Attach(conn, ns)
 	if err != nil {
 		return fmt.Errorf("pod network: %w", err)
 	}

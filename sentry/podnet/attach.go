@@ -1,4 +1,12 @@
-package netns
+// Package podnet gives a running sandbox the interfaces of a pod's network
+// namespace.
+//
+// A CRI pod that adopts a warm-pool sandbox was booted before the pod's
+// network namespace existed; its sandbox container's create attaches the
+// namespace's interfaces to the Sentry's netstack (Attach). The package
+// links runsc's boot code, so it is kept apart from package netns, which
+// the small gvx-hook binary links.
+package podnet
 
 import (
 	"errors"
