@@ -18,8 +18,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gvxrun/gvx/api"
 )
@@ -59,7 +61,16 @@ type Manifest struct {
 	// boots that root container from the image first, then restores the
 	// task into it. Nil when the task was the sandbox's root container.
 	Root *Root `json:"root,omitempty"`
+	// Files are the sizes of gVisor's image files (api.CheckpointStateFile,
+	// …) when the checkpoint was taken: ReadManifest refuses an image
+	// whose files are missing or of another size (cut short by a full
+	// disk or an interrupted copy) before a restore starts. Absent in
+	// manifests written before 2026-12-05.
+	Files map[string]int64 `json:"files,omitempty"`
 }
+
+// imageFiles are gVisor's files of an image directory.
+var imageFiles = []string{api.CheckpointStateFile, api.CheckpointPagesMetaFile, api.CheckpointPagesFile}
 
 // Root is the root container of a checkpointed sandbox the task ran in.
 type Root struct {
@@ -103,6 +114,15 @@ type Volume struct {
 // Write writes m into image directory dir.
 func (m *Manifest) Write(dir string) error {
 	m.Version = manifestVersion
+	m.Files = nil
+	for _, name := range imageFiles {
+		if st, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			if m.Files == nil {
+				m.Files = map[string]int64{}
+			}
+			m.Files[name] = st.Size()
+		}
+	}
 	if err := api.WriteJSON(filepath.Join(dir, ManifestFile), m); err != nil {
 		return fmt.Errorf("checkpoint manifest: %w", err)
 	}
@@ -128,6 +148,16 @@ func ReadManifest(dir string) (*Manifest, error) {
 	}
 	if m.Version != manifestVersion {
 		return nil, fmt.Errorf("checkpoint %s: manifest version %d, this gvx reads %d", dir, m.Version, manifestVersion)
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.Files)) {
+		want := m.Files[name]
+		st, err := os.Stat(filepath.Join(dir, name))
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("checkpoint %s: the image is damaged: %w; take the checkpoint again", dir, err)
+		case st.Size() != want:
+			return nil, fmt.Errorf("checkpoint %s: the image is damaged: %s is %d bytes, %d when it was saved; take the checkpoint again", dir, name, st.Size(), want)
+		}
 	}
 	for _, v := range m.Volumes {
 		// A restore copies the file into the task's volume: a path

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/testfs"
 	"github.com/gvxrun/gvx/volume"
 )
@@ -244,5 +245,39 @@ func TestDedupe(t *testing.T) {
 	}
 	if _, err := Dedupe(context.Background(), b, a); !errors.Is(err, ErrNoDedupe) {
 		t.Errorf("dedupe on ext4: %v, want ErrNoDedupe", err)
+	}
+}
+
+// TestManifestFiles: the manifest records the sizes of gVisor's image
+// files, and an image whose files were cut short or are missing is
+// refused, naming the file, before any restore.
+func TestManifestFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, size := range map[string]int{api.CheckpointStateFile: 3000, api.CheckpointPagesMetaFile: 10, api.CheckpointPagesFile: 8192} {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &Manifest{Task: "t1"}
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if m.Files[api.CheckpointStateFile] != 3000 || m.Files[api.CheckpointPagesFile] != 8192 {
+		t.Errorf("recorded sizes %v", m.Files)
+	}
+	if _, err := ReadManifest(dir); err != nil {
+		t.Fatalf("an intact image: %v", err)
+	}
+	if err := os.Truncate(filepath.Join(dir, api.CheckpointStateFile), 64); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "damaged: checkpoint.img is 64 bytes, 3000") {
+		t.Errorf("a state file cut short: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, api.CheckpointStateFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("a state file gone: %v", err)
 	}
 }

@@ -432,7 +432,7 @@ func TestCheckpointPool(t *testing.T) {
 	// The restored task (in its own sandbox of a pool's shape) is
 	// checkpointed again, by the rollout engine: rolled back in place
 	// and forked.
-	cli, _ := rolloutCLI(t)
+	cli, flags := rolloutCLI(t)
 	ck := strings.TrimSpace(cli("checkpoint", id))
 	inTask(t, id, "echo 3 > /work/after3; echo 3 > /tmp/after3")
 	cli("rollback", id, ck)
@@ -468,8 +468,49 @@ func TestCheckpointPool(t *testing.T) {
 	cli("rollback", "ckpool2", ck2)
 	waitIn(t, "ckpool2", "cat /tmp/v", "1")
 	restoredSandbox(t, "ckpool2")
-	removeTask(t, "ckpool2")
+
+	// A damaged image: a state file cut short is refused before the
+	// in-place rollback deletes the task, which runs on; one damaged
+	// inside (the same size) fails in gVisor's restore, after the delete,
+	// so the container is left without a task — and the failed restore
+	// leaves nothing on the host (checkNoLeaks: its sandbox and the
+	// task's sentry directory gone).
+	ck3 := strings.TrimSpace(cli("checkpoint", "ckpool2"))
+	state := filepath.Join(flags[len(flags)-1], "handles", ck3, "image", api.CheckpointStateFile)
+	saved, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inTask(t, "ckpool2", "echo 3 > /tmp/v")
+	rollback := func() (int, string) {
+		t.Helper()
+		r, err := e.run(context.Background(), "", filepath.Join(e.gvxBin, "gvx"), append([]string{"rollback"}, append(flags, "ckpool2", ck3)...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.code, strings.TrimSpace(r.stderr)
+	}
+	if err := os.Truncate(state, 64); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := rollback(); code == 0 || !strings.Contains(msg, "damaged: checkpoint.img is 64 bytes") {
+		t.Errorf("rollback to a checkpoint with a state file cut short: exit %d: %s; want the image refused as damaged", code, msg)
+	}
+	waitIn(t, "ckpool2", "cat /tmp/v", "3")
+	if err := os.WriteFile(state, append(make([]byte, 64), saved[64:]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := rollback(); code == 0 || !strings.Contains(msg, "restore") {
+		t.Errorf("rollback to a checkpoint with a damaged state file: exit %d: %s; want the restore's error", code, msg)
+	} else {
+		t.Logf("rollback to a damaged checkpoint: %s", msg)
+	}
+	if _, err := os.Stat(harness.State.SentryRoot("ckpool2")); err == nil {
+		t.Errorf("the failed restore of ckpool2 left its sentry directory")
+	}
+	mustCtr(t, "container", "rm", "ckpool2")
 	cli("checkpoints", "rm", ck2)
+	cli("checkpoints", "rm", ck3)
 }
 
 // restoredSandbox returns the id of the sandbox that task id, restored

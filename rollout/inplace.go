@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
 )
 
 // labelLineage, on a container, names the lineage its checkpoints belong
@@ -24,7 +25,10 @@ const labelLineage = "dev.gvx.rollout.lineage"
 // spare can stand in for a container by its id), and clients that know
 // the container by its id (ctr, nerdctl, the containerd client) find the
 // rolled-back task there. Its volumes are put back as the handle holds
-// them.
+// them. A handle whose image is damaged is refused with the task
+// running; a restore that fails all the same (in gVisor) leaves the
+// container without a task — the engine's Rollback, which restores a new
+// backing first, keeps the old one then.
 func (e *Engine) RollbackInPlace(ctx context.Context, id, hid string, creator cio.Creator) (time.Duration, error) {
 	if err := e.Wait(ctx, hid); err != nil {
 		return 0, fmt.Errorf("rollback %s: %w", id, err)
@@ -43,6 +47,12 @@ func (e *Engine) RollbackInPlace(ctx context.Context, id, hid string, creator ci
 	}
 	if lineage := lineageOf(id, labels); lineage != h.Lineage {
 		return 0, fmt.Errorf("rollback %s to %s: %w (made from %s)", id, hid, ErrForeignHandle, h.Sandbox)
+	}
+	// The task is deleted before its restore (the container takes one
+	// task): an image the restore would refuse is refused first, with
+	// the task running on.
+	if _, err := checkpoint.ReadManifest(e.store.ImageDir(h.ID)); err != nil {
+		return 0, fmt.Errorf("rollback %s to %s: %w", id, hid, err)
 	}
 	t0 := time.Now()
 	// Loaded with its IO, so that its delete removes the fifos of the

@@ -57,8 +57,11 @@ func (t *gvxTask) restoreRoot(ctx context.Context) error {
 	d := api.SandboxDir(filepath.Join(t.layout.SentryRoot(r.ID), restoredSandboxDir))
 	sb := &sandbox.Sandbox{ID: randid.New("gvxroot-", 12), Dir: string(d), Root: d.Root(), PidFile: d.PidFile(),
 		Cgroup: t.spec.Linux.CgroupsPath, Flags: m.Flags}
-	// Recorded before anything exists: a failure from here on destroys it.
+	// Recorded before anything exists: a failure from here on destroys it
+	// (the sandbox, and the task's sentry directory it is made in, which
+	// linkSentry records later as the task's).
 	r.Sandbox, r.Adopted, r.SandboxCgroup = sb, true, sb.Cgroup
+	r.BinDir = t.layout.SentryRoot(r.ID)
 	if err := r.save(); err != nil {
 		return err
 	}
