@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/sentry/control"
-	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -81,13 +80,11 @@ func (*Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcomm
 	// Connections opened while still root (the control socket is root's):
 	// the wait for the task's process (which blocks one), signals, and the
 	// task's execs. Then only the sandbox's own credentials.
-	var conns [3]*urpc.Client
-	for i := range conns {
-		if conns[i], err = sandboxctl.Connect(sb); err != nil {
-			log.Warningf("exec monitor: %v", err)
-			os.Remove(sock)
-			os.Exit(api.ExitKilled)
-		}
+	conns, err := sandboxctl.ConnectN(sb, 3)
+	if err != nil {
+		log.Warningf("exec monitor: %v", err)
+		os.Remove(sock)
+		os.Exit(api.ExitKilled)
 	}
 	waitConn, sigConn, execConn := conns[0], conns[1], conns[2]
 	x := &fastexec.Server{Container: sb, Proc: sb.Spec.Process, EnableRaw: conf.EnableRaw, Exec: execConn, Signal: sigConn}

@@ -47,6 +47,23 @@ func Connect(c *container.Container) (*urpc.Client, error) {
 	return conn, nil
 }
 
+// ConnectN opens n control connections to c's sandbox (Connect), closing
+// those it opened if one fails.
+func ConnectN(c *container.Container, n int) ([]*urpc.Client, error) {
+	conns := make([]*urpc.Client, 0, n)
+	for range n {
+		conn, err := Connect(c)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, err
+		}
+		conns = append(conns, conn)
+	}
+	return conns, nil
+}
+
 // DropPrivileges leaves the calling process, which from now on only talks
 // to the sandbox over connections it already has, with the sandbox's own
 // host credentials (hostcreds.Drop).

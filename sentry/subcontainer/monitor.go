@@ -90,13 +90,11 @@ func (m *Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subco
 	// Connect while still root (the control socket is root's): the wait
 	// for the container (which blocks one), and an exec server's two;
 	// then keep only the sandbox's own credentials.
-	var conns [3]*urpc.Client
-	for i := range conns {
-		if conns[i], err = sandboxctl.Connect(c); err != nil {
-			log.Warningf("monitor: %v", err)
-			os.Remove(sock)
-			os.Exit(api.ExitKilled)
-		}
+	conns, err := sandboxctl.ConnectN(c, 3)
+	if err != nil {
+		log.Warningf("monitor: %v", err)
+		os.Remove(sock)
+		os.Exit(api.ExitKilled)
 	}
 	conn := conns[0]
 	oom, err := newOOMWatch(api.SentryRoot(conf.RootDir), c, func() (*urpc.Client, error) { return sandboxctl.Connect(c) })
