@@ -117,6 +117,10 @@ func TestExecKillPsMetrics(t *testing.T) {
 		t.Errorf("exec: code %d stdout %q stderr %q; want 4, exec-out, exec-err", r.code, r.stdout, r.stderr)
 	}
 
+	// A sandbox's root container has no monitor: gvx-runtime execs over
+	// the sandbox's control socket, and its waiter stands for the exec.
+	checkExecWaiter(t, "t2")
+
 	ps := mustCtr(t, "task", "ps", "t2")
 	if n := len(strings.Split(strings.TrimSpace(ps), "\n")); n < 2 {
 		t.Errorf("task ps lists no process:\n%s", ps)

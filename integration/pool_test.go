@@ -146,9 +146,9 @@ func checkAdoptedTask(t *testing.T, id, sb string) {
 }
 
 // checkExecWaiter: an exec in running task id (adopted from a pool, so
-// its monitor serves execs) is stood for on the host by gvx-runtime's
-// waiter, not by a gvx-sentry of its own, and the waiter has dropped its
-// privileges.
+// its monitor serves execs, or a sandbox's root container, exec'd over its
+// control socket) is stood for on the host by gvx-runtime's waiter, not by
+// a gvx-sentry of its own, and the waiter has dropped its privileges.
 func checkExecWaiter(t *testing.T, id string) {
 	t.Helper()
 	done := make(chan error, 1)

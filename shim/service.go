@@ -127,6 +127,15 @@ func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartR
 		return resp, err
 	}
 	t := s.task(r.ID)
+	if t != nil && !t.front && t.binary != "" {
+		// A sandbox's root container: its execs and kills from now on
+		// through gvx-runtime, which needs no gvx-sentry start-up for
+		// them.
+		if err := frontLink(t.binary, t.rec.Sentry); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx shim: %s: its execs go through gvx-sentry", r.ID)
+		}
+		t.front = true
+	}
 	if t != nil && t.restoring != nil && t.docker != nil {
 		t0 := time.Now()
 		if err := t.restoreBridges(ctx, r.ID); err != nil {

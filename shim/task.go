@@ -64,6 +64,7 @@ type gvxTask struct {
 	restoring     *checkpoint.Manifest
 	checkpointDir string
 	binary        string // the task's gvx-sentry link
+	front         bool   // the link is to gvx-runtime (frontLink)
 	// initPid is the host pid of the task's init (for a task in a running
 	// sandbox, its monitor); killedAll: its container was ended after the
 	// monitor's death (monitorexit.go).
@@ -413,7 +414,8 @@ func (t *gvxTask) linkSentry(context.Context) error {
 			"checkpoint %s was saved by a sandbox with gvx-sentry flags %q; this task's would be %q: restore it with the runtime configuration it was checkpointed with",
 			t.checkpointDir, t.restoring.Flags, flags))
 	}
-	binary, err := taskSentry(r.BinDir, r.Sentry, flags, r.Adopted || t.role == oci.RoleContainer)
+	t.front = r.Adopted || t.role == oci.RoleContainer
+	binary, err := taskSentry(r.BinDir, r.Sentry, flags, t.front)
 	t.binary = binary
 	return err
 }

@@ -22,7 +22,8 @@ import (
 // sandbox, or a container in one (a pod's, a warm pool's) once it runs:
 // the monitor executes the process (it holds a control connection to the
 // sandbox), and a waiter — this program again, ≈ 1 ms to start — stands
-// for it on the host.
+// for it on the host; or of a running sandbox's root container, which
+// has no monitor (rootExec).
 func (c command) exec() (bool, error) {
 	flags, ids, ok := subArgs(c.args, map[string]string{"--pid-file": "pid-file", "--process": "process", "--p": "process"},
 		map[string]string{"--detach": "detach", "--d": "detach"})
@@ -43,7 +44,9 @@ func (c command) exec() (bool, error) {
 	}
 	conn, err := monitor.Dial(c.root, id)
 	if err != nil {
-		return false, nil // no monitor, or the task's process has exited: gvx-sentry's exec
+		// No monitor: a sandbox's root container (over its control
+		// socket), or one whose process has exited (gvx-sentry's exec).
+		return c.rootExec(id, &p, pidFile)
 	}
 	defer conn.Close()
 	uid, gid, ok := owner(c.root, id, conn)

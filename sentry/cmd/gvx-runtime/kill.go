@@ -16,7 +16,9 @@ import (
 // monitor signals the process; --all is gvx-sentry's), or a container in
 // one (its monitor signals the container's init, or with --all all its
 // processes; after its init exited, its monitor killed the rest and
-// marked it ended, and --all has nothing left to do).
+// marked it ended, and --all has nothing left to do), or a running
+// sandbox's root container, signalled over the sandbox's control socket
+// (rootKill).
 func (c command) kill() (bool, error) {
 	args, all := c.args, false
 	if len(args) > 0 && (args[0] == "--all" || args[0] == "-all" || args[0] == "-a" || args[0] == "--a") {
@@ -46,7 +48,9 @@ func (c command) kill() (bool, error) {
 	}
 	conn, err := monitor.Dial(c.root, id)
 	if err != nil {
-		return ended(), nil // nothing left to kill, or gvx-sentry's
+		// Nothing left to kill; a sandbox's root container, signalled
+		// over its control socket; or gvx-sentry's.
+		return ended() || req.Pid == 0 && c.rootKill(id, sig, all), nil
 	}
 	defer conn.Close()
 	if _, err := monitor.Send(conn, req); err != nil {

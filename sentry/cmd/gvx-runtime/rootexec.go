@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
+	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/ctlclient"
+	"github.com/gvxrun/gvx/sentry/hostcreds"
+	"github.com/gvxrun/gvx/sentry/launcher"
+)
+
+// A sandbox's root container (a task that booted its own sandbox) has no
+// monitor: gvx-runtime execs into it and signals it over the sandbox's
+// control socket itself (package ctlclient), reading what it needs from
+// gVisor's state file of the container.
+
+// rootState is what gvx-runtime reads of gVisor's state file of a
+// sandbox's root container (runsc/container.Container's JSON).
+type rootState struct {
+	ID      string      `json:"id"`
+	Status  string      `json:"status"`
+	Spec    *specs.Spec `json:"spec"`
+	Sandbox *struct {
+		ID                string `json:"id"`
+		Pid               int    `json:"pid"`
+		UID               int    `json:"uid"`
+		GID               int    `json:"gid"`
+		ControlSocketPath string `json:"controlSocketPath"`
+	} `json:"sandbox"`
+}
+
+// loadRoot reads the state of container id in root if it is the root
+// container of a sandbox that runs, and ok is false otherwise (another
+// kind of container, not started or stopped, its sandbox gone, a state
+// file being written): gvx-sentry then takes the call.
+func loadRoot(root, id string) (st *rootState, ok bool) {
+	data, err := os.ReadFile(api.SentryRoot(root).SandboxState(id))
+	if err != nil {
+		return nil, false
+	}
+	if err := json.Unmarshal(data, &st); err != nil || st == nil {
+		return nil, false
+	}
+	sb := st.Sandbox
+	if st.ID != id || st.Status != string(specs.StateRunning) || st.Spec == nil || sb == nil || sb.ID != id ||
+		sb.ControlSocketPath == "" || sb.Pid <= 0 || !procfs.Alive(sb.Pid) {
+		return nil, false
+	}
+	return st, true
+}
+
+// rootExec is exec for root container id: the process p is executed over
+// the control socket, and gvx-runtime's waiter, with two connections of
+// its own, stands for it.
+func (c command) rootExec(id string, p *specs.Process, pidFile string) (bool, error) {
+	st, ok := loadRoot(c.root, id)
+	if !ok {
+		return false, nil
+	}
+	raw, err := netRaw()
+	if err != nil {
+		return false, nil
+	}
+	args, err := ctlclient.Exec(p, st.Spec.Process, raw)
+	if err != nil {
+		return false, nil // gvx-sentry's exec says why
+	}
+	args.ContainerID = id
+	// One connection for the exec, two for the waiter (its wait blocks
+	// one), all opened here, as root.
+	var conns [3]*ctlclient.Client
+	for i := range conns {
+		if conns[i], err = ctlclient.Dial(st.Sandbox.ControlSocketPath); err != nil {
+			closeClients(conns[:i])
+			return false, nil
+		}
+	}
+	defer closeClients(conns[:])
+	// Like runsc, hand the sandbox stdio it owns.
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	for _, f := range stdio {
+		if err := f.Chown(st.Sandbox.UID, st.Sandbox.GID); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
+			return true, fmt.Errorf("exec: stdio: %w", err)
+		}
+	}
+	pid, err := conns[0].ExecuteAsync(args, stdio...)
+	if err != nil {
+		return true, fmt.Errorf("executing processes for container %s: %w", id, err)
+	}
+	uid, gid := hostcreds.HostRoot(st.Spec)
+	waiter, err := spawnDirectWaiter(c.root, id, pid, uid, gid, conns[1], conns[2])
+	if err == nil {
+		// The guest pid first: the shim may read it once the pid file is there.
+		err = bundle.WritePidFile(pidFile+api.ExecGuestPidSuffix, int(pid))
+	}
+	if err == nil {
+		err = bundle.WritePidFile(pidFile, waiter.Pid)
+	}
+	if err != nil {
+		if waiter != nil {
+			_ = waiter.Kill()
+		}
+		_ = conns[0].Signal(id, pid, int(unix.SIGKILL), ctlclient.DeliverToProcess)
+		return true, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	_ = waiter.Release()
+	return true, nil
+}
+
+// rootKill is kill [--all] of root container id: a signal to its init, or
+// to all its processes, over the control socket. A call the sandbox
+// refuses goes to gvx-sentry, which says why in runc's words.
+func (c command) rootKill(id string, sig unix.Signal, all bool) bool {
+	st, ok := loadRoot(c.root, id)
+	if !ok {
+		return false
+	}
+	ctl, err := ctlclient.Dial(st.Sandbox.ControlSocketPath)
+	if err != nil {
+		return false
+	}
+	defer ctl.Close()
+	mode := ctlclient.DeliverToProcess
+	if all {
+		mode = ctlclient.DeliverToAllProcesses
+	}
+	return ctl.Signal(id, 0, int(sig), mode) == nil
+}
+
+// netRaw reports whether the sandbox runs with raw sockets (gvx-sentry's
+// --net-raw, among the task's flags beside the command's link): an exec
+// then keeps CAP_NET_RAW.
+func netRaw() (bool, error) {
+	flags, err := launcher.Flags(os.Args[0])
+	if err != nil {
+		return false, err
+	}
+	raw := false
+	for _, f := range strings.Fields(flags) {
+		name, value, _ := strings.Cut(f, "=")
+		if strings.TrimLeft(name, "-") == "net-raw" {
+			raw = value == "" || value == "true"
+		}
+	}
+	return raw, nil
+}
+
+func closeClients(cs []*ctlclient.Client) {
+	for _, c := range cs {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
