@@ -2,24 +2,18 @@
 //
 // gVisor's Sentry serves its control RPCs (containerManager.Pause, Resume,
 // Checkpoint, …) over a unix stream socket in the sentry root, in gVisor's
-// urpc encoding: one JSON object per call ({"method","arg"}) answered by
-// one ({"success","err","result"}), files passed along as SCM_RIGHTS with
-// the call. runsc's CLI opens a connection per command, after ≈ 17 ms of
-// its own start-up; a Client keeps one open, so a call costs the RPC
-// alone. The argument types here mirror the JSON of gVisor's at the
-// version gvx-sentry links (runsc/boot, pkg/sentry/control); the
-// integration tests drive them against real sandboxes.
+// urpc encoding (api/ctlsock). runsc's CLI opens a connection per
+// command, after ≈ 17 ms of its own start-up; a Client keeps one open, so
+// a call costs the RPC alone. The argument types here mirror the JSON of
+// gVisor's at the version gvx-sentry links (runsc/boot,
+// pkg/sentry/control); the integration tests drive them against real
+// sandboxes.
 package control
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"net"
 	"os"
-	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/gvxrun/gvx/api/ctlsock"
 )
 
 // Methods of gVisor's containerManager.
@@ -30,83 +24,24 @@ const (
 	methodPortForward = "containerManager.PortForward"
 )
 
-// Client is a connection to one sandbox's control server. It is safe for
-// concurrent use; calls on it are serialised.
+// Client is a connection to one sandbox's control server (api/ctlsock's).
+// It is safe for concurrent use; calls on it are serialised.
 type Client struct {
-	mu   sync.Mutex
-	conn *net.UnixConn
-	dec  *json.Decoder
+	*ctlsock.Client
 }
 
 // Dial connects to the control socket at path, which may be longer than a
-// socket address can hold (it connects through an O_PATH descriptor).
+// socket address can hold.
 func Dial(path string) (*Client, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	c, err := ctlsock.Dial(path)
 	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, err
 	}
-	defer unix.Close(fd)
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	return &Client{conn: conn, dec: json.NewDecoder(conn)}, nil
-}
-
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
-
-type call struct {
-	Method string `json:"method"`
-	Arg    any    `json:"arg"`
-}
-
-type reply struct {
-	Success bool            `json:"success"`
-	Err     string          `json:"err"`
-	Result  json.RawMessage `json:"result"`
+	return &Client{c}, nil
 }
 
 // ErrClosed means the sandbox closed the connection: it is gone.
-var ErrClosed = errors.New("sandbox control connection closed")
-
-// Call calls method with arg (JSON-encoded as gVisor's argument type is)
-// and files, and decodes the result into result (may be nil).
-func (c *Client) Call(method string, arg any, files []*os.File, result any) error {
-	data, err := json.Marshal(call{Method: method, Arg: arg})
-	if err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
-		}
-		oob = unix.UnixRights(fds...)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, _, err := c.conn.WriteMsgUnix(data, oob, nil); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
-	var r reply
-	if err := c.dec.Decode(&r); err != nil {
-		if errors.Is(err, net.ErrClosed) || err.Error() == "EOF" {
-			return fmt.Errorf("%s: %w", method, ErrClosed)
-		}
-		return fmt.Errorf("%s: reply: %w", method, err)
-	}
-	if !r.Success {
-		return fmt.Errorf("%s: %s", method, r.Err)
-	}
-	if result != nil && len(r.Result) > 0 && string(r.Result) != "null" {
-		if err := json.Unmarshal(r.Result, result); err != nil {
-			return fmt.Errorf("%s: result: %w", method, err)
-		}
-	}
-	return nil
-}
+var ErrClosed = ctlsock.ErrClosed
 
 // Pause stops every task of the sandbox's kernel (calls nest: as many
 // Resumes undo them).

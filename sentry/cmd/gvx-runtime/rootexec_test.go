@@ -23,13 +23,7 @@ func saveRoot(t *testing.T, root, id, sb string, pid int, status container.Statu
 		Saver:   container.StateFile{RootDir: root, ID: container.FullID{SandboxID: sb, ContainerID: id}},
 	}
 	c.Sandbox.Pid.Store(pid)
-	if err := c.Saver.LockForNew(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Saver.UnlockOrDie()
-	if err := c.Saver.SaveLocked(c); err != nil {
-		t.Fatal(err)
-	}
+	statetest.SaveContainer(t, c)
 }
 
 // TestLoadRoot: gvx-runtime reads gVisor's own state file of a running

@@ -26,6 +26,13 @@ func Save(t testing.TB, root, id, sb string, pid int, status container.Status, s
 		Saver:   container.StateFile{RootDir: root, ID: container.FullID{SandboxID: sb, ContainerID: id}},
 	}
 	c.Sandbox.Pid.Store(pid)
+	SaveContainer(t, c)
+}
+
+// SaveContainer writes gVisor's state of c to c.Saver's root, as runsc
+// does.
+func SaveContainer(t testing.TB, c *container.Container) {
+	t.Helper()
 	if err := c.Saver.LockForNew(); err != nil {
 		t.Fatal(err)
 	}
