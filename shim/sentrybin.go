@@ -27,12 +27,11 @@ func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 		return "", fmt.Errorf("create task dir %s: %w", dir, err)
 	}
 	target := sentry
-	if front := filepath.Join(filepath.Dir(sentry), api.RuntimeBinary); useFront && isExecutable(front) {
+	if front, ok := frontOf(sentry); useFront && ok {
 		target = front
 	}
 	link := filepath.Join(dir, sentryLinkName)
-	_ = os.Remove(link)
-	if err := os.Symlink(target, link); err != nil {
+	if err := relink(link, target); err != nil {
 		return "", fmt.Errorf("link gvx-sentry for the task: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, api.FlagsFile), []byte(flags), 0o600); err != nil {
@@ -42,23 +41,37 @@ func taskSentry(dir, sentry, flags string, useFront bool) (string, error) {
 }
 
 // frontLink re-points a task's link (taskSentry's, to sentry) at
-// gvx-runtime beside sentry, when that is installed, in one rename: once
-// a sandbox's root container runs, gvx-runtime answers its execs and
-// kills over the sandbox's control socket, and hands every other call to
-// gvx-sentry.
+// gvx-runtime beside sentry, when that is installed: once a sandbox's
+// root container runs, gvx-runtime answers its execs and kills over the
+// sandbox's control socket, and hands every other call to gvx-sentry.
 func frontLink(link, sentry string) error {
-	front := filepath.Join(filepath.Dir(sentry), api.RuntimeBinary)
-	if !isExecutable(front) {
+	front, ok := frontOf(sentry)
+	if !ok {
 		return nil
 	}
-	tmp := link + ".front"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(front, tmp); err != nil {
+	if err := relink(link, front); err != nil {
 		return fmt.Errorf("link gvx-runtime for the task: %w", err)
+	}
+	return nil
+}
+
+// frontOf is gvx-runtime installed beside gvx-sentry at sentry, if it is.
+func frontOf(sentry string) (string, bool) {
+	front := filepath.Join(filepath.Dir(sentry), api.RuntimeBinary)
+	return front, isExecutable(front)
+}
+
+// relink makes link a symbolic link to target in one rename, so that a
+// call through it at the same moment finds one or the other.
+func relink(link, target string) error {
+	tmp := link + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp, link); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("link gvx-runtime for the task: %w", err)
+		return err
 	}
 	return nil
 }
@@ -66,7 +79,7 @@ func frontLink(link, sentry string) error {
 // releaseTaskSentry removes what taskSentry made, and dir once empty.
 func releaseTaskSentry(dir string) error {
 	var errs []error
-	for _, name := range []string{sentryLinkName, sentryLinkName + ".front", api.FlagsFile, api.MaskedFile} {
+	for _, name := range []string{sentryLinkName, sentryLinkName + ".new", api.FlagsFile, api.MaskedFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

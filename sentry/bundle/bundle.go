@@ -35,3 +35,15 @@ func ReadSpec(dir string) (*specs.Spec, error) {
 func WritePidFile(path string, pid int) error {
 	return api.WriteFile(path, []byte(strconv.Itoa(pid)), 0o644)
 }
+
+// WriteExecPidFiles writes a detached exec's pid files: its guest pid
+// beside pidFile (api.ExecGuestPidSuffix), where the shim finds the
+// process to signal inside the sandbox, then pidFile, the host process
+// that stands for it. The guest pid goes first: the shim may read it as
+// soon as pidFile is there.
+func WriteExecPidFiles(pidFile string, guest int32, host int) error {
+	if err := WritePidFile(pidFile+api.ExecGuestPidSuffix, int(guest)); err != nil {
+		return err
+	}
+	return WritePidFile(pidFile, host)
+}

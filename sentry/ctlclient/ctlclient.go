@@ -6,9 +6,10 @@
 // The argument types here are written from the JSON of gVisor's own
 // (runsc/boot, pkg/sentry/control); the package's contract test has
 // gVisor's urpc server decode them into gVisor's types, so a gVisor
-// upgrade that changes one fails there. gvx-runtime, the small front command, uses it
-// for the execs and kills of a sandbox's root container, which would
-// otherwise each start gvx-sentry (≈ 25 ms on a VM with slow page faults).
+// upgrade that changes one fails there. gvx-runtime, the small front
+// command, uses it for the execs and kills of a sandbox's root container,
+// which would otherwise each start gvx-sentry (≈ 25 ms on a VM with slow
+// page faults).
 package ctlclient
 
 import (
@@ -78,9 +79,10 @@ type signalArgs struct {
 	Mode  Mode
 }
 
-// Client is one connection to a sandbox's control socket.
+// Client is one connection to a sandbox's control socket (api/ctlsock's,
+// whose File and Close it has).
 type Client struct {
-	c *ctlsock.Client
+	*ctlsock.Client
 }
 
 // Dial connects to the control socket at path (which may exceed
@@ -103,13 +105,6 @@ func FromFile(f *os.File) (*Client, error) {
 	return &Client{c}, nil
 }
 
-// File returns a duplicate of the connection's descriptor, to pass to
-// another process.
-func (c *Client) File() (*os.File, error) { return c.c.File() }
-
-// Close closes the connection.
-func (c *Client) Close() error { return c.c.Close() }
-
 // ExecuteAsync starts args's process with stdio (passed to the sandbox)
 // and returns its pid in the sandbox.
 func (c *Client) ExecuteAsync(args *ExecArgs, stdio ...*os.File) (int32, error) {
@@ -119,7 +114,7 @@ func (c *Client) ExecuteAsync(args *ExecArgs, stdio ...*os.File) (int32, error) 
 		a.GuestFDs[i] = i
 	}
 	var pid int32
-	if err := c.c.Call(methodExecuteAsync, &a, stdio, &pid); err != nil {
+	if err := c.Call(methodExecuteAsync, &a, stdio, &pid); err != nil {
 		return 0, err
 	}
 	return pid, nil
@@ -129,7 +124,7 @@ func (c *Client) ExecuteAsync(args *ExecArgs, stdio ...*os.File) (int32, error) 
 // status (unix.WaitStatus).
 func (c *Client) WaitPID(cid string, pid int32) (uint32, error) {
 	var status uint32
-	if err := c.c.Call(methodWaitPID, &waitPIDArgs{PID: pid, CID: cid}, nil, &status); err != nil {
+	if err := c.Call(methodWaitPID, &waitPIDArgs{PID: pid, CID: cid}, nil, &status); err != nil {
 		return 0, err
 	}
 	return status, nil
@@ -138,5 +133,5 @@ func (c *Client) WaitPID(cid string, pid int32) (uint32, error) {
 // Signal sends sig to process pid of container cid (0: its init), or to
 // all its processes.
 func (c *Client) Signal(cid string, pid int32, sig int, mode Mode) error {
-	return c.c.Call(methodSignal, &signalArgs{CID: cid, Signo: int32(sig), PID: pid, Mode: mode}, nil, nil)
+	return c.Call(methodSignal, &signalArgs{CID: cid, Signo: int32(sig), PID: pid, Mode: mode}, nil, nil)
 }

@@ -69,11 +69,7 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 	_, werr := fmt.Fprintf(pipe, "%d\n", pid)
 	pipe.Close()
 	if werr == nil {
-		// The guest pid first: the shim may read it once the pid file is there.
-		werr = bundle.WritePidFile(argv.Flag(f, "pid-file")+api.ExecGuestPidSuffix, int(pid))
-	}
-	if werr == nil {
-		werr = bundle.WritePidFile(argv.Flag(f, "pid-file"), waiter.Pid)
+		werr = bundle.WriteExecPidFiles(argv.Flag(f, "pid-file"), pid, waiter.Pid)
 	}
 	if werr != nil {
 		_ = c.SignalProcess(unix.SIGKILL, pid)

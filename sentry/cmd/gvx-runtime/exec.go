@@ -10,7 +10,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
@@ -53,34 +52,53 @@ func (c command) exec() (bool, error) {
 	if !ok {
 		return false, nil // a monitor that does not serve execs (not started yet)
 	}
-	// Like runsc, hand the sandbox stdio it owns.
-	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
-	for _, f := range stdio {
-		if err := f.Chown(uid, gid); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
-			return true, fmt.Errorf("exec: stdio: %w", err)
-		}
+	stdio, err := sandboxStdio(uid, gid)
+	if err != nil {
+		return true, err
 	}
 	reply, err := monitor.Send(conn, monitor.Request{Op: monitor.OpExec, Process: &p}, stdio...)
 	if err != nil {
 		return true, fmt.Errorf("exec in task %s: %w", id, err)
 	}
-	waiter, err := spawnWaiter(c.root, id, reply, uid, gid)
-	if err == nil {
-		// The guest pid first: the shim may read it once the pid file is there.
-		err = bundle.WritePidFile(pidFile+api.ExecGuestPidSuffix, int(reply.Pid))
+	err = standFor(pidFile, reply.Pid, func() (*os.Process, error) { return spawnWaiter(c.root, id, reply, uid, gid) }, func() {
+		_, _ = monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: reply.Pid, Signal: int(unix.SIGKILL)})
+	})
+	if err != nil {
+		return true, fmt.Errorf("exec in task %s: %w", id, err)
 	}
+	return true, nil
+}
+
+// sandboxStdio hands this process's stdio, which an exec passes to the
+// sandbox, to the sandbox's host uid and gid (as runsc's exec does) and
+// returns it.
+func sandboxStdio(uid, gid int) ([]*os.File, error) {
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	for _, f := range stdio {
+		if err := f.Chown(uid, gid); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
+			return nil, fmt.Errorf("exec: stdio: %w", err)
+		}
+	}
+	return stdio, nil
+}
+
+// standFor leaves a waiter (spawn) standing on the host for exec'd guest
+// process pid and writes the exec's pid files; if either fails, the
+// waiter is killed and so is the process (kill).
+func standFor(pidFile string, pid int32, spawn func() (*os.Process, error), kill func()) error {
+	waiter, err := spawn()
 	if err == nil {
-		err = bundle.WritePidFile(pidFile, waiter.Pid)
+		err = bundle.WriteExecPidFiles(pidFile, pid, waiter.Pid)
 	}
 	if err != nil {
 		if waiter != nil {
 			_ = waiter.Kill()
 		}
-		_, _ = monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Pid: reply.Pid, Signal: int(unix.SIGKILL)})
-		return true, fmt.Errorf("exec in task %s: %w", id, err)
+		kill()
+		return err
 	}
 	_ = waiter.Release()
-	return true, nil
+	return nil
 }
 
 // owner returns the host uid and gid of task id's sandbox, to which an

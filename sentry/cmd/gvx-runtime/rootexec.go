@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/procfs"
-	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/ctlclient"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
 	"github.com/gvxrun/gvx/sentry/launcher"
@@ -85,34 +83,22 @@ func (c command) rootExec(id string, p *specs.Process, pidFile string) (bool, er
 		}
 	}
 	defer closeClients(conns[:])
-	// Like runsc, hand the sandbox stdio it owns.
-	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
-	for _, f := range stdio {
-		if err := f.Chown(st.Sandbox.UID, st.Sandbox.GID); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) {
-			return true, fmt.Errorf("exec: stdio: %w", err)
-		}
+	// runsc hands the stdio to the sandbox process's own uid and gid.
+	stdio, err := sandboxStdio(st.Sandbox.UID, st.Sandbox.GID)
+	if err != nil {
+		return true, err
 	}
 	pid, err := conns[0].ExecuteAsync(args, stdio...)
 	if err != nil {
 		return true, fmt.Errorf("executing processes for container %s: %w", id, err)
 	}
 	uid, gid := hostcreds.HostRoot(st.Spec)
-	waiter, err := spawnDirectWaiter(c.root, id, pid, uid, gid, conns[1], conns[2])
-	if err == nil {
-		// The guest pid first: the shim may read it once the pid file is there.
-		err = bundle.WritePidFile(pidFile+api.ExecGuestPidSuffix, int(pid))
-	}
-	if err == nil {
-		err = bundle.WritePidFile(pidFile, waiter.Pid)
-	}
+	err = standFor(pidFile, pid, func() (*os.Process, error) {
+		return spawnDirectWaiter(c.root, id, pid, uid, gid, conns[1], conns[2])
+	}, func() { _ = conns[0].Signal(id, pid, int(unix.SIGKILL), ctlclient.DeliverToProcess) })
 	if err != nil {
-		if waiter != nil {
-			_ = waiter.Kill()
-		}
-		_ = conns[0].Signal(id, pid, int(unix.SIGKILL), ctlclient.DeliverToProcess)
 		return true, fmt.Errorf("exec in %s: %w", id, err)
 	}
-	_ = waiter.Release()
 	return true, nil
 }
 
