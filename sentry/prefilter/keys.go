@@ -1,0 +1,33 @@
+package prefilter
+
+import "strings"
+
+// WantSentry reports whether gen keeps the Sentry's program for gVisor's
+// configuration key: the systrap platform (gvx's), no GPU, TPU or RDMA
+// proxy, no cgo.
+func WantSentry(key string) bool {
+	return hasAll(key, `Platform="systrap"`, "NVProxy=false", "TPUProxy=false", "RDMAProxy=false", "CgoEnabled=false", "ProfileEnable=false")
+}
+
+// WantGofer reports whether gen keeps the gofer's program for key: every
+// variant without cgo.
+func WantGofer(key string) bool {
+	return hasAll(key, "CgoEnabled=false", "ProfileEnabled=false")
+}
+
+func hasAll(key string, fields ...string) bool {
+	have := strings.Fields(key)
+	for _, f := range fields {
+		found := false
+		for _, h := range have {
+			if h == f {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
