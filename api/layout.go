@@ -35,6 +35,12 @@ func (l Layout) SentryRoots() string { return filepath.Join(l.Dir, "sentry") }
 // namespace below it.
 func (l Layout) SentryRoot(id string) string { return filepath.Join(l.SentryRoots(), id) }
 
+// SharedSentryRoot is gVisor's --shared-root of every sandbox: state
+// gVisor shares across sandboxes, the empty network namespace its gofers
+// join, pinned at SentryRoot(SharedSentryRoot()).NullNetNS() by the first
+// gofer; `gvx gc` unpins it when no sandbox is left.
+func (l Layout) SharedSentryRoot() string { return filepath.Join(l.Dir, "sentry-shared") }
+
 // RootfsDir holds the tasks' root filesystem mounts.
 func (l Layout) RootfsDir() string { return filepath.Join(l.Dir, "rootfs") }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 func TestMain(m *testing.M) {
@@ -27,6 +29,7 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(filepath.Dir(golden)) // the docker tests' shared golden volume
 	}
 	if e != nil {
+		harness.UnpinSharedNetNS()
 		after := snapshot(e)
 		e.close()
 		if l := leaked(before, after); len(l) > 0 {

@@ -29,9 +29,11 @@ func (s *sweep) stateDirs(context.Context) {
 	}
 	l := s.o.Layout
 	roots, _ := os.ReadDir(l.SentryRoots())
+	kept := 0
 	for _, e := range roots {
 		id, path := e.Name(), filepath.Join(l.SentryRoots(), e.Name())
 		if s.cd.ids[id] || s.stopped[id] || s.referenced(path) || !s.old(modTime(path)) {
+			kept++
 			continue
 		}
 		nss, _ := os.ReadDir(path)
@@ -42,6 +44,7 @@ func (s *sweep) stateDirs(context.Context) {
 		}
 		s.removeTree(path, "sentry root of task "+id+", which no containerd knows")
 	}
+	s.sharedNetNS(kept)
 	for _, base := range []string{l.RootfsDir(), l.VolumesDir(), l.DockerDir()} {
 		nss, _ := os.ReadDir(base)
 		for _, ns := range nss {
@@ -64,6 +67,29 @@ func (s *sweep) stateDirs(context.Context) {
 				_ = os.Remove(nsDir) // once empty
 			}
 		}
+	}
+}
+
+// sharedNetNS unpins the empty network namespace gVisor's gofers share
+// (api.Layout.SharedSentryRoot) once no sandbox is left: no task's sentry
+// root is kept (kept) and no pool has a directory. Unpinning while a
+// sandbox starts is harmless too: gVisor holds the namespace open before
+// its gofer joins it, and a later gofer pins a new one.
+func (s *sweep) sharedNetNS(kept int) {
+	l := s.o.Layout
+	if pools, _ := os.ReadDir(l.Pools()); kept > 0 || len(pools) > 0 {
+		return
+	}
+	pin := api.SentryRoot(l.SharedSentryRoot()).NullNetNS()
+	for _, m := range mountsUnder(pin) {
+		s.add(KindMount, m, "the gofers' shared empty network namespace; no sandbox is left", func() (string, error) {
+			for unix.Unmount(m, unix.MNT_DETACH) == nil {
+			}
+			if len(mountsUnder(m)) > 0 {
+				return "", fmt.Errorf("still mounted")
+			}
+			return "unmounted", nil
+		})
 	}
 }
 

@@ -30,7 +30,14 @@ type HostState struct {
 func Snapshot(c *Containerd, ns string, fifoDirs ...string) HostState {
 	var s HostState
 	s.Procs = GVXProcs()
-	s.Mounts = append(MountsUnder(State.Dir+"/"), MountsUnder(filepath.Join(c.Dir, "state")+"/")...)
+	for _, m := range append(MountsUnder(State.Dir+"/"), MountsUnder(filepath.Join(c.Dir, "state")+"/")...) {
+		// The node's one pin of the empty network namespace gVisor's
+		// gofers share: kept across sandboxes, released by `gvx gc`
+		// (and by UnpinSharedNetNS at the end of the suite).
+		if m != SharedNetNS() {
+			s.Mounts = append(s.Mounts, m)
+		}
+	}
 	if out, err := exec.Command("losetup", "-n", "-l", "-O", "NAME,BACK-FILE").Output(); err == nil {
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			if l != "" {
@@ -124,4 +131,18 @@ func GVXProcs() []string {
 		}
 	}
 	return out
+}
+
+// SharedNetNS is where gVisor pins the empty network namespace the gofers
+// of all sandboxes share (gvx's --shared-root).
+func SharedNetNS() string { return api.SentryRoot(State.SharedSentryRoot()).NullNetNS() }
+
+// UnpinSharedNetNS releases that pin, as `gvx gc` does once no sandbox is
+// left.
+func UnpinSharedNetNS() {
+	for _, m := range MountsUnder(SharedNetNS()) {
+		if m == SharedNetNS() {
+			_ = exec.Command("umount", "-l", m).Run()
+		}
+	}
 }

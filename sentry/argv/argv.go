@@ -31,6 +31,10 @@ type Command struct {
 	Rest []string
 	// Root is the --root global flag's value.
 	Root string
+	// SharedRoot is the --shared-root global flag's value: gVisor's state
+	// shared across sandboxes (its gofers' pinned empty network
+	// namespace); "" when unset.
+	SharedRoot string
 }
 
 // Parse parses args once; ok is false when args has no subcommand or its
@@ -55,10 +59,11 @@ func Parse(args []string) (Command, bool) {
 	}
 	n := len(args) - fs.NArg()
 	return Command{
-		Globals: append([]string(nil), args[:n]...),
-		Sub:     fs.Arg(0),
-		Rest:    fs.Args()[1:],
-		Root:    Flag(fs, "root"),
+		Globals:    append([]string(nil), args[:n]...),
+		Sub:        fs.Arg(0),
+		Rest:       fs.Args()[1:],
+		Root:       Flag(fs, "root"),
+		SharedRoot: Flag(fs, "shared-root"),
 	}, true
 }
 

@@ -35,6 +35,7 @@ import (
 	"gvisor.dev/gvisor/runsc/version"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/hostbind"
 	"github.com/gvxrun/gvx/sentry/launcher"
@@ -73,7 +74,29 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(2)
 	}
+	if err := makeSharedRoot(args); err != nil {
+		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
+		os.Exit(1)
+	}
 	dispatch(args)
+}
+
+// makeSharedRoot creates the --shared-root directory (root's only) for a
+// create or restore, where gVisor pins the empty network namespace its
+// gofers share: the first gofer's namespace, which every later gofer
+// joins instead of creating one of its own (gvx gives every task a sentry
+// root of its own, so without the flag each gofer got a new namespace and
+// a bind mount). gVisor only warns, and creates a namespace per gofer,
+// when it cannot pin one there.
+func makeSharedRoot(args []string) error {
+	c, ok := argv.Parse(args)
+	if !ok || c.SharedRoot == "" || (c.Sub != "create" && c.Sub != "restore" && c.Sub != "run") {
+		return nil
+	}
+	if err := os.MkdirAll(c.SharedRoot, 0o700); err != nil {
+		return fmt.Errorf("create the shared root %s: %w", c.SharedRoot, err)
+	}
+	return nil
 }
 
 // mountVolumes handles a create/run of a sandbox with ext4lite volumes or
