@@ -192,6 +192,9 @@ type sweep struct {
 	served map[api.PoolDir]bool
 	// taskCgroups are cgroups of sandboxes found to be garbage.
 	taskCgroups map[string]bool
+	// inUse counts the sentry roots and pool directories this sweep
+	// leaves (sharedNetNS).
+	inUse int
 }
 
 // Sweep finds leftovers and, unless o.DryRun, reclaims them.
@@ -215,6 +218,7 @@ func Sweep(ctx context.Context, o Options) *Report {
 	s.leases(ctx)
 	s.fifos(ctx)
 	s.relays(ctx)
+	s.sharedNetNS()
 	s.r.Took = time.Since(t0)
 	return s.r
 }

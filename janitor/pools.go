@@ -23,6 +23,7 @@ func (s *sweep) pools(ctx context.Context) {
 		}
 		dir := api.PoolDir(filepath.Join(s.o.Layout.Pools(), e.Name()))
 		served := s.poolServed(dir)
+		left := 0 // sandboxes this sweep leaves
 		for _, d := range dir.Sandboxes() {
 			id := filepath.Base(string(d))
 			sb, err := sandbox.Load(d.Record())
@@ -33,10 +34,12 @@ func (s *sweep) pools(ctx context.Context) {
 			var why string
 			if st, err := os.Stat(d.Claimed()); err == nil {
 				if !s.old(st.ModTime()) || !s.cd.complete() {
+					left++
 					continue
 				}
 				tid, linked := links[string(d.Root())]
 				if linked && s.cd.ids[tid] {
+					left++
 					continue
 				}
 				why = "claimed, and no task's sentry root links to it"
@@ -45,6 +48,7 @@ func (s *sweep) pools(ctx context.Context) {
 				}
 			} else {
 				if served || !s.old(modTime(string(d))) {
+					left++
 					continue
 				}
 				why = "ready, and no pool server answers for its pool"
@@ -56,10 +60,15 @@ func (s *sweep) pools(ctx context.Context) {
 				return "destroyed", nil
 			})
 		}
-		if served || len(dir.Sandboxes()) > 0 {
+		if served || left > 0 || (!s.o.DryRun && len(dir.Sandboxes()) > 0) {
+			s.inUse++
 			continue
 		}
-		if _, err := os.Stat(string(dir)); err != nil || !s.old(modTime(string(dir))) {
+		if _, err := os.Stat(string(dir)); err != nil {
+			continue
+		}
+		if !s.old(modTime(string(dir))) {
+			s.inUse++
 			continue
 		}
 		s.add(KindPool, string(dir), "no pool server and no sandbox", func() (string, error) {

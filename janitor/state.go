@@ -29,11 +29,10 @@ func (s *sweep) stateDirs(context.Context) {
 	}
 	l := s.o.Layout
 	roots, _ := os.ReadDir(l.SentryRoots())
-	kept := 0
 	for _, e := range roots {
 		id, path := e.Name(), filepath.Join(l.SentryRoots(), e.Name())
 		if s.cd.ids[id] || s.stopped[id] || s.referenced(path) || !s.old(modTime(path)) {
-			kept++
+			s.inUse++
 			continue
 		}
 		nss, _ := os.ReadDir(path)
@@ -44,7 +43,6 @@ func (s *sweep) stateDirs(context.Context) {
 		}
 		s.removeTree(path, "sentry root of task "+id+", which no containerd knows")
 	}
-	s.sharedNetNS(kept)
 	for _, base := range []string{l.RootfsDir(), l.VolumesDir(), l.DockerDir()} {
 		nss, _ := os.ReadDir(base)
 		for _, ns := range nss {
@@ -71,13 +69,13 @@ func (s *sweep) stateDirs(context.Context) {
 }
 
 // sharedNetNS unpins the empty network namespace gVisor's gofers share
-// (api.Layout.SharedSentryRoot) once no sandbox is left: no task's sentry
-// root is kept (kept) and no pool has a directory. Unpinning while a
+// (api.Layout.SharedSentryRoot) once the sweep leaves no sandbox: no
+// task's sentry root and no pool directory (s.inUse). Unpinning while a
 // sandbox starts is harmless too: gVisor holds the namespace open before
 // its gofer joins it, and a later gofer pins a new one.
-func (s *sweep) sharedNetNS(kept int) {
+func (s *sweep) sharedNetNS() {
 	l := s.o.Layout
-	if pools, _ := os.ReadDir(l.Pools()); kept > 0 || len(pools) > 0 {
+	if s.inUse > 0 || (!s.cd.complete() && s.anyRoot()) {
 		return
 	}
 	pin := api.SentryRoot(l.SharedSentryRoot()).NullNetNS()
@@ -91,6 +89,12 @@ func (s *sweep) sharedNetNS(kept int) {
 			return "unmounted", nil
 		})
 	}
+}
+
+// anyRoot: a task has a sentry root.
+func (s *sweep) anyRoot() bool {
+	roots, _ := os.ReadDir(s.o.Layout.SentryRoots())
+	return len(roots) > 0
 }
 
 // removeTree unmounts every mount at or below path, deepest first, then
