@@ -4,7 +4,7 @@
 #   make test      unit + integration tests against a real containerd
 #   make bench     benchmarks against runsc (via containerd's runc shim) and runc
 #   make critest   critest (CRI conformance) against gvx and runc: docs/compatibility.md
-#   make fuzz      every fuzz target for FUZZTIME (default 10m, one CPU each)
+#   make fuzz      every fuzz target until it had FUZZCPU of CPU (default 10m, one worker each)
 #   make install   PREFIX=/usr/local
 #   make installer-image   the node installer's image (deploy/, docs/kubernetes.md)
 SHELL := /bin/bash
@@ -179,10 +179,14 @@ lint:
 	cd sentry && $(GO) vet ./launcher/... ./hook/... ./netns/... ./podnet/... ./ctlclient/... ./volmount/... ./hostbind/... ./subcontainer/... ./bundle/... ./argv/... ./fastexec/... ./sandboxctl/... ./compat/... ./maskpaths/... ./sysclass/... ./oomwatch/... ./exectask/... ./monitor/... ./hostcreds/... ./internal/... ./checkpoint/... ./nat/... ./natproc/... ./natsandbox/... ./prefilter/... ./cmd/...
 
 # The fuzz targets' seed corpora (testdata/fuzz/) run in make unit; this
-# fuzzes each target for FUZZTIME (FUZZ=regexp picks targets).
-FUZZTIME ?= 10m
+# fuzzes each target until it has had FUZZCPU of CPU, in rounds of
+# FUZZROUND (FUZZTIME=<duration>: one round of that wall time instead;
+# FUZZ=regexp picks targets).
+FUZZCPU ?= 10m
+FUZZROUND ?= 2m
+FUZZTIME ?=
 fuzz:
-	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+	FUZZCPU=$(FUZZCPU) FUZZROUND=$(FUZZROUND) FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \
