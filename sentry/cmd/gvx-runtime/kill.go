@@ -49,8 +49,15 @@ func (c command) kill() (bool, error) {
 	conn, err := monitor.Dial(c.root, id)
 	if err != nil {
 		// Nothing left to kill; a sandbox's root container, signalled
-		// over its control socket; or gvx-sentry's.
-		return ended() || req.Pid == 0 && c.rootKill(id, sig, all), nil
+		// over its control socket, or whose sandbox has exited; or
+		// gvx-sentry's.
+		if ended() || req.Pid == 0 && c.rootKill(id, sig, all) {
+			return true, nil
+		}
+		if req.Pid == 0 {
+			return c.rootGoneKill(id)
+		}
+		return false, nil
 	}
 	defer conn.Close()
 	if _, err := monitor.Send(conn, req); err != nil {
