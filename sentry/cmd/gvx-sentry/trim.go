@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/sentry/seccheck"
+
 	"github.com/gvxrun/gvx/sentry/prefilter"
 )
 
@@ -42,6 +44,13 @@ func goferSetup() {
 func bootSetup() {
 	installCompat()
 	installPrefilter(prefilter.Sentry)
+	// gVisor's loader registers its runtime-monitoring points (seccheck:
+	// two per system call, each with maps of its fields) first thing,
+	// ≈ 15–20 ms on a VM with slow page faults, after the boot's
+	// capability, chroot and mount steps, which mostly wait on the gofer.
+	// Started here on another thread, it overlaps them; the loader's own
+	// call waits for it (the same sync.Once) and does the same work.
+	go seccheck.Initialize()
 	trimAfterStart()
 }
 
