@@ -32,7 +32,12 @@ func (s *sweep) stateDirs(context.Context) {
 	for _, e := range roots {
 		id, path := e.Name(), filepath.Join(l.SentryRoots(), e.Name())
 		if s.cd.ids[id] || s.stopped[id] || s.referenced(path) || !s.old(modTime(path)) {
-			s.inUse++
+			if !s.stopped[id] {
+				// (A task whose shim this sweep stopped has no sandbox
+				// left; containerd removes its state, the next sweep
+				// the rest.)
+				s.inUse++
+			}
 			continue
 		}
 		nss, _ := os.ReadDir(path)
