@@ -41,16 +41,28 @@ type rootState struct {
 // kind of container, not started or stopped, its sandbox gone, a state
 // file being written): gvx-sentry then takes the call.
 func loadRoot(root, id string) (st *rootState, ok bool) {
+	st, ok = readRoot(root, id)
+	if !ok || st.Status != string(specs.StateRunning) || st.Spec == nil ||
+		st.Sandbox.ControlSocketPath == "" || !procfs.Alive(st.Sandbox.Pid) {
+		return nil, false
+	}
+	return st, true
+}
+
+// readRoot reads gVisor's state file of container id in root if it is the
+// root container of its sandbox with a sandbox process recorded, whether
+// that process runs or not.
+func readRoot(root, id string) (*rootState, bool) {
 	data, err := os.ReadFile(api.SentryRoot(root).SandboxState(id))
 	if err != nil {
 		return nil, false
 	}
+	var st *rootState
 	if err := json.Unmarshal(data, &st); err != nil || st == nil {
 		return nil, false
 	}
 	sb := st.Sandbox
-	if st.ID != id || st.Status != string(specs.StateRunning) || st.Spec == nil || sb == nil || sb.ID != id ||
-		sb.ControlSocketPath == "" || sb.Pid <= 0 || !procfs.Alive(sb.Pid) {
+	if st.ID != id || sb == nil || sb.ID != id || sb.Pid <= 0 {
 		return nil, false
 	}
 	return st, true

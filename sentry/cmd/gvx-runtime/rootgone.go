@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/procfs"
@@ -19,29 +17,18 @@ import (
 // filesystem of a task's volume busy for seconds after the delete now and
 // then (TestRolloutCycles' XFS loop device), for a reason not found.
 
-// goneRoot reads gVisor's state of container id in root and reports
-// whether it is the root container of a sandbox whose process has exited.
-func goneRoot(root, id string) (*rootState, bool) {
-	data, err := os.ReadFile(api.SentryRoot(root).SandboxState(id))
-	if err != nil {
-		return nil, false
-	}
-	var st *rootState
-	if err := json.Unmarshal(data, &st); err != nil || st == nil {
-		return nil, false
-	}
-	sb := st.Sandbox
-	if st.ID != id || sb == nil || sb.ID != id || sb.Pid <= 0 || procfs.Alive(sb.Pid) {
-		return nil, false
-	}
-	return st, true
+// goneRoot reports whether container id in root is the root container of
+// a sandbox whose process has exited.
+func goneRoot(root, id string) bool {
+	st, ok := readRoot(root, id)
+	return ok && !procfs.Alive(st.Sandbox.Pid)
 }
 
 // rootGoneKill is kill [--all] of root container id whose sandbox has
 // exited: runc's words for it (containerd's runc shim takes them for
 // NotFound; after the init's exit it only logs them).
 func (c command) rootGoneKill(id string) (bool, error) {
-	if _, ok := goneRoot(c.root, id); !ok {
+	if !goneRoot(c.root, id) {
 		return false, nil
 	}
 	return true, fmt.Errorf("%s: the sandbox of container %s is gone", api.NotRunning, id)
