@@ -13,6 +13,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/mountinfo"
+	"github.com/gvxrun/gvx/sandbox"
 
 	"golang.org/x/sys/unix"
 
@@ -83,11 +84,10 @@ func (s *sweep) sharedNetNS() {
 	if s.inUse > 0 || (!s.cd.complete() && s.anyRoot()) {
 		return
 	}
-	pin := api.SentryRoot(l.SharedSentryRoot()).NullNetNS()
-	for _, m := range mountsUnder(pin) {
+	shared := api.SentryRoot(l.SharedSentryRoot())
+	for _, m := range mountsUnder(shared.NullNetNS()) {
 		s.add(KindMount, m, "the gofers' shared empty network namespace; no sandbox is left", func() (string, error) {
-			for unix.Unmount(m, unix.MNT_DETACH) == nil {
-			}
+			sandbox.UnpinNetNS(shared)
 			if len(mountsUnder(m)) > 0 {
 				return "", fmt.Errorf("still mounted")
 			}

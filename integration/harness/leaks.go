@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/sandbox"
 )
 
 // HostState is what gvx's sandboxes could leave behind on the host, as
@@ -139,10 +140,4 @@ func SharedNetNS() string { return api.SentryRoot(State.SharedSentryRoot()).Null
 
 // UnpinSharedNetNS releases that pin, as `gvx gc` does once no sandbox is
 // left.
-func UnpinSharedNetNS() {
-	for _, m := range MountsUnder(SharedNetNS()) {
-		if m == SharedNetNS() {
-			_ = exec.Command("umount", "-l", m).Run()
-		}
-	}
-}
+func UnpinSharedNetNS() { sandbox.UnpinNetNS(api.SentryRoot(State.SharedSentryRoot())) }
