@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/internal/testfs"
 )
 
 // hostState is what a gvx sandbox could leave behind on the host
@@ -34,6 +35,12 @@ func checkNoLeaks(t *testing.T) {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		for i, x := range l {
+			// "loop device: /dev/loopN FILE": name who still has it mounted.
+			if f := strings.Fields(strings.TrimPrefix(x, "loop device: ")); strings.HasPrefix(x, "loop device: ") && len(f) > 0 {
+				l[i] += "\n    held by: " + strings.Join(testfs.Holders(strings.TrimPrefix(f[0], "/dev/")), "\n    ")
+			}
 		}
 		if len(l) > 0 {
 			t.Errorf("left behind on the host:\n  %s", strings.Join(l, "\n  "))

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
 )
@@ -150,11 +153,119 @@ func LoopFS(t testing.TB, fstype, size string) string {
 		if out, err := exec.Command("umount", "-d", mnt).CombinedOutput(); err != nil {
 			t.Errorf("umount -d %s: %v\n%s", mnt, err, out)
 		}
+		// The tests' mount namespace is private: a copy of the mount
+		// in a mount namespace made meanwhile (a sandbox's, a gofer's)
+		// keeps the loop device until that namespace's last process
+		// is gone, which teardown may still be doing.
+		deadline := time.Now().Add(10 * time.Second)
+		for len(LoopsUnder(img)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
 		if l := LoopsUnder(img); len(l) > 0 {
-			t.Errorf("loop device left on %s: %v", img, l)
+			t.Errorf("loop device left on %s 10 s after its unmount: %v; held by: %s",
+				img, l, strings.Join(Holders(strings.Fields(l[0])[0]), "; "))
 		}
 	})
 	return mnt
+}
+
+// Holders lists who still holds the filesystem of block device dev
+// ("loop3"): the processes (threads too: a thread group whose leader has
+// exited shows only under another task) whose mount table has it, one per
+// mount namespace, and those with a descriptor, working or root directory
+// or mapping on it. Each line: "pid N (comm, parent P comm) WHAT:
+// cmdline". A mount namespace that no task is in (held by a descriptor of
+// its nsfs file or an nsfs bind mount) shows as that descriptor or not at
+// all.
+func Holders(dev string) []string {
+	b, err := os.ReadFile(filepath.Join("/sys/block", dev, "dev"))
+	if err != nil {
+		return []string{fmt.Sprintf("(%s: %v)", dev, err)}
+	}
+	majmin := strings.TrimSpace(string(b))
+	var major, minor uint32
+	if _, err := fmt.Sscanf(majmin, "%d:%d", &major, &minor); err != nil {
+		return []string{fmt.Sprintf("(%s: device number %q: %v)", dev, majmin, err)}
+	}
+	devno := unix.Mkdev(major, minor)
+	mapsDev := fmt.Sprintf("%02x:%02x", major, minor)
+	describe := func(pid string) string {
+		comm := func(pid string) string {
+			c, _ := os.ReadFile(filepath.Join("/proc", pid, "comm"))
+			return strings.TrimSpace(string(c))
+		}
+		ppid := ""
+		if st, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 {
+				if g := strings.Fields(string(st[i+1:])); len(g) > 1 {
+					ppid = g[1]
+				}
+			}
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+		c := strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+		if len(c) > 160 {
+			c = c[:160] + "…"
+		}
+		return fmt.Sprintf("pid %s (%s, parent %s %s)", pid, comm(pid), ppid, comm(ppid)) + " %s: " + c
+	}
+	on := func(path string) bool {
+		var st unix.Stat_t
+		return unix.Stat(path, &st) == nil && st.Dev == devno
+	}
+	seen := map[string]bool{}
+	var out []string
+	tasks, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*")
+	for _, d := range tasks {
+		pid := filepath.Base(filepath.Dir(filepath.Dir(d)))
+		ns, err := os.Readlink(filepath.Join(d, "ns", "mnt"))
+		if err != nil || seen[ns] {
+			continue
+		}
+		info, err := os.ReadFile(filepath.Join(d, "mountinfo"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && f[2] == majmin {
+				seen[ns] = true
+				out = append(out, fmt.Sprintf(describe(pid), "task "+filepath.Base(d)+" in "+ns+" has it mounted at "+f[4]))
+				break
+			}
+		}
+	}
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range pids {
+		pid := filepath.Base(d)
+		var what []string
+		for _, l := range []string{"cwd", "root"} {
+			if on(filepath.Join(d, l)) {
+				what = append(what, l)
+			}
+		}
+		fds, _ := filepath.Glob(filepath.Join(d, "fd", "*"))
+		for _, fd := range fds {
+			if on(fd) {
+				target, _ := os.Readlink(fd)
+				what = append(what, "fd "+filepath.Base(fd)+" ("+target+")")
+			}
+		}
+		if maps, err := os.ReadFile(filepath.Join(d, "maps")); err == nil {
+			for _, line := range strings.Split(string(maps), "\n") {
+				if f := strings.Fields(line); len(f) > 5 && f[3] == mapsDev {
+					what = append(what, "mapping of "+f[5])
+					break
+				}
+			}
+		}
+		if len(what) > 0 {
+			out = append(out, fmt.Sprintf(describe(pid), strings.Join(what, ", ")))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, "nobody found (a mount namespace held only by an nsfs mount, or one just released)")
+	}
+	return out
 }
 
 // LoopsUnder lists loop devices whose backing file starts with prefix.
