@@ -1,6 +1,9 @@
 package prefilter
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // WantSentry reports whether gen keeps the Sentry's program for gVisor's
 // configuration key: the systrap platform (gvx's), no GPU, TPU or RDMA
@@ -15,17 +18,11 @@ func WantGofer(key string) bool {
 	return hasAll(key, "CgoEnabled=false", "ProfileEnabled=false")
 }
 
+// hasAll reports whether every one of fields is a field of key.
 func hasAll(key string, fields ...string) bool {
 	have := strings.Fields(key)
 	for _, f := range fields {
-		found := false
-		for _, h := range have {
-			if h == f {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.Contains(have, f) {
 			return false
 		}
 	}
