@@ -26,6 +26,8 @@ import (
 	"syscall"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gvxrun/gvx/internal/testfs"
 )
 
 // options are the command line.
@@ -85,6 +87,7 @@ func command() string {
 // is killed.
 func reexecPrivate() error {
 	if os.Getenv(privateNSEnv) != "" {
+		testfs.DetachCopies(os.TempDir()) // what the namespace copied of other tests' mounts
 		return nil
 	}
 	if os.Geteuid() != 0 {

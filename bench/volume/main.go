@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvxrun/gvx/internal/testfs"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -63,6 +64,7 @@ func main() {
 		os.Exit(2)
 	}
 	if wd := os.Getenv(childEnv); wd != "" {
+		testfs.DetachCopies(os.TempDir()) // what the namespace copied of other tests' mounts
 		err = child(cfg, wd)
 	} else {
 		err = parent(cfg)

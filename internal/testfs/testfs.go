@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/mountinfo"
 )
 
 // RunPrivate runs the tests. As root, it first re-executes the test binary
@@ -26,7 +28,10 @@ import (
 // the loop mounts the tests make are then invisible to, and cannot be
 // pinned by, sandboxes started meanwhile on the machine, and the kernel
 // tears them down, detaching their auto-clear loop devices, when the test
-// process exits, even if it is killed before its cleanups run. It returns
+// process exits, even if it is killed before its cleanups run. Nor does
+// it pin theirs: the copies of other tests' mounts below the temporary
+// directory that the new namespace starts with are detached
+// (DetachCopies). It returns
 // the exit code for os.Exit. In that namespace gvx's state directory
 // (api.DefaultStateDir) is an empty tmpfs, so what the tests write there
 // (volume marks, records) never reaches the host's.
@@ -35,6 +40,7 @@ func RunPrivate(m *testing.M, env string) int {
 		return m.Run()
 	}
 	if os.Getenv(env) != "" {
+		DetachCopies(os.TempDir())
 		if err := shieldState(); err != nil {
 			fmt.Fprintf(os.Stderr, "%v\n", err)
 			return 2
@@ -55,6 +61,35 @@ func RunPrivate(m *testing.M, env string) int {
 	default:
 		fmt.Fprintf(os.Stderr, "re-exec in a private mount namespace: %v\n", err)
 		return 2
+	}
+}
+
+// DetachCopies detaches, in this process's own (new, private) mount
+// namespace, every mount below dir: copies of other processes' mounts
+// (another test's loop filesystems in its t.TempDir()) that the new
+// namespace took at its creation and would otherwise keep — the
+// filesystem and its auto-clear loop device stay alive while any
+// namespace has it mounted — until this process exits, minutes later for
+// a fuzz run. Only for a process that has just entered a private mount
+// namespace: elsewhere it would unmount the host's.
+func DetachCopies(dir string) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	dir = filepath.Clean(dir) + "/"
+	var points []string
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			if p := mountinfo.Unescape(f[4]); strings.HasPrefix(p, dir) {
+				points = append(points, p)
+			}
+		}
+	}
+	// Deepest first; a parent's detach takes what is below it anyway.
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
 	}
 }
 
