@@ -9,7 +9,8 @@ import (
 
 // delete handles `delete [--force] <id>` of a task started as a process in
 // a running sandbox whose process has exited (its monitor is gone) or with
-// --force: it removes the task's record and socket. The sandbox was the
+// --force: it removes the task's record and socket; and of a sandbox's root
+// container whose sandbox has exited (rootGoneDelete). The sandbox was the
 // task's alone and goes with the shim's release of it (pool.Sandbox.Destroy
 // kills it through its cgroup), so no gvx-sentry start-up is needed here.
 func (c command) delete() (bool, error) {
@@ -19,7 +20,7 @@ func (c command) delete() (bool, error) {
 	}
 	id, force := ids[0], flags["force"] == "true"
 	if !record.Exists(c.root, id) {
-		return false, nil
+		return c.rootGoneDelete(id) // a sandbox's root container, once its sandbox has exited
 	}
 	if !force {
 		if conn, err := monitor.Dial(c.root, id); err == nil {
