@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"gvisor.dev/gvisor/runsc/cli"
@@ -202,6 +203,10 @@ func before(fn func(), h handler) handler { h.before = fn; return h }
 func dispatch(args []string) {
 	h := runsc
 	if c, ok := argv.Parse(args); ok {
+		if err := makeSharedRoot(c); err != nil {
+			fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
+			os.Exit(1)
+		}
 		h = table[c.Sub][kindOf(c)]
 		if h.onSandbox {
 			if rewritten, ok := exectask.Rewrite(c); ok {

@@ -74,10 +74,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 		os.Exit(2)
 	}
-	if err := makeSharedRoot(args); err != nil {
-		fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
-		os.Exit(1)
-	}
 	dispatch(args)
 }
 
@@ -88,9 +84,8 @@ func main() {
 // root of its own, so without the flag each gofer got a new namespace and
 // a bind mount). gVisor only warns, and creates a namespace per gofer,
 // when it cannot pin one there.
-func makeSharedRoot(args []string) error {
-	c, ok := argv.Parse(args)
-	if !ok || c.SharedRoot == "" || (c.Sub != "create" && c.Sub != "restore" && c.Sub != "run") {
+func makeSharedRoot(c argv.Command) error {
+	if c.SharedRoot == "" || (c.Sub != "create" && c.Sub != "restore" && c.Sub != "run") {
 		return nil
 	}
 	if err := os.MkdirAll(c.SharedRoot, 0o700); err != nil {
