@@ -24,11 +24,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -80,6 +82,11 @@ func main() {
 
 func run(dur time.Duration, workers, poolSize int) error {
 	ctx := namespaces.WithNamespace(context.Background(), ns)
+	// Ctrl-C or SIGTERM stops the churn after the cycles in flight (they
+	// finish on ctx) and returns through the clean-ups below: the private
+	// containerd, its shims and sandboxes, the pool servers.
+	interrupted, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err
@@ -135,11 +142,14 @@ func run(dur time.Duration, workers, poolSize int) error {
 	res := map[string]*result{}
 	for _, v := range vs {
 		if v.pool != nil {
-			if err := v.pool.WaitReady(ctx, poolSize, 2*time.Minute); err != nil {
+			if err := v.pool.WaitReady(interrupted, poolSize, 2*time.Minute); err != nil {
 				return err
 			}
 		}
-		r := churn(ctx, c, img, v, dur, workers)
+		r := churn(ctx, interrupted, c, img, v, dur, workers)
+		if interrupted.Err() != nil {
+			return fmt.Errorf("interrupted during %s after %d cycles (what the bench started is cleaned up)", v.name, r.cycles)
+		}
 		r.leftovers = leftovers(ctx, b.Containerd.Socket(), filepath.Join(b.Containerd.Dir, "state"))
 		res[v.name] = r
 	}
@@ -176,8 +186,9 @@ func run(dur time.Duration, workers, poolSize int) error {
 	return nil
 }
 
-// churn runs workers loops of create→exec→destroy until dur has passed.
-func churn(ctx context.Context, c *client.Client, img client.Image, v variant, dur time.Duration, workers int) *result {
+// churn runs workers loops of create→exec→destroy until dur has passed
+// or stop is done.
+func churn(ctx, stop context.Context, c *client.Client, img client.Image, v variant, dur time.Duration, workers int) *result {
 	r := &result{}
 	var mu sync.Mutex
 	var seq atomic.Int64
@@ -190,7 +201,7 @@ func churn(ctx context.Context, c *client.Client, img client.Image, v variant, d
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(deadline) {
+			for time.Now().Before(deadline) && stop.Err() == nil {
 				id := fmt.Sprintf("churn-%06d", seq.Add(1))
 				d, whole, adopted, err := cycle(ctx, c, img, v, id)
 				mu.Lock()
