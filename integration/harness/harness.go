@@ -7,6 +7,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,7 +108,7 @@ state = "%[1]s/state"
 }
 
 // launch runs containerd on the configuration in c.Dir (its log appended
-// to containerd.log) and waits for its socket.
+// to containerd.log) and waits until its socket accepts connections.
 func (c *Containerd) launch(ctx context.Context) error {
 	logf, err := os.OpenFile(filepath.Join(c.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -127,7 +128,10 @@ func (c *Containerd) launch(ctx context.Context) error {
 	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(c.Socket()); err == nil {
+		// The socket file appears at bind, before containerd accepts on
+		// it: a client that dials in between is refused.
+		if conn, err := net.DialTimeout("unix", c.Socket(), time.Second); err == nil {
+			conn.Close()
 			return nil
 		}
 		select {
