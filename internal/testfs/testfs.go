@@ -188,10 +188,12 @@ func LoopFS(t testing.TB, fstype, size string) string {
 		if out, err := exec.Command("umount", "-d", mnt).CombinedOutput(); err != nil {
 			t.Errorf("umount -d %s: %v\n%s", mnt, err, out)
 		}
-		// The tests' mount namespace is private: a copy of the mount
-		// in a mount namespace made meanwhile (a sandbox's, a gofer's)
-		// keeps the loop device until that namespace's last process
-		// is gone, which teardown may still be doing.
+		// The unmount does not reach copies of the mount in mount
+		// namespaces made meanwhile (a sandbox's, a gofer's, another
+		// test binary's): "/" is private here, and in the tests' own
+		// namespace. Such a copy keeps the loop device until its
+		// namespace's last process is gone, which teardown may still
+		// be doing.
 		deadline := time.Now().Add(10 * time.Second)
 		for len(LoopsUnder(img)) > 0 && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
