@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
@@ -105,12 +108,47 @@ func lockFile(f *os.File, path string, how int) error {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EWOULDBLOCK):
-			return &Error{Path: path, Err: ErrInUse, Detail: "locked",
+			return &Error{Path: path, Err: ErrInUse, Detail: "locked" + lockHolders(f),
 				Fix: "wait until the sandbox using it is deleted, or use another image"}
 		default:
 			return fmt.Errorf("lock %s: %w", path, err)
 		}
 	}
+}
+
+// lockHolders names the processes the kernel lists in /proc/locks as
+// holding a flock of f's file (" by pid N (comm)"; the pid that took the
+// lock: a process it forked may hold it on), or "" if none is found.
+func lockHolders(f *os.File) string {
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return ""
+	}
+	// "1: FLOCK  ADVISORY  WRITE 4711 fd:01:123456 0 EOF": the device as
+	// major:minor in hex, the inode in decimal.
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(uint64(sys.Dev)), unix.Minor(uint64(sys.Dev)), sys.Ino)
+	var who []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[1] != "FLOCK" || fields[5] != id {
+			continue
+		}
+		pid := fields[4]
+		comm, _ := os.ReadFile(filepath.Join("/proc", pid, "comm"))
+		who = append(who, fmt.Sprintf("pid %s (%s, %s)", pid, strings.TrimSpace(string(comm)), strings.ToLower(fields[3])))
+	}
+	if len(who) == 0 {
+		return ""
+	}
+	return " by " + strings.Join(who, ", ")
 }
 
 // checkNotAttached fails with ErrInUse when the image backs a loop device,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestLeaseExclusive(t *testing.T) {
 		t.Errorf("lease: %s %+v", l.Path(), l.Info())
 	}
 	_, err = Acquire(ctx, img, AcquireOptions{})
-	assertIs(t, err, ErrInUse, "volume "+img+" is in use by another sandbox (locked)")
+	assertIs(t, err, ErrInUse, "volume "+img+" is in use by another sandbox (locked by pid "+strconv.Itoa(os.Getpid())+" (")
 	_, err = Acquire(ctx, img, AcquireOptions{Force: true})
 	assertIs(t, err, ErrInUse) // Force is about the clean state, not the lock
 	assertIs(t, Remove(ctx, img), ErrInUse, img)
