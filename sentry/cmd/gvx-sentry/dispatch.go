@@ -203,6 +203,10 @@ func before(fn func(), h handler) handler { h.before = fn; return h }
 func dispatch(args []string) {
 	h := runsc
 	if c, ok := argv.Parse(args); ok {
+		if kept := dropGoneLog(args, c); len(kept) != len(args) {
+			args = kept
+			c, _ = argv.Parse(args) // one global flag less: parses as before
+		}
 		if err := makeSharedRoot(c); err != nil {
 			fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
 			os.Exit(1)
