@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -369,5 +370,25 @@ func TestDeleteDuringCreate(t *testing.T) {
 	}
 	if out, _, _ := e.ctr(context.Background(), "task", "ls"); strings.Contains(out, id+" ") {
 		t.Errorf("task %s still listed:\n%s", id, out)
+	}
+}
+
+// TestGoneBundleLog: a gvx-sentry call that starts after containerd
+// removed the task's bundle (the --log it is given names a file in it)
+// does not make the bundle directory again, as gVisor's log file opening
+// would — a leftover TestPoolCrashMidCreate once found. It still runs,
+// logging to its standard error.
+func TestGoneBundleLog(t *testing.T) {
+	requireEnv(t)
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	cmd := exec.Command(filepath.Join(e.Bins.GVX, api.SentryBinary), "--root", filepath.Join(dir, "root"),
+		"--log", filepath.Join(bundle, "log.json"), "--log-format", "json", "state", "gone")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "does not exist") {
+		t.Errorf("state of a container that does not exist: %v, %q; want its error on stderr", err, out)
+	}
+	if _, err := os.Stat(bundle); !os.IsNotExist(err) {
+		t.Errorf("the removed bundle %s was made again: %v", bundle, err)
 	}
 }
