@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/internal/mountinfo"
+	"github.com/gvxrun/gvx/sandbox"
 )
 
 // busybox is the locally built busybox image archive (make images).
@@ -42,12 +45,35 @@ func TestMain(m *testing.M) {
 	for k, v := range map[string]string{"GVX_BIN_DIR": bin, "GVX_STATE_DIR": state, "GVX_DATA_DIR": data, "GVX_NAMESPACE": "gvxexample"} {
 		os.Setenv(k, v)
 	}
+	// The examples' sandboxes pin the node's empty network namespace their
+	// gofers share (node state, which `gvx gc` releases once no sandbox is
+	// left); one the examples made goes with them.
+	shared := api.SentryRoot(api.Layout{Dir: api.DefaultStateDir}.SharedSentryRoot())
+	pinned := isMountPoint(shared.NullNetNS())
 	code := m.Run()
+	if !pinned {
+		sandbox.UnpinNetNS(shared)
+	}
 	// containerd's runtimes leave the namespace's cgroup (empty).
 	cgroups.Remove(context.Background(), "/gvxexample")
 	os.RemoveAll(state)
 	os.RemoveAll(data)
 	os.Exit(code)
+}
+
+// isMountPoint reports whether path is a mount point in this mount
+// namespace.
+func isMountPoint(path string) bool {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && mountinfo.Unescape(f[4]) == path {
+			return true
+		}
+	}
+	return false
 }
 
 // A sandbox runs its command to the end; Run returns its exit status.
