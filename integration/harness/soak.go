@@ -352,12 +352,15 @@ func (s *soak) pool(kind string) *Pool {
 
 // Timeouts of a cycle's steps.
 const (
-	soakCycle = 3 * time.Minute     // a whole cycle
-	soakStep  = time.Minute         // a container's removal
-	soakExit  = 30 * time.Second    // an exit, once the process is gone or killed
-	soakLong  = 6 * time.Second     // the exec a fault hits
-	soakKill  = syscall.SIGTERM     // how a cycle ends its task
-	soakOK    = 128 + int(soakKill) // and the exit that ends it as planned
+	soakCycle = 3 * time.Minute  // a whole cycle
+	soakStep  = time.Minute      // a container's removal
+	soakExit  = 30 * time.Second // an exit, once the process is gone or killed
+	// soakGoferStop bounds the wait for gVisor to stop a container whose
+	// gofer was killed while it ran.
+	soakGoferStop = 5 * time.Second
+	soakLong      = 6 * time.Second     // the exec a fault hits
+	soakKill      = syscall.SIGTERM     // how a cycle ends its task
+	soakOK        = 128 + int(soakKill) // and the exit that ends it as planned
 )
 
 // run runs cycle c, recording its failure and lost exits.
@@ -430,6 +433,17 @@ func (s *soak) run(c *SoakCycle) {
 		fail("start: %v", err)
 	} else {
 		inject(AtRunning)
+		if c.Fault == FaultGofer && c.At == AtRunning && c.Failure == "" {
+			// gVisor stops the container once it notices its gofer
+			// gone, a moment later: wait for that, so that the exec
+			// meets a stopped task instead of racing the notice (an
+			// exec that won the race made the cycle succeed).
+			select {
+			case st := <-exitCh:
+				exit = &st
+			case <-time.After(soakGoferStop):
+			}
+		}
 		if c.Fault == FaultContainerd {
 			// The task survived; its Wait did not (the stream broke).
 			if cont, err = s.cl.LoadContainer(ctx, c.ID); err == nil {
@@ -449,12 +463,14 @@ func (s *soak) run(c *SoakCycle) {
 		}
 	}
 	// End the task as planned, unless it is gone already.
-	select {
-	case st := <-exitCh:
-		exit = &st
-	default:
-		if err := task.Kill(ctx, soakKill); err != nil && !errdefs.IsNotFound(err) {
-			fail("kill: %v", err)
+	if exit == nil {
+		select {
+		case st := <-exitCh:
+			exit = &st
+		default:
+			if err := task.Kill(ctx, soakKill); err != nil && !errdefs.IsNotFound(err) {
+				fail("kill: %v", err)
+			}
 		}
 	}
 	if exit == nil {
