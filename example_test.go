@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 	// gofers share (node state, which `gvx gc` releases once no sandbox is
 	// left); one the examples made goes with them.
 	shared := api.SentryRoot(api.Layout{Dir: api.DefaultStateDir}.SharedSentryRoot())
-	pinned := isMountPoint(shared.NullNetNS())
+	pinned := slices.Contains(mountinfo.Under(shared.NullNetNS()), shared.NullNetNS())
 	code := m.Run()
 	if !pinned {
 		sandbox.UnpinNetNS(shared)
@@ -59,21 +60,6 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(state)
 	os.RemoveAll(data)
 	os.Exit(code)
-}
-
-// isMountPoint reports whether path is a mount point in this mount
-// namespace.
-func isMountPoint(path string) bool {
-	info, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(info), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && mountinfo.Unescape(f[4]) == path {
-			return true
-		}
-	}
-	return false
 }
 
 // A sandbox runs its command to the end; Run returns its exit status.

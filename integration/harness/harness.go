@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/mountinfo"
 )
 
 // Bins says where the binaries live (the Makefile's cached builds).
@@ -249,21 +249,7 @@ func topCgroups() map[string]bool {
 }
 
 // MountsUnder lists mount points starting with prefix, deepest first.
-func MountsUnder(prefix string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 4 && strings.HasPrefix(f[4], prefix) {
-			out = append(out, f[4])
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(out)))
-	return out
-}
+func MountsUnder(prefix string) []string { return mountinfo.Under(prefix) }
 
 // RemoveRuntimeRoot unmounts whatever is mounted below dir and removes it:
 // the runc shim's state root of a namespace, where runsc (the peer) pins

@@ -2,6 +2,8 @@
 package mountinfo
 
 import (
+	"os"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -24,4 +26,24 @@ func Unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Under lists the mount points of this process's mount namespace that
+// start with prefix (unescaped), deepest first: a mount below another
+// sorts before it.
+func Under(prefix string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) > 4 {
+			if p := Unescape(f[4]); strings.HasPrefix(p, prefix) {
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(out)))
+	return out
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,22 +72,7 @@ func RunPrivate(m *testing.M, env string) int {
 // a fuzz run. Only for a process that has just entered a private mount
 // namespace: elsewhere it would unmount the host's.
 func DetachCopies(dir string) {
-	info, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	dir = filepath.Clean(dir) + "/"
-	var points []string
-	for _, line := range strings.Split(string(info), "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			if p := mountinfo.Unescape(f[4]); strings.HasPrefix(p, dir) {
-				points = append(points, p)
-			}
-		}
-	}
-	// Deepest first; a parent's detach takes what is below it anyway.
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
+	for _, p := range mountinfo.Under(filepath.Clean(dir) + "/") {
 		_ = unix.Unmount(p, unix.MNT_DETACH)
 	}
 }
