@@ -165,8 +165,8 @@ integration: deps build tools images
 	rm -rf $(OUT)/containerd-logs
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) NERDCTL_BIN=$(NERDCTL_BIN) RUNSC_BIN=$(RUNSC_BIN) CRICTL_BIN=$(CRICTL_BIN) IMAGES=$(IMAGES) \
 		CRITEST_BIN=$(CRITEST_BIN) CRANE_BIN=$(CRANE_BIN) GVX_TEST_LOG_DIR=$(OUT)/containerd-logs \
-		$(GO) test -count=1 -timeout 60m -v $(if $(RUN),-run '$(RUN)') ./integration/ 2>&1 | tee $(OUT)/integration.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
-		exit $${PIPESTATUS[0]}
+		$(GO) test -count=1 -timeout 75m -v $(if $(RUN),-run '$(RUN)') ./integration/ 2>&1 | tee $(OUT)/integration.log | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; \
+		rc=$${PIPESTATUS[0]}; hack/testtimes.sh $(OUT)/integration.log; exit $$rc
 	# The SDK's godoc examples, on real sandboxes.
 	GVX_BIN=$(BIN) IMAGES=$(IMAGES) $(GO) test -count=1 -run Example .
 
