@@ -130,6 +130,11 @@ func checkpointRoundTrip(t *testing.T, id, ref string) {
 	if st := taskStatus(t, id); st != "RUNNING" {
 		t.Fatalf("restored task is %s, want RUNNING", st)
 	}
+	// containerd's extraction of the image for the restore goes once the
+	// task runs (containerd leaves it; the shim removes it).
+	if copies, _ := filepath.Glob(filepath.Join(os.TempDir(), "ctrd-checkpoint*")); len(copies) > 0 {
+		t.Errorf("the restored task runs and containerd's copies of the checkpoint are still there: %v", copies)
+	}
 	if got := inTask(t, id, "ls /tmp/before /tmp/after /work/before /work/after 2>&1; true"); !strings.Contains(got, "/tmp/before") || !strings.Contains(got, "/work/before") ||
 		strings.Contains(got, "/tmp/after\n") || !strings.Contains(got, "/tmp/after: No such file") || !strings.Contains(got, "/work/after: No such file") {
 		t.Errorf("files after the restore:\n%s\nwant before (rootfs and volume) back and after gone", got)

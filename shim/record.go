@@ -73,6 +73,10 @@ type record struct {
 	// Sockets are the host unix sockets of the NAT's published ports,
 	// removed once the sandbox is gone.
 	Sockets []string `json:"sockets,omitempty"`
+	// RestoreCopy is the copy of a checkpoint image containerd's task
+	// service extracted for the task's restore and never removes
+	// (restoreCopy), removed once the restored task has started.
+	RestoreCopy string `json:"restore_copy,omitempty"`
 }
 
 // save writes r to its bundle.
@@ -221,6 +225,11 @@ func (r *record) releaseHost(ctx context.Context) []error {
 			errs = append(errs, err)
 		}
 		_ = os.Remove(filepath.Dir(dir)) // the namespace dir, if empty
+	}
+	if r.RestoreCopy != "" {
+		if err := os.RemoveAll(r.RestoreCopy); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if r.Rootfs != "" {
 		if err := releaseRootfs(r.Rootfs); err != nil {

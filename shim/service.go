@@ -136,6 +136,9 @@ func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartR
 		}
 		t.front = true
 	}
+	if t != nil && t.rec.RestoreCopy != "" {
+		t.removeRestoreCopy(ctx)
+	}
 	if t != nil && t.restoring != nil && t.docker != nil {
 		t0 := time.Now()
 		if err := t.restoreBridges(ctx, r.ID); err != nil {

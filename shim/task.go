@@ -121,6 +121,9 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 			return nil, grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("restore %s: %w", r.ID, err))
 		}
 		t.checkpointDir = r.Checkpoint
+		if from == "" && restoreCopy(r.Checkpoint) {
+			t.rec.RestoreCopy = r.Checkpoint
+		}
 	}
 	t.role, t.pod = oci.PodRole(spec)
 	if t.role == oci.RoleContainer {

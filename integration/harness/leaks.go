@@ -78,7 +78,10 @@ func Snapshot(c *Containerd, ns string, fifoDirs ...string) HostState {
 		roots = append(roots, more...)
 	}
 	bundles, _ := filepath.Glob(filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", ns, "*"))
-	s.State = append(roots, bundles...)
+	// containerd's extractions of checkpoint images for restores, which
+	// the shim removes (containerd does not).
+	copies, _ := filepath.Glob(filepath.Join(os.TempDir(), "ctrd-checkpoint*"))
+	s.State = append(append(roots, bundles...), copies...)
 	for _, d := range append([]string{"/run/containerd/fifo"}, fifoDirs...) {
 		more, _ := filepath.Glob(filepath.Join(d, "*"))
 		s.FIFOs = append(s.FIFOs, more...)
