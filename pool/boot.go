@@ -143,3 +143,47 @@ func (s *Server) installRootfs() error {
 func (s *Server) pauseCopy() string {
 	return filepath.Join(s.cfg.PoolDir().Rootfs(), strings.TrimPrefix(bootspec.PauseInGuest, "/"))
 }
+
+// bootWait bounds how long a new server waits for the gvx-sentry of a
+// sandbox its predecessor was booting (each boot step has a minute).
+const bootWait = 2 * time.Minute
+
+// waitBooters waits, at most max, until no process runs gvx-sentry
+// against sandbox root (a command line with "--root <root>", as
+// sandbox.Command makes it).
+func waitBooters(ctx context.Context, root api.SentryRoot, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for {
+		pids := booters(string(root))
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			log.G(ctx).Warnf("gvx pool: gvx-sentry %v still runs against %s after %s; removing the sandbox anyway", pids, root, max)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// booters lists the processes whose command line has "--root root".
+func booters(root string) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "--root" && args[i+1] == root {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+					pids = append(pids, pid)
+				}
+				break
+			}
+		}
+	}
+	return pids
+}

@@ -274,9 +274,13 @@ func (s *Server) removeStale(ctx context.Context) {
 		}
 		sb, err := sandbox.Load(d.Record())
 		if err != nil {
-			// Died while booting: what is there has no process yet
-			// that a forced delete would not find.
+			// Died while booting: its gvx-sentry create or start,
+			// which a server's death does not stop (sandbox.Run),
+			// may still be making the sandbox — its cgroup, its
+			// processes — and would leave what it makes after this
+			// destroy unowned. Wait for it first.
 			sb = s.newSandbox(filepath.Base(string(d)))
+			waitBooters(ctx, sb.Root, bootWait)
 		}
 		if err := sb.Destroy(ctx, s.sentry); err != nil {
 			log.G(ctx).WithError(err).Warnf("gvx pool: remove stale sandbox %s", sb.ID)

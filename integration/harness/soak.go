@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -917,6 +918,7 @@ func RunSoak(ctx context.Context, bins Bins, images, ns string, o SoakOptions) (
 		pools = append(pools, p)
 	}
 	o.Containerd, o.Namespace, o.Image, o.Warm, o.ImagePool, o.FIFODir = c, ns, img.Name(), pools[0], pools[1], fifos
+	started := slices.Clone(pools)
 	res, err := Soak(ctx, o)
 	if res == nil {
 		return nil, err
@@ -931,6 +933,10 @@ func RunSoak(ctx context.Context, bins Bins, images, ns string, o SoakOptions) (
 		if data, rerr := os.ReadFile(filepath.Join(c.Dir, "containerd.log")); rerr == nil {
 			res.Log = filepath.Join(os.TempDir(), fmt.Sprintf("gvx-soak-%d-containerd.log", o.Seed))
 			_ = os.WriteFile(res.Log, data, 0o644)
+		}
+		// And the pool servers' (each server's runs, restarts included).
+		for i, p := range started {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("gvx-soak-%d-pool-%d.log", o.Seed, i)), []byte(p.Log()), 0o644)
 		}
 		for i, l := range res.Leaks {
 			if d, ok := strings.CutPrefix(l, "state: "); ok {
