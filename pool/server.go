@@ -268,6 +268,7 @@ func lockPoolDir(ctx context.Context, dir api.PoolDir) (unlock func(), err error
 // removeStale destroys sandboxes a previous server left ready (it was
 // killed); claimed ones belong to tasks and are left alone.
 func (s *Server) removeStale(ctx context.Context) {
+	deadline := time.Now().Add(bootWait) // for all of them together
 	for _, d := range s.cfg.PoolDir().Sandboxes() {
 		if _, err := os.Stat(d.Claimed()); err == nil {
 			continue
@@ -280,7 +281,7 @@ func (s *Server) removeStale(ctx context.Context) {
 			// processes — and would leave what it makes after this
 			// destroy unowned. Wait for it first.
 			sb = s.newSandbox(filepath.Base(string(d)))
-			waitBooters(ctx, sb.Root, bootWait)
+			waitBooters(ctx, sb.Root, time.Until(deadline))
 		}
 		if err := sb.Destroy(ctx, s.sentry); err != nil {
 			log.G(ctx).WithError(err).Warnf("gvx pool: remove stale sandbox %s", sb.ID)
