@@ -38,6 +38,9 @@ type service struct {
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
+	// events is the runc task service's publisher, which reports the
+	// OOM kills of containers' monitors (oomevent.go).
+	events *oomPublisher
 	// trim returns the heap starting and deleting tasks and execs left,
 	// once the shim is quiet (trim.go).
 	trim trimmer
@@ -49,7 +52,8 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	// (e2fsck) wait through its reaper.
 	volume.Runner = runReaped
 	s := &service{tasks: map[string]*gvxTask{}, creating: map[string]*inflight{}, execs: map[string]map[string]*slots.Slot{}}
-	inner, err := runctask.NewTaskService(ctx, &oomPublisher{Publisher: publisher, task: s.task}, sd)
+	s.events = &oomPublisher{Publisher: publisher, task: s.task}
+	inner, err := runctask.NewTaskService(ctx, s.events, sd)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +167,12 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	if r.ExecID == "" {
 		if err := s.awaitCreate(ctx, r.ID); err != nil {
 			return nil, err
+		}
+		if t := s.task(r.ID); t != nil {
+			// Before the delete removes the OOM marker and the task:
+			// a client that deletes the task as soon as it has seen
+			// it exit (CRI does) may come before the exit's event.
+			s.events.publishOOM(ctx, t)
 		}
 	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)

@@ -70,8 +70,10 @@ type gvxTask struct {
 	// monitor's death (monitorexit.go).
 	initPid   atomic.Int64
 	killedAll atomic.Bool
-	fault     string        // the step after which to crash (tests)
-	tRootfs   time.Duration // how long the rootfs mount took
+	// oomPublished: its TaskOOM event is out (oomevent.go).
+	oomPublished atomic.Bool
+	fault        string        // the step after which to crash (tests)
+	tRootfs      time.Duration // how long the rootfs mount took
 }
 
 // newTask reads what a create needs before gvx touches anything: the
