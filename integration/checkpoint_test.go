@@ -132,7 +132,7 @@ func checkpointRoundTrip(t *testing.T, id, ref string) {
 	}
 	// containerd's extraction of the image for the restore goes once the
 	// task runs (containerd leaves it; the shim removes it).
-	if copies, _ := filepath.Glob(filepath.Join(os.TempDir(), "ctrd-checkpoint*")); len(copies) > 0 {
+	if copies := harness.RestoreCopies(); len(copies) > 0 {
 		t.Errorf("the restored task runs and containerd's copies of the checkpoint are still there: %v", copies)
 	}
 	if got := inTask(t, id, "ls /tmp/before /tmp/after /work/before /work/after 2>&1; true"); !strings.Contains(got, "/tmp/before") || !strings.Contains(got, "/work/before") ||

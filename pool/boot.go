@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/pool/bootspec"
 	"github.com/gvxrun/gvx/sandbox"
@@ -114,14 +115,9 @@ const bootNice = 19
 // reniceTree sets the niceness of every thread of pid and of its
 // descendants (the Sentry and its stub processes).
 func reniceTree(pid, nice int) {
-	tids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
-	for _, t := range tids {
-		tid, err := strconv.Atoi(filepath.Base(t))
-		if err != nil {
-			continue
-		}
+	for _, tid := range procfs.Threads(pid) {
 		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
-		data, _ := os.ReadFile(filepath.Join(t, "children"))
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, tid))
 		for _, c := range strings.Fields(string(data)) {
 			if child, err := strconv.Atoi(c); err == nil {
 				reniceTree(child, nice)

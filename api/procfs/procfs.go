@@ -4,6 +4,7 @@ package procfs
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -20,4 +21,16 @@ func Alive(pid int) bool {
 	// itself contain spaces and parentheses.
 	i := strings.LastIndexByte(string(data), ')')
 	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
+}
+
+// Threads lists the thread ids of process pid (none once it is gone).
+func Threads(pid int) []int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var tids []int
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
 }

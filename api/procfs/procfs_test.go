@@ -28,3 +28,17 @@ func TestAlive(t *testing.T) {
 		t.Error("reaped or invalid pid counts as alive")
 	}
 }
+
+func TestThreads(t *testing.T) {
+	tids := Threads(os.Getpid())
+	found := false
+	for _, tid := range tids {
+		found = found || tid == os.Getpid()
+	}
+	if !found || len(tids) < 2 { // the Go runtime runs more than one thread
+		t.Errorf("Threads(self) = %v, want the main thread and others", tids)
+	}
+	if got := Threads(-1); len(got) != 0 {
+		t.Errorf("Threads(-1) = %v", got)
+	}
+}

@@ -24,6 +24,14 @@ type HostState struct {
 	FIFOs   []string // clients' task IO fifos
 }
 
+// RestoreCopies lists containerd's extractions of checkpoint images for
+// restores (in the harness's containerd's temporary directory), which the
+// shim removes once the restored task has started (containerd does not).
+func RestoreCopies() []string {
+	copies, _ := filepath.Glob(filepath.Join(os.TempDir(), "ctrd-checkpoint*"))
+	return copies
+}
+
 // Snapshot takes the HostState of the tasks of containerd c in namespace
 // ns: c's bundles, gvx's state directory, the host's processes, mounts,
 // loop devices and cgroups, and the fifos in containerd's default fifo
@@ -78,10 +86,7 @@ func Snapshot(c *Containerd, ns string, fifoDirs ...string) HostState {
 		roots = append(roots, more...)
 	}
 	bundles, _ := filepath.Glob(filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", ns, "*"))
-	// containerd's extractions of checkpoint images for restores, which
-	// the shim removes (containerd does not).
-	copies, _ := filepath.Glob(filepath.Join(os.TempDir(), "ctrd-checkpoint*"))
-	s.State = append(append(roots, bundles...), copies...)
+	s.State = append(append(roots, bundles...), RestoreCopies()...)
 	for _, d := range append([]string{"/run/containerd/fifo"}, fifoDirs...) {
 		more, _ := filepath.Glob(filepath.Join(d, "*"))
 		s.FIFOs = append(s.FIFOs, more...)

@@ -104,11 +104,8 @@ func Procs(path string) []int {
 // first. A cgroup still holding it when Kill gives up cannot be removed
 // (a pool sandbox's cgroup left after TestFaultSoak on a busy VM).
 func unnice(pid int) {
-	tids, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, t := range tids {
-		if tid, err := strconv.Atoi(t.Name()); err == nil {
-			_ = unix.Setpriority(unix.PRIO_PROCESS, tid, 0)
-		}
+	for _, tid := range procfs.Threads(pid) {
+		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, 0)
 	}
 }
 
