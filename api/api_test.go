@@ -43,6 +43,8 @@ func TestNames(t *testing.T) {
 		"annotation_pod_cgroup":      api.AnnotationPodCgroup,
 		"annotation_docker":          api.AnnotationDocker,
 		"annotation_restore_from":    api.AnnotationRestoreFrom,
+		"annotation_restore_target":  api.AnnotationRestoreTarget,
+		"annotation_restore_image":   api.AnnotationRestoreImage,
 		"annotation_network":         api.AnnotationNetwork,
 		"annotation_nat":             api.AnnotationNAT,
 		"nat_command":                api.NATCommand,
@@ -117,6 +119,7 @@ func TestLayout(t *testing.T) {
 		"null_netns":     root.NullNetNS(),
 		"nat_stats":      root.NATStats("t1"),
 		"nat_log":        root.NATLog("t1"),
+		"restore_target": root.RestoreTarget("t1"),
 	}
 	if !reflect.DeepEqual(got, c.Layout) {
 		t.Errorf("layout:\n got %v\nwant %v", got, c.Layout)

@@ -222,6 +222,13 @@ func (r SentryRoot) ContainerStates(id string) string {
 // StateSuffix ends the name of every gVisor state file in a sentry root.
 const StateSuffix = ".state"
 
+// RestoreTarget is where the shim names (one line) the checkpoint image
+// directory restore target id restores at its start: gvx-sentry's start
+// of it is then gVisor's restore into the created container.
+func (r SentryRoot) RestoreTarget(id string) string {
+	return filepath.Join(string(r), "gvx-restore-"+id)
+}
+
 // NATStats is where the NAT of sandbox id keeps its counters (NATStats,
 // JSON), rewritten as they change.
 func (r SentryRoot) NATStats(id string) string {

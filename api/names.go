@@ -143,3 +143,14 @@ const (
 // afresh (what containerd's WithRestoreImagePath does, for tasks whose
 // runtime options are gvx's rather than runc's).
 const AnnotationRestoreFrom = "dev.gvx.restore-from"
+
+// AnnotationRestoreTarget ("true"), on a task's spec, creates the task as
+// a restore target: its sandbox boots at create, and its Start restores
+// into it the checkpoint an Update named (AnnotationRestoreImage) instead
+// of starting the container afresh — a restore without a sandbox's boot.
+const AnnotationRestoreTarget = "dev.gvx.restore-target"
+
+// AnnotationRestoreImage, on a task Update's annotations, names the gvx
+// checkpoint image directory a restore target (AnnotationRestoreTarget)
+// restores at its Start.
+const AnnotationRestoreImage = "dev.gvx.restore-image"

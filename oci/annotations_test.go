@@ -32,6 +32,26 @@ func TestOwnAnnotationsRefused(t *testing.T) {
 
 // TestRestoreFrom: a task names its checkpoint directory; a pod's
 // container (CRI's annotations on its spec) may not.
+func TestRestoreTarget(t *testing.T) {
+	for _, tc := range []struct {
+		ann  map[string]string
+		want bool
+		err  string // "" for none
+	}{
+		{nil, false, ""},
+		{map[string]string{api.AnnotationRestoreTarget: "true"}, true, ""},
+		{map[string]string{api.AnnotationRestoreTarget: "false"}, false, ""},
+		{map[string]string{api.AnnotationRestoreTarget: "yes"}, false, "want true or false"},
+		{map[string]string{api.AnnotationRestoreTarget: "true", api.CRIContainerType: "sandbox", api.CRISandboxID: "p1"}, false, "pod_annotations"},
+		{map[string]string{api.AnnotationRestoreTarget: "true", api.AnnotationRestoreFrom: "/ck"}, false, api.AnnotationRestoreFrom},
+	} {
+		got, err := RestoreTarget(&specs.Spec{Annotations: tc.ann})
+		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%v: %v, %v; want %v and an error saying %q", tc.ann, got, err, tc.want, tc.err)
+		}
+	}
+}
+
 func TestRestoreFrom(t *testing.T) {
 	plain := &specs.Spec{Annotations: map[string]string{api.AnnotationRestoreFrom: "/var/lib/gvx/ck/1"}}
 	if dir, err := RestoreFrom(plain); err != nil || dir != "/var/lib/gvx/ck/1" {

@@ -327,6 +327,27 @@ func RestoreFrom(s *specs.Spec) (string, error) {
 	return dir, nil
 }
 
+// RestoreTarget says whether spec s asks for a restore target
+// (api.AnnotationRestoreTarget): a sandbox booted at create that its Start
+// restores a checkpoint into. Not for Kubernetes pods, which may not
+// restore from a host directory.
+func RestoreTarget(s *specs.Spec) (bool, error) {
+	v, ok := s.Annotations[api.AnnotationRestoreTarget]
+	if !ok {
+		return false, nil
+	}
+	if v != "true" && v != "false" {
+		return false, fmt.Errorf("invalid OCI spec: annotation %s=%q: want true or false", api.AnnotationRestoreTarget, v)
+	}
+	if role, _ := PodRole(s); role != "" && v == "true" {
+		return false, fmt.Errorf("invalid OCI spec: annotation %s on a Kubernetes pod's %s: pods may not restore from a host directory; remove %s from containerd's pod_annotations", api.AnnotationRestoreTarget, role, api.AnnotationRestoreTarget)
+	}
+	if _, from := s.Annotations[api.AnnotationRestoreFrom]; from && v == "true" {
+		return false, fmt.Errorf("invalid OCI spec: annotations %s and %s together: a restore target is created empty and told its checkpoint later; drop one", api.AnnotationRestoreTarget, api.AnnotationRestoreFrom)
+	}
+	return v == "true", nil
+}
+
 func refuseOwnAnnotations(s *specs.Spec) error {
 	for _, a := range OwnAnnotations {
 		if v, ok := s.Annotations[a]; ok {

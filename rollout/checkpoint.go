@@ -140,6 +140,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 		} else {
 			sb.parent = h.ID
 			e.fillSpares(bctx, h)
+			e.fillTarget(bctx, h)
 			if h.Parent != "" && !e.opts.NoDedupe {
 				e.startDedupe(bctx, h)
 			}

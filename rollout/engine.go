@@ -57,6 +57,13 @@ type Options struct {
 	// of reading both files), so that on a store on XFS or btrfs a
 	// checkpoint costs on disk what the sandbox wrote since its parent.
 	NoDedupe bool
+	// NoTargets: no restore targets. By default, once a sandbox has a
+	// checkpoint, the engine keeps one restore target for its lineage —
+	// a sandbox booted from its spec, not started (target.go) — which a
+	// rollback or fork without a ready spare restores into instead of
+	// booting a sandbox then. It costs an idle sandbox's memory per
+	// lineage; sandboxes with volumes, docker mode or NAT have none.
+	NoTargets bool
 }
 
 // Engine checkpoints, rolls back and forks sandboxes.
@@ -73,8 +80,14 @@ type Engine struct {
 	dedupes map[string]chan struct{} // dedupes under way, by handle id: closed when done
 	filled  *sync.Cond               // signalled as restores of spares end (on mu)
 	saving  map[string]*pending      // checkpoints being saved, by handle id
-	bg      sync.WaitGroup           // background restores and teardowns
-	closed  bool
+	// targets are the ready restore targets, by lineage; targeting the
+	// lineages one is being made for; untargetable those that cannot
+	// have one (target.go).
+	targets      map[string]*backing
+	targeting    map[string]bool
+	untargetable map[string]bool
+	bg           sync.WaitGroup // background restores and teardowns
+	closed       bool
 }
 
 // New returns an engine on containerd client c.
@@ -92,7 +105,8 @@ func New(c *client.Client, o Options) (*Engine, error) {
 	if o.Spares < 0 {
 		return nil, fmt.Errorf("rollout: Spares %d: want 0 or more", o.Spares)
 	}
-	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, dedupes: map[string]chan struct{}{}, saving: map[string]*pending{}}
+	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, dedupes: map[string]chan struct{}{}, saving: map[string]*pending{},
+		targets: map[string]*backing{}, targeting: map[string]bool{}, untargetable: map[string]bool{}}
 	e.filled = sync.NewCond(&e.mu)
 	return e, nil
 }
@@ -198,6 +212,13 @@ func (sb *Sandbox) Parent() string {
 	return sb.parent
 }
 
+// Lineage is the tree the sandbox's checkpoints belong to (Handle.Lineage).
+func (sb *Sandbox) Lineage() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.lineage
+}
+
 // Attach sends the sandbox's output from now on (and what a restored
 // backing held back) to stdout and stderr. A sandbox's output before a
 // rollback or fork goes wherever its first task's IO went.
@@ -285,7 +306,7 @@ func (e *Engine) Destroy(ctx context.Context, sb *Sandbox) error {
 	if b == nil {
 		return nil
 	}
-	err := e.destroy(ctx, b)
+	err := errors.Join(e.destroy(ctx, b), e.dropTarget(ctx, sb.lineage))
 	if b.id != sb.ID {
 		// A rollback moved the backing's docker socket to the sandbox's
 		// path; its shim removed only its own path.
@@ -330,12 +351,17 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	all := e.spares
 	e.spares = map[string][]*backing{}
+	targets := e.targets
+	e.targets = map[string]*backing{}
 	e.mu.Unlock()
 	var errs []error
 	for _, list := range all {
 		for _, b := range list {
 			errs = append(errs, e.destroy(ctx, b))
 		}
+	}
+	for _, b := range targets {
+		errs = append(errs, e.destroy(ctx, b))
 	}
 	return errors.Join(errs...)
 }

@@ -108,17 +108,26 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	if n < 1 {
 		return nil, fmt.Errorf("fork %s: n = %d, want at least 1", id, n)
 	}
-	// Ready spares at once; the rest restored side by side.
+	// Ready spares at once; the rest restored side by side, one into
+	// the lineage's restore target.
 	backings := make([]*backing, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	target := true
 	for i := range backings {
 		if backings[i] = e.takeSpare(h.ID); backings[i] != nil {
 			continue
 		}
+		tryTarget := target
+		target = false
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if tryTarget {
+				if backings[i] = e.fromTarget(ctx, h); backings[i] != nil {
+					return
+				}
+			}
 			backings[i], errs[i] = e.restore(ctx, h, e.newID(h.Sandbox), true)
 		}()
 	}
@@ -195,6 +204,9 @@ func (e *Engine) forkLabels(h *Handle) map[string]string {
 // restored now, with its control connection.
 func (e *Engine) acquire(ctx context.Context, h *Handle, base string) (*backing, error) {
 	if b := e.takeSpare(h.ID); b != nil {
+		return b, nil
+	}
+	if b := e.fromTarget(ctx, h); b != nil {
 		return b, nil
 	}
 	b, err := e.restore(ctx, h, e.newID(base), true)

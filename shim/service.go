@@ -119,9 +119,15 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 	return resp, nil
 }
 
-// Start starts a task or exec; a restored docker-mode task's guest gets
-// dockerd's bridges back (restoreBridges) before Start returns.
+// Start starts a task or exec — a restore target's start restores the
+// checkpoint named for it (target.go); a restored docker-mode task's guest
+// gets dockerd's bridges back (restoreBridges) before Start returns.
 func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartResponse, error) {
+	if r.ExecID == "" {
+		if err := s.task(r.ID).startTarget(); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := s.TTRPCTaskService.Start(ctx, r)
 	s.trim.soon()
 	if err != nil || r.ExecID != "" {

@@ -63,8 +63,10 @@ type gvxTask struct {
 	// task is restored from (nil: a task created afresh).
 	restoring     *checkpoint.Manifest
 	checkpointDir string
-	binary        string // the task's gvx-sentry link
-	front         bool   // the link is to gvx-runtime (frontLink)
+	// target: the task is a restore target (target.go); nil otherwise.
+	target *target
+	binary string // the task's gvx-sentry link
+	front  bool   // the link is to gvx-runtime (frontLink)
 	// initPid is the host pid of the task's init (for a task in a running
 	// sandbox, its monitor); killedAll: its container was ended after the
 	// monitor's death (monitorexit.go).
@@ -118,6 +120,16 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 		// checkpoint instead of booting it.
 		r.Checkpoint = from
 	}
+	isTarget, err := oci.RestoreTarget(spec)
+	if err != nil {
+		return nil, grpcError(errdefs.ErrInvalidArgument, err)
+	}
+	if isTarget {
+		if r.Checkpoint != "" {
+			return nil, grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("task %s: a restore target (%s=true) is created empty and told its checkpoint by a task Update (%s); create it without the checkpoint %s", r.ID, api.AnnotationRestoreTarget, api.AnnotationRestoreImage, r.Checkpoint))
+		}
+		t.target = &target{}
+	}
 	if r.Checkpoint != "" {
 		if t.restoring, err = checkpoint.ReadManifest(r.Checkpoint); err != nil {
 			return nil, grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("restore %s: %w", r.ID, err))
@@ -147,6 +159,7 @@ func (t *gvxTask) prepare(ctx context.Context) error {
 		{"spec", t.prepareSpec},               // OOM score, user namespace, default resources
 		{"volumes", t.prepareVolumes},         // ext4lite volumes and an ext4 root filesystem
 		{"docker", t.prepareDocker},           // docker mode
+		{"target", t.checkTarget},             // a restore target's shape
 		{"pool", t.adoptPool},                 // a warm pool's sandbox, if one fits
 		{"portforward", t.preparePortForward}, // CRI port forwarding into a pod
 		{"hook", t.addHook},                   // gvx-hook for the sandbox's loopback

@@ -33,9 +33,10 @@ var table = map[string]map[kind]handler{
 	},
 	"start": {
 		kindPlain:        runsc,
-		kindSubcontainer: gvx(new(subcontainer.Start)), // asks its monitor, on the start socket
-		kindTask:         gvx(new(subcontainer.Start)), // the same, to the task's monitor
-		kindNAT:          gvx(new(natsandbox.Start)),   // runsc's, keeping the NAT's eth0
+		kindSubcontainer: gvx(new(subcontainer.Start)),                        // asks its monitor, on the start socket
+		kindTask:         gvx(new(subcontainer.Start)),                        // the same, to the task's monitor
+		kindNAT:          gvx(new(natsandbox.Start)),                          // runsc's, keeping the NAT's eth0
+		kindTarget:       rewrite(targetRestore, before(watchRestore, runsc)), // runsc's restore into the created container
 	},
 	"kill": {
 		kindPlain: gvx(new(Kill)), // runsc's, saying api.NotRunning when gone
@@ -96,6 +97,9 @@ const (
 	// kindHelper is an internal command gvx-sentry runs itself as: a
 	// monitor, an exec's waiter, gVisor's boot and gofer.
 	kindHelper
+	// kindTarget is the start of a restore target the shim named a
+	// checkpoint for (target.go).
+	kindTarget
 )
 
 // kindOf classifies command line c for table. Each subcommand looks at no
@@ -138,6 +142,8 @@ func kindOf(c argv.Command) kind {
 		return kindPlain
 	case c.Sub == "start":
 		switch {
+		case len(ids) == 1 && isTarget(c.Root, ids[0]):
+			return kindTarget
 		case len(ids) == 1 && natsandbox.Has(c.Root, ids[0]):
 			return kindNAT
 		case len(ids) != 1 || !monitor.Has(c.Root, ids[0]):
@@ -158,10 +164,10 @@ func kindOf(c argv.Command) kind {
 type handler struct {
 	// cmd is gvx's own subcommand for it; nil for runsc's command line.
 	cmd util.SubCommand
-	// onSandbox has the command act on the sandbox of the task it names:
-	// the sandbox's id replaces the task's on the command line first
-	// (exectask.Rewrite).
-	onSandbox bool
+	// rewrite, when set, gives the command line to run instead of the
+	// one given (if it says so): onSandbox's has the command act on the
+	// sandbox of the task it names (exectask.Rewrite).
+	rewrite func(argv.Command) ([]string, bool)
 	// before runs first, in the process that then runs the command.
 	before func()
 }
@@ -172,8 +178,12 @@ var runsc = handler{}
 // gvx runs gvx's subcommand c (which has the name of the row it is in).
 func gvx(c util.SubCommand) handler { return handler{cmd: c} }
 
-// onSandbox is h on the task's sandbox.
-func onSandbox(h handler) handler { h.onSandbox = true; return h }
+// onSandbox is h on the task's sandbox: the sandbox's id replaces the
+// task's on the command line first.
+func onSandbox(h handler) handler { return rewrite(exectask.Rewrite, h) }
+
+// rewrite is h on the command line fn makes of the one given.
+func rewrite(fn func(argv.Command) ([]string, bool), h handler) handler { h.rewrite = fn; return h }
 
 // installCompat patches the Sentry's system calls before it boots:
 // Linux's behaviour where gVisor's differs, and the guest's pids limit.
@@ -212,8 +222,8 @@ func dispatch(args []string) {
 			os.Exit(1)
 		}
 		h = table[c.Sub][kindOf(c)]
-		if h.onSandbox {
-			if rewritten, ok := exectask.Rewrite(c); ok {
+		if h.rewrite != nil {
+			if rewritten, ok := h.rewrite(c); ok {
 				args = rewritten
 			}
 		}

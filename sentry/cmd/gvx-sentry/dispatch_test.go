@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -61,6 +62,9 @@ func TestKindOf(t *testing.T) {
 	listen(t, root, "c1")
 	statetest.Save(t, root, "c2", "sb", os.Getpid(), container.Running, &specs.Spec{Annotations: pod})
 	statetest.Save(t, root, "sb", "sb", os.Getpid(), container.Running, &specs.Spec{})
+	if err := os.WriteFile(api.SentryRoot(root).RestoreTarget("tg1"), []byte("/ck\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want kind
@@ -76,6 +80,8 @@ func TestKindOf(t *testing.T) {
 		{[]string{"start", "c1"}, kindSubcontainer},
 		{[]string{"start", "task1"}, kindTask},
 		{[]string{"start", "c3"}, kindPlain},
+		{[]string{"start", "tg1"}, kindTarget},
+		{[]string{"delete", "tg1"}, kindPlain},
 		{[]string{"kill", "task1", "9"}, kindTask},
 		{[]string{"kill", "--all", "task1", "KILL"}, kindTask},
 		{[]string{"kill", "c2", "KILL"}, kindPlain},
@@ -114,9 +120,34 @@ func TestTable(t *testing.T) {
 			if h.cmd != nil && h.cmd.Name() != sub {
 				t.Errorf("table[%s][%v] is gvx's %q", sub, k, h.cmd.Name())
 			}
-			if h.onSandbox && k != kindTask {
-				t.Errorf("table[%s][%v] acts on a task's sandbox", sub, k)
+			if h.rewrite != nil && k != kindTask && k != kindTarget {
+				t.Errorf("table[%s][%v] rewrites its command line", sub, k)
 			}
 		}
+	}
+}
+
+// TestTargetRestore: a restore target's start is runsc's restore, detached,
+// of the image the shim named, with the same global flags.
+func TestTargetRestore(t *testing.T) {
+	root := t.TempDir()
+	c, ok := argv.Parse([]string{"gvx-sentry", "--root", root, "--debug", "start", "tg1"})
+	if !ok {
+		t.Fatal("parse")
+	}
+	if got, ok := targetRestore(c); ok {
+		t.Fatalf("no image named, got %q", got)
+	}
+	if err := os.WriteFile(api.SentryRoot(root).RestoreTarget("tg1"), []byte("/store/ck-1/image\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := targetRestore(c)
+	want := []string{"gvx-sentry", "--root", root, "--debug", "restore", "--detach", "--image-path=/store/ck-1/image", "tg1"}
+	if !ok || !slices.Equal(got, want) {
+		t.Fatalf("targetRestore = %q, %v; want %q", got, ok, want)
+	}
+	r, ok := argv.Parse(got)
+	if !ok || r.SubFlag("detach") != "true" || r.SubFlag("image-path") != "/store/ck-1/image" || !slices.Equal(r.Args(), []string{"tg1"}) {
+		t.Fatalf("the restore parses as %+v", r)
 	}
 }

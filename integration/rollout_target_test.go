@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/rollout"
+)
+
+// TestRolloutTarget: once a sandbox (no volumes) has a checkpoint, the
+// engine keeps a restore target for it — a container whose sandbox booted
+// and whose task is created, not started — and a rollback without a spare
+// restores into it: the sandbox is then what it was at the checkpoint
+// (files, an in-memory counter, a pipe, a file offset, a TCP connection
+// inside), its output goes on to the same writer, and a new target is
+// made for the next rollback. With NoTargets none is made.
+func TestRolloutTarget(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
+	sb := adoptRunning(t, eng, ctx, "tgt", nil, "sh", "-c", checkpointGuest)
+	var out syncBuffer
+	sb.Attach(&out, &out)
+	id := current(sb)
+	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
+	for i := 0; i < 3; i++ {
+		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+		waitIn(t, id, "cat /tmp/n", string(rune('1'+i)))
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out", "ping")
+	if got := eng.Target(sb.Lineage()); got != "" {
+		t.Errorf("a restore target %s before any checkpoint", got)
+	}
+	h1, err := eng.Checkpoint(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target string
+	waitFor(t, "a restore target", func() bool { target = eng.Target(sb.Lineage()); return target != "" })
+	c := mustClient(t)
+	ct, err := c.LoadContainer(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if labels, err := ct.Labels(ctx); err != nil || labels[rollout.LabelRole] != "target" {
+		t.Errorf("target %s's labels: %v %v, want role target", target, labels, err)
+	}
+	task, err := ct.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := task.Status(ctx); err != nil || st.Status != client.Created {
+		t.Errorf("target %s's task: %v %v, want created (booted, not started)", target, st.Status, err)
+	}
+	inTask(t, id, "echo 2 > /tmp/after && rm /tmp/before")
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid); sleep 0.2; kill -USR1 $(cat /tmp/main.pid); kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "5")
+	took, err := eng.Rollback(ctx, sb, h1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rollback into restore target %s took %s", target, took)
+	if current(sb) != target {
+		t.Fatalf("the rollback's backing is %s, want the restore target %s", current(sb), target)
+	}
+	id = current(sb)
+	got := inTask(t, id, "ls /tmp/before /tmp/after 2>&1; true")
+	if !strings.Contains(got, "/tmp/after: No such file") || strings.Contains(got, "/tmp/before: No such") {
+		t.Errorf("files after the rollback:\n%s\nwant before back and after gone", got)
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "4")
+	inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/off", "12345X")
+	waitIn(t, id, "cat /tmp/pipe.out", "x")
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2")
+	inTask(t, id, "echo from-the-target > /proc/$(cat /tmp/main.pid)/fd/1")
+	waitFor(t, "the restored sandbox's output", func() bool { return strings.Contains(out.String(), "from-the-target") })
+
+	// The next rollback has a new target; the used one is the sandbox's.
+	var next string
+	waitFor(t, "a new restore target", func() bool { next = eng.Target(sb.Lineage()); return next != "" })
+	if next == target {
+		t.Fatalf("the used target %s is offered again", target)
+	}
+	if _, err := eng.Rollback(ctx, sb, h1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if current(sb) != next {
+		t.Errorf("the second rollback's backing is %s, want the new target %s", current(sb), next)
+	}
+	waitIn(t, current(sb), "cat /tmp/n", "3")
+
+	// Forks take the target for one of them.
+	waitFor(t, "a third restore target", func() bool { next = eng.Target(sb.Lineage()); return next != "" })
+	forks, err := eng.Fork(ctx, h1.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := false
+	for _, f := range forks {
+		if current(f) == next {
+			used = true
+		}
+		waitIn(t, current(f), "cat /tmp/n", "3")
+		if err := eng.Destroy(ctx, f); err != nil {
+			t.Errorf("destroy fork %s: %v", f.ID, err)
+		}
+	}
+	if !used {
+		t.Errorf("no fork restored into the target %s", next)
+	}
+}
+
+// TestRolloutTargetTimes: rollbacks into restore targets against
+// restores on demand (NoTargets), p50 of a few each, logged; the target's
+// must be faster — it skips the sandbox's boot.
+func TestRolloutTargetTimes(t *testing.T) {
+	checkNoLeaks(t)
+	times := map[bool][]time.Duration{}
+	for _, noTargets := range []bool{false, true} {
+		eng, ctx, _ := rolloutEnvWith(t, rollout.Options{NoTargets: noTargets})
+		name := "tgtime"
+		if noTargets {
+			name = "tgtimeno"
+		}
+		sb := adoptRunning(t, eng, ctx, name, nil, "sh", "-c", "while true; do sleep 1; done")
+		h, err := eng.Checkpoint(ctx, sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			if !noTargets {
+				waitFor(t, "a restore target", func() bool { return eng.Target(sb.Lineage()) != "" })
+			} else if got := eng.Target(sb.Lineage()); got != "" {
+				t.Fatalf("NoTargets, and a target %s", got)
+			}
+			took, err := eng.Rollback(ctx, sb, h.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			times[noTargets] = append(times[noTargets], took)
+		}
+	}
+	tg, od := harness.Percentile(times[false], 50), harness.Percentile(times[true], 50)
+	t.Logf("rollback p50: into a restore target %s, on demand %s (%.2fx)", tg, od, float64(tg)/float64(od))
+	if tg >= od {
+		t.Errorf("rollbacks into restore targets (p50 %s) are not faster than on demand (%s)", tg, od)
+	}
+}
+
+// TestRestoreTargetRefused: the shim refuses a restore target it cannot
+// restore into, a target's start before its checkpoint is named, and the
+// checkpoint annotation on a task that is no target — each naming the
+// annotation — and the refused task leaves nothing behind.
+func TestRestoreTargetRefused(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	c := mustClient(t)
+	ctx := namespaces.WithNamespace(context.Background(), testNS)
+	img, err := c.GetImage(ctx, busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newTask := func(id string, annotations map[string]string) (client.Container, client.Task, error) {
+		t.Helper()
+		cleanupTask(t, id)
+		ct, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithRuntime(runtime, nil),
+			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000"), oci.WithAnnotations(annotations)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := ct.NewTask(ctx, cio.NullIO)
+		return ct, tk, err
+	}
+	// Not started before an Update names its checkpoint.
+	_, tk, err := newTask("tgnoimg", map[string]string{api.AnnotationRestoreTarget: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Start(ctx); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), api.AnnotationRestoreImage) {
+		t.Errorf("start of a target without a checkpoint: %v, want FailedPrecondition naming %s", err, api.AnnotationRestoreImage)
+	}
+	// A checkpoint that is not one.
+	err = tk.Update(ctx, client.WithAnnotations(map[string]string{api.AnnotationRestoreImage: t.TempDir()}))
+	if !errdefs.IsInvalidArgument(err) {
+		t.Errorf("update naming an empty directory: %v, want InvalidArgument", err)
+	}
+	// The annotation on a task that is no target.
+	_, plain, err := newTask("tgplain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Update(ctx, client.WithAnnotations(map[string]string{api.AnnotationRestoreImage: "/nonexistent"})); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), api.AnnotationRestoreTarget) {
+		t.Errorf("update of a plain task naming a checkpoint: %v, want FailedPrecondition naming %s", err, api.AnnotationRestoreTarget)
+	}
+	// A target the shim cannot restore into: docker mode.
+	if _, _, err := newTask("tgdocker", map[string]string{api.AnnotationRestoreTarget: "true", api.AnnotationDocker: "true"}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "docker mode") {
+		t.Errorf("a docker-mode target: %v, want FailedPrecondition saying docker mode", err)
+	}
+}

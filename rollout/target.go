@@ -1,0 +1,230 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"path/filepath"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/oci"
+)
+
+// Restore targets (Options.NoTargets turns them off). A restore on demand
+// creates a containerd container and task, boots a sandbox and then loads
+// the checkpoint into it; the boot does not depend on the checkpoint. So
+// once a sandbox has a checkpoint, the engine keeps one restore target for
+// its lineage: a container and task created from the lineage's spec whose
+// sandbox has booted, created but not started (the shim's
+// api.AnnotationRestoreTarget). A rollback or fork without a ready spare
+// takes it, names the handle (a task Update) and starts it: gVisor's
+// restore into the booted sandbox. Unlike a spare, a target does not wait
+// for a save and serves whichever handle of the lineage comes next; it
+// costs an idle sandbox's memory, not a restored one's. Targets are for
+// sandboxes of their own without ext4lite volumes, docker mode or NAT
+// (targetable); other lineages restore on demand.
+
+// targetRole is LabelRole's value on a restore target.
+const targetRole = "target"
+
+// targetable says why handle h's sandbox cannot be restored into a
+// target ("" if it can): what the shim puts in place from the checkpoint
+// before the sandbox boots (volume copies, docker mode, a pool's root
+// container, the NAT's eth0) a target's early boot cannot have.
+func (e *Engine) targetable(h *Handle) (string, error) {
+	m, err := checkpoint.ReadManifest(e.store.ImageDir(h.ID))
+	if err != nil {
+		return "", err
+	}
+	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
+	if err != nil {
+		return "", err
+	}
+	_, nat := spec.Annotations[api.AnnotationNAT]
+	switch {
+	case len(m.Volumes) > 0:
+		return "it has ext4lite volumes", nil
+	case m.Docker:
+		return "it runs in docker mode", nil
+	case m.Root != nil:
+		return "it ran in a warm pool's sandbox", nil
+	case nat:
+		return "it is on gvx's NAT", nil
+	}
+	return "", nil
+}
+
+// fillTarget makes, in the background, a restore target for h's lineage
+// unless the engine keeps one or is making one, or the lineage cannot
+// have one.
+func (e *Engine) fillTarget(ctx context.Context, h *Handle) {
+	if e.opts.NoTargets {
+		return
+	}
+	e.mu.Lock()
+	busy := e.closed || e.targets[h.Lineage] != nil || e.targeting[h.Lineage] || e.untargetable[h.Lineage]
+	if !busy {
+		e.targeting[h.Lineage] = true
+	}
+	e.mu.Unlock()
+	if busy {
+		return
+	}
+	e.background(ctx, "make a restore target for "+h.Lineage, func(ctx context.Context) error {
+		b, why, err := e.makeTarget(ctx, h, e.newID(h.Lineage))
+		e.mu.Lock()
+		delete(e.targeting, h.Lineage)
+		keep := err == nil && why == "" && !e.closed && e.targets[h.Lineage] == nil
+		if keep {
+			e.targets[h.Lineage] = b
+		}
+		if why != "" {
+			e.untargetable[h.Lineage] = true
+		}
+		e.mu.Unlock()
+		switch {
+		case why != "":
+			log.G(ctx).Debugf("gvx rollout: no restore target for %s: %s; its rollbacks restore on demand", h.Lineage, why)
+			return nil
+		case err != nil:
+			return err
+		case !keep:
+			return e.destroy(ctx, b)
+		}
+		log.G(ctx).Debugf("gvx rollout: restore target %s of %s ready", b.id, h.Lineage)
+		return nil
+	})
+}
+
+// makeTarget creates restore target id for h's lineage: h's spec as a
+// restore target's, its container and task created (the sandbox booted),
+// not started. why says why h's sandbox cannot have one (then no error
+// and no backing).
+func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backing, why string, retErr error) {
+	if why, err := e.targetable(h); why != "" || err != nil {
+		return nil, why, err
+	}
+	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
+	if err != nil {
+		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	delete(spec.Annotations, api.AnnotationRestoreFrom)
+	spec.Annotations[api.AnnotationRestoreTarget] = "true"
+	if l := spec.Linux; l != nil && l.CgroupsPath != "" {
+		l.CgroupsPath = path.Join(path.Dir(l.CgroupsPath), id)
+	}
+	for _, m := range spec.Mounts {
+		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
+			return nil, "it has ext4lite volumes", nil
+		}
+	}
+	image, err := e.c.GetImage(ctx, h.Image)
+	if err != nil {
+		return nil, "", fmt.Errorf("restore target %s: its image: %w", id, err)
+	}
+	b := &backing{id: id, out: &gate{}, restored: true, volDir: e.store.volumeDir(id), unstarted: true}
+	defer func() {
+		if retErr != nil {
+			_ = e.destroy(ctx, b)
+		}
+	}()
+	b.container, err = e.c.NewContainer(ctx, id,
+		client.WithImage(image),
+		client.WithSnapshotter(h.Snapshotter),
+		client.WithNewSnapshot(id, image),
+		client.WithSpec(spec),
+		e.withRuntime(h),
+		client.WithContainerLabels(map[string]string{LabelRole: targetRole, labelLineage: h.Lineage}))
+	if err != nil {
+		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
+	}
+	io := []cio.Opt{cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))}
+	if e.opts.FIFODir != "" {
+		io = append(io, cio.WithFIFODir(e.opts.FIFODir))
+	}
+	if b.task, err = b.container.NewTask(ctx, cio.NewCreator(io...)); err != nil {
+		if errdefs.IsFailedPrecondition(err) {
+			// The shim refuses what it cannot restore into a target (a
+			// runtime configuration with a warm pool, …): it says why.
+			if derr := e.destroy(ctx, b); derr != nil {
+				log.G(ctx).WithError(derr).Warnf("gvx rollout: remove the refused restore target %s", id)
+			}
+			return nil, err.Error(), nil
+		}
+		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
+	}
+	return b, "", nil
+}
+
+// takeTarget takes the restore target of lineage (nil if none is ready).
+func (e *Engine) takeTarget(lineage string) *backing {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := e.targets[lineage]
+	delete(e.targets, lineage)
+	return b
+}
+
+// aimTarget restores handle h into restore target b — the shim told the
+// image (a task Update), then the task started — and pauses it, as a
+// spare is.
+func (e *Engine) aimTarget(ctx context.Context, b *backing, h *Handle) error {
+	if err := b.task.Update(ctx, client.WithAnnotations(map[string]string{api.AnnotationRestoreImage: e.store.ImageDir(h.ID)})); err != nil {
+		return fmt.Errorf("restore %s into target %s: %w", h.ID, b.id, err)
+	}
+	if err := b.task.Start(ctx); err != nil {
+		return fmt.Errorf("restore %s into target %s: %w", h.ID, b.id, err)
+	}
+	b.unstarted = false
+	if err := e.pause(ctx, b); err != nil {
+		return fmt.Errorf("restore %s into target %s: %w", h.ID, b.id, err)
+	}
+	return nil
+}
+
+// fromTarget returns a paused backing restored from h into the lineage's
+// restore target, if one is ready (nil, without error, if none is or
+// the target failed: the caller restores on demand then); it has a new
+// target made.
+func (e *Engine) fromTarget(ctx context.Context, h *Handle) *backing {
+	b := e.takeTarget(h.Lineage)
+	if b == nil {
+		return nil
+	}
+	defer e.fillTarget(ctx, h)
+	if err := e.aimTarget(ctx, b, h); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: restore target %s failed; restoring %s on demand", b.id, h.ID)
+		_ = e.destroy(ctx, b)
+		return nil
+	}
+	return b
+}
+
+// dropTarget destroys the restore target of lineage, if the engine keeps
+// one.
+func (e *Engine) dropTarget(ctx context.Context, lineage string) error {
+	if b := e.takeTarget(lineage); b != nil {
+		return e.destroy(ctx, b)
+	}
+	return nil
+}
+
+// Target is the container id of the restore target the engine keeps
+// ready for lineage ("" if none): a sandbox's lineage is Sandbox.Lineage.
+func (e *Engine) Target(lineage string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if b := e.targets[lineage]; b != nil {
+		return b.id
+	}
+	return ""
+}
