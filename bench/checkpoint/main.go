@@ -3,8 +3,8 @@
 //
 // Through one private containerd: a busybox sandbox with N MiB of its
 // memory dirtied (random data in /dev/shm, 1 GiB large) is checkpointed and rolled back
-// by the rollout engine (the Sentry's control socket; hot spares or a
-// restore on demand) and forked 8 ways; the peer is runsc of the same
+// by the rollout engine (the Sentry's control socket; a restore on
+// demand, into a restore target, or hot spares) and forked 8 ways; the peer is runsc of the same
 // gVisor version driven by containerd's runc shim (task checkpoint with
 // --leave-running, and a restore into a new container). Then a
 // DeltaBox-style trajectory: expansions with rollbacks of an agent doing
@@ -120,11 +120,10 @@ const shmKiB = 1 << 20
 // sizes measures everything at mib MiB (with nat, a NAT sandbox's
 // checkpoint and rollbacks too).
 func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
-	for _, c := range []struct {
-		spares int
-		lazy   bool
-	}{{0, false}, {1, false}, {1, true}} {
-		if err := x.gvx(ctx, mib, runs, c.spares, c.lazy, false); err != nil {
+	// A restore on demand, into a restore target (the default), a hot
+	// spare, a hot spare with lazy labels.
+	for _, o := range []rollout.Options{{NoTargets: true}, {}, {Spares: 1}, {Spares: 1, LazyLabels: true}} {
+		if err := x.gvx(ctx, mib, runs, o, false); err != nil {
 			return err
 		}
 	}
@@ -132,8 +131,8 @@ func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 		return err
 	}
 	if nat {
-		for _, spares := range []int{0, 1} {
-			if err := x.gvx(ctx, mib, runs, spares, false, true); err != nil {
+		for _, o := range []rollout.Options{{NoTargets: true}, {Spares: 1}} { // (no restore targets on the NAT)
+			if err := x.gvx(ctx, mib, runs, o, true); err != nil {
 				return fmt.Errorf("NAT: %w", err)
 			}
 		}
@@ -141,22 +140,23 @@ func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 	return x.peer(ctx, mib, runs)
 }
 
-// engine is a rollout engine with a store of its own in the tmpfs.
-func (x *env) engine(spares int, lazy bool) (*rollout.Engine, string, error) {
+// engine is a rollout engine with options o and a store of its own in the
+// tmpfs.
+func (x *env) engine(o rollout.Options) (*rollout.Engine, string, error) {
 	dir, err := os.MkdirTemp(x.store, "store-")
 	if err != nil {
 		return nil, "", err
 	}
-	e, err := rollout.New(x.c, rollout.Options{StoreDir: dir, Spares: spares, LazyLabels: lazy})
+	o.StoreDir = dir
+	e, err := rollout.New(x.c, o)
 	return e, dir, err
 }
 
 // adopted starts sandbox id (guest(mib); more spec options) and adopts it
-// into an engine of its own with spares hot spares (and, with lazy,
-// Options.LazyLabels); done destroys the sandbox, closes the engine and
-// removes its store.
-func (x *env) adopted(ctx context.Context, id string, mib, spares int, lazy bool, more ...oci.SpecOpts) (*rollout.Engine, *rollout.Sandbox, func() error, error) {
-	e, dir, err := x.engine(spares, lazy)
+// into an engine of its own with options o; done destroys the sandbox,
+// closes the engine and removes its store.
+func (x *env) adopted(ctx context.Context, id string, mib int, o rollout.Options, more ...oci.SpecOpts) (*rollout.Engine, *rollout.Sandbox, func() error, error) {
+	e, dir, err := x.engine(o)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -177,18 +177,22 @@ func (x *env) adopted(ctx context.Context, id string, mib, spares int, lazy bool
 	}, nil
 }
 
-// gvx measures the engine at mib MiB with the given number of spares
-// (and, with lazy, Options.LazyLabels); with nat, of a sandbox on gvx's
-// userspace NAT, each restore a new NAT process giving the guest its eth0
-// again (docs/checkpoint.md), timing checkpoints and rollbacks alone.
-func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy, nat bool) (retErr error) {
-	id, what := fmt.Sprintf("ck%d-%d-%v", mib, spares, lazy), "gvx"
+// gvx measures the engine at mib MiB with options o: its rollbacks
+// restore on demand (NoTargets, no spares), into a restore target (the
+// default: each waits until the target is ready, as an agent's think
+// time between steps lets it be), or take a hot spare; with nat, of a
+// sandbox on gvx's userspace NAT, each restore a new NAT process giving
+// the guest its eth0 again (docs/checkpoint.md), timing checkpoints and
+// rollbacks alone.
+func (x *env) gvx(ctx context.Context, mib, runs int, o rollout.Options, nat bool) (retErr error) {
+	spares, lazy, targets := o.Spares, o.LazyLabels, o.Spares == 0 && !o.NoTargets
+	id, what := fmt.Sprintf("ck%d-%d-%v-%v", mib, spares, lazy, targets), "gvx"
 	var more []oci.SpecOpts
 	if nat {
 		id, what = fmt.Sprintf("cknat%d-%d", mib, spares), "gvx NAT"
 		more = append(more, oci.WithAnnotations(map[string]string{api.AnnotationNetwork: api.NetworkNAT}))
 	}
-	e, sb, done, err := x.adopted(ctx, id, mib, spares, lazy, more...)
+	e, sb, done, err := x.adopted(ctx, id, mib, o, more...)
 	if err != nil {
 		return err
 	}
@@ -220,6 +224,11 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy, nat bool) (r
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
+		if targets {
+			if err := waitTarget(e, sb); err != nil {
+				return err
+			}
+		}
 		took, err := e.Rollback(ctx, sb, h.ID)
 		if err != nil {
 			return err
@@ -236,6 +245,9 @@ func (x *env) gvx(ctx context.Context, mib, runs, spares int, lazy, nat bool) (r
 		}
 	}
 	switch {
+	case targets:
+		row(mib, what+" rollback (restore target)", rollbacks)
+		return x.targetMemory(ctx, e, sb, mib)
 	case spares == 0:
 		row(mib, what+" checkpoint (saved)", syncT)
 		row(mib, what+" checkpoint (caller, async)", asyncT)
@@ -290,7 +302,7 @@ func (x *env) fork(ctx context.Context, e *rollout.Engine, sb *rollout.Sandbox, 
 // cost a sandbox's memory each, as the forks of a restore do.
 func (x *env) forkSpares(ctx context.Context, mib, reps int) (retErr error) {
 	const n = 8
-	e, sb, done, err := x.adopted(ctx, fmt.Sprintf("ckfork%d", mib), mib, n, false)
+	e, sb, done, err := x.adopted(ctx, fmt.Sprintf("ckfork%d", mib), mib, rollout.Options{Spares: n})
 	if err != nil {
 		return err
 	}
@@ -352,16 +364,51 @@ func (x *env) spareMemory(ctx context.Context, e *rollout.Engine, sb *rollout.Sa
 	return nil
 }
 
-// pss is the PSS of a task's sandbox: the shim's process tree.
-func (x *env) pss(ctx context.Context, task client.Task) int64 {
-	shim := harness.ParentOf(int(task.Pid()))
-	var total int64
-	for _, pid := range append([]int{shim}, harness.Descendants(shim)...) {
-		if _, p, ok := harness.Smaps(pid); ok {
-			total += p
+// waitTarget waits until e has a restore target ready for sb.
+func waitTarget(e *rollout.Engine, sb *rollout.Sandbox) error {
+	for deadline := time.Now().Add(time.Minute); e.Target(sb.Lineage()) == ""; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no restore target for %s after a minute", sb.ID)
 		}
 	}
-	return total
+	return nil
+}
+
+// targetMemory reports what the restore target e keeps for sb costs: a
+// sandbox booted, its container created and not started.
+func (x *env) targetMemory(ctx context.Context, e *rollout.Engine, sb *rollout.Sandbox, mib int) error {
+	if err := waitTarget(e, sb); err != nil {
+		return err
+	}
+	cont, err := x.c.LoadContainer(ctx, e.Target(sb.Lineage()))
+	if err != nil {
+		return err
+	}
+	task, err := cont.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	uss, pss := x.mem(task)
+	fmt.Printf("%-7s %-36s %10.1f MiB (USS %.1f MiB)\n", fmt.Sprintf("%d MiB", mib), "PSS of one restore target (idle)", float64(pss)/(1<<20), float64(uss)/(1<<20))
+	return nil
+}
+
+// pss is the PSS of a task's sandbox: the shim's process tree.
+func (x *env) pss(_ context.Context, task client.Task) int64 {
+	_, pss := x.mem(task)
+	return pss
+}
+
+// mem is the USS and PSS of a task's sandbox: the shim's process tree.
+func (x *env) mem(task client.Task) (uss, pss int64) {
+	shim := harness.ParentOf(int(task.Pid()))
+	for _, pid := range append([]int{shim}, harness.Descendants(shim)...) {
+		if u, p, ok := harness.Smaps(pid); ok {
+			uss += u
+			pss += p
+		}
+	}
+	return uss, pss
 }
 
 // peer measures runsc's checkpoint (leave running) and restore through

@@ -15,7 +15,7 @@ import (
 // last few checkpoints. It reports the share of wall time spent in the
 // engine's calls on the loop's path.
 func (x *env) trajectory(ctx context.Context, steps int, think time.Duration) (retErr error) {
-	e, dir, err := x.engine(1, false)
+	e, dir, err := x.engine(rollout.Options{Spares: 1})
 	if err != nil {
 		return err
 	}
