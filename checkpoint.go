@@ -47,7 +47,7 @@ func (c *Client) engine() (*rollout.Engine, error) {
 		if dir == "" {
 			dir = filepath.Join(c.opts.DataDir, "checkpoints")
 		}
-		c.eng, c.engErr = rollout.New(c.ctrd, rollout.Options{StoreDir: dir, StateDir: c.cfg.StateDir, Spares: c.opts.Spares, LazyLabels: c.opts.LazyLabels, NoDedupe: c.opts.NoDedupe, FIFODir: c.fifoDir,
+		c.eng, c.engErr = rollout.New(c.ctrd, rollout.Options{StoreDir: dir, StateDir: c.cfg.StateDir, Spares: c.opts.Spares, LazyLabels: c.opts.LazyLabels, NoDedupe: c.opts.NoDedupe, NoTargets: c.opts.NoRestoreTargets, FIFODir: c.fifoDir,
 			// A fork owns none of its parent's host files.
 			ForkLabel: func(k string) bool { return k != LabelOwned && k != LabelPool }})
 		if c.engErr != nil {

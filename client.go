@@ -75,6 +75,12 @@ type Options struct {
 	// parents' (which costs the CPU of reading both, in the background;
 	// docs/checkpoint.md).
 	NoDedupe bool
+	// NoRestoreTargets: a rollback or fork without a ready spare boots a
+	// sandbox for its restore then. By default, once a sandbox has a
+	// checkpoint, one sandbox booted ahead from its spec waits (an idle
+	// sandbox's memory) and such a rollback restores into it, ≈ 2× as
+	// fast (rollout.Options.NoTargets, docs/checkpoint.md).
+	NoRestoreTargets bool
 	// Progress, if set, receives a line for each long step: starting
 	// containerd, importing and unpacking images, cloning volumes,
 	// waiting for dockerd.
