@@ -38,7 +38,9 @@ func withEngine(ctx context.Context, cmd *cli.Command, fn func(ctx context.Conte
 	if err != nil {
 		return err
 	}
-	o := rollout.Options{StoreDir: cmd.String("store"), StateDir: cfg.StateDir}
+	// No restore targets: one would be booted in the background and
+	// destroyed as this command's engine closes.
+	o := rollout.Options{StoreDir: cmd.String("store"), StateDir: cfg.StateDir, NoTargets: true}
 	if p := cmd.String("runtime-config"); p != "" {
 		o.RuntimeOptions = &runtimeoptions.Options{ConfigPath: p}
 	}
