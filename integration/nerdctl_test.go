@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // nerdctl runs nerdctl against the private containerd with private CNI
@@ -72,42 +74,17 @@ func mustNerdctl(t *testing.T, args ...string) string {
 }
 
 // cleanupCNI removes what nerdctl's default bridge network leaves on the
-// host after its containers are gone: the nerdctl0 bridge and CNI's
-// iptables chains (else the next run fails with "subnet overlaps").
-// It runs before the test too, for leftovers of an interrupted run.
+// host after its containers are gone: the nerdctl0 bridge (else the next
+// run fails with "subnet overlaps"; removed before the test too, for an
+// interrupted run's) and the CNI iptables chains the test made.
 func cleanupCNI(t *testing.T) {
 	t.Helper()
-	removeCNI()
-	t.Cleanup(removeCNI)
-}
-
-func removeCNI() {
-	{
+	_ = exec.Command("ip", "link", "del", "nerdctl0").Run()
+	before := harness.CNIChains()
+	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "del", "nerdctl0").Run()
-		for _, table := range []string{"nat", "filter"} {
-			out, err := exec.Command("iptables", "-t", table, "-S").Output()
-			if err != nil {
-				continue
-			}
-			var chains []string
-			for _, l := range strings.Split(string(out), "\n") {
-				f := strings.Fields(l)
-				if len(f) >= 2 && f[0] == "-N" && strings.HasPrefix(f[1], "CNI-") {
-					chains = append(chains, f[1])
-				}
-				// Rules in built-in chains that jump to CNI chains.
-				if len(f) > 2 && f[0] == "-A" && !strings.HasPrefix(f[1], "CNI-") && strings.Contains(l, "-j CNI-") {
-					_ = exec.Command("iptables", append([]string{"-t", table, "-D"}, f[1:]...)...).Run()
-				}
-			}
-			for _, c := range chains {
-				_ = exec.Command("iptables", "-t", table, "-F", c).Run()
-			}
-			for _, c := range chains {
-				_ = exec.Command("iptables", "-t", table, "-X", c).Run()
-			}
-		}
-	}
+		harness.RemoveCNIChains(before)
+	})
 }
 
 func TestNerdctlNetNone(t *testing.T) {
@@ -138,8 +115,8 @@ func TestNerdctlNetNone(t *testing.T) {
 // port reaches the sandbox, and logs and exec work.
 func TestNerdctlBridge(t *testing.T) {
 	requireEnv(t)
+	checkNoLeaks(t) // after the CNI chains' removal (cleanups run last first)
 	cleanupCNI(t)
-	checkNoLeaks(t)
 	t.Cleanup(func() { nerdctl(t, "rm", "-f", "web") })
 	hostPort := freePort(t)
 	mustNerdctl(t, "run", "--runtime", runtime, "-d", "--name", "web", "-p", fmt.Sprintf("127.0.0.1:%d:80", hostPort), busybox,

@@ -54,7 +54,7 @@ type Env struct {
 
 	reg       *exec.Cmd
 	regDone   chan struct{}
-	natBefore map[string]bool
+	cniBefore []string
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -71,7 +71,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Env, retErr error) {
 			return nil, fmt.Errorf("critest setup: %w", err)
 		}
 	}
-	e := &Env{Config: cfg, natBefore: natChains()}
+	e := &Env{Config: cfg, cniBefore: harness.CNIChains()}
 	defer func() {
 		if retErr != nil {
 			e.Close()
@@ -208,7 +208,7 @@ func (e *Env) Close() {
 		e.reg = nil
 	}
 	_ = exec.Command("ip", "link", "del", Bridge).Run()
-	removeNATChains(e.natBefore)
+	harness.RemoveCNIChains(e.cniBefore)
 }
 
 // RunOptions is one critest run.
@@ -294,60 +294,6 @@ func removeTmp(dir string) {
 		_ = unix.Unmount(mounts[i], unix.MNT_DETACH)
 	}
 	_ = os.RemoveAll(dir)
-}
-
-// natChains lists the CNI portmap plugin's chains in the nat table.
-func natChains() map[string]bool {
-	out, err := exec.Command("iptables", "-w", "-t", "nat", "-S").Output()
-	if err != nil {
-		return nil
-	}
-	chains := map[string]bool{}
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "CNI-") {
-			chains[f[1]] = true
-		}
-	}
-	return chains
-}
-
-// removeNATChains removes the CNI chains that were not there before
-// (nil: nothing was listed, nothing is removed), and the rules jumping to
-// them.
-func removeNATChains(before map[string]bool) {
-	if before == nil {
-		return
-	}
-	now := natChains()
-	var added []string
-	for c := range now {
-		if !before[c] {
-			added = append(added, c)
-		}
-	}
-	if len(added) == 0 {
-		return
-	}
-	out, _ := exec.Command("iptables", "-w", "-t", "nat", "-S").Output()
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 4 || f[0] != "-A" {
-			continue
-		}
-		for _, c := range added {
-			if f[len(f)-1] == c && f[len(f)-2] == "-j" {
-				// The rule as iptables printed it, quoted comments and
-				// all: the shell splits it as iptables-save would.
-				_ = exec.Command("sh", "-c", "iptables -w -t nat -D "+strings.TrimPrefix(l, "-A ")).Run()
-			}
-		}
-	}
-	for _, c := range added {
-		_ = exec.Command("iptables", "-w", "-t", "nat", "-F", c).Run()
-	}
-	for _, c := range added {
-		_ = exec.Command("iptables", "-w", "-t", "nat", "-X", c).Run()
-	}
 }
 
 // tail is the last lines of a log file.

@@ -22,6 +22,7 @@ type HostState struct {
 	Sockets []string // shim sockets
 	State   []string // sentry roots, pool and per-task dirs, task bundles
 	FIFOs   []string // clients' task IO fifos
+	CNI     []string // CNI plugins' iptables chains (CNIChains)
 }
 
 // RestoreCopies lists containerd's extractions of checkpoint images for
@@ -91,6 +92,7 @@ func Snapshot(c *Containerd, ns string, fifoDirs ...string) HostState {
 		more, _ := filepath.Glob(filepath.Join(d, "*"))
 		s.FIFOs = append(s.FIFOs, more...)
 	}
+	s.CNI = CNIChains()
 	for _, l := range [][]string{s.Procs, s.Mounts, s.Loops, s.Cgroups, s.Sockets, s.State, s.FIFOs} {
 		sort.Strings(l)
 	}
@@ -118,6 +120,7 @@ func Leaked(before, after HostState) []string {
 	diff("cgroup", before.Cgroups, after.Cgroups)
 	diff("socket", before.Sockets, after.Sockets)
 	diff("state", before.State, after.State)
+	diff("iptables chain", before.CNI, after.CNI)
 	diff("fifo", before.FIFOs, after.FIFOs)
 	return out
 }
