@@ -121,6 +121,42 @@ func TestRolloutTarget(t *testing.T) {
 	if !used {
 		t.Errorf("no fork restored into the target %s", next)
 	}
+	// The forks were of the sandbox's lineage; it lives on, and so do
+	// its targets.
+	waitFor(t, "a restore target after the forks", func() bool { return eng.Target(sb.Lineage()) != "" })
+}
+
+// TestRolloutTargetsFork: with Options.Targets = 2, a fork of 2 restores
+// both forks into restore targets, side by side.
+func TestRolloutTargetsFork(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{Targets: 2})
+	sb := adoptRunning(t, eng, ctx, "tgfork", nil, "sh", "-c", "echo base > /tmp/x; while true; do sleep 1; done")
+	waitIn(t, current(sb), "cat /tmp/x", "base")
+	h, err := eng.Checkpoint(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two restore targets", func() bool { return eng.Targets(sb.Lineage()) == 2 })
+	c := mustClient(t)
+	targets, err := c.Containers(ctx, `labels."`+rollout.LabelRole+`"==target`)
+	if err != nil || len(targets) != 2 {
+		t.Fatalf("restore targets in containerd: %d, %v; want 2", len(targets), err)
+	}
+	forks, err := eng.Fork(ctx, h.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{targets[0].ID(): true, targets[1].ID(): true}
+	for _, f := range forks {
+		if !ids[current(f)] {
+			t.Errorf("fork %s was not restored into a target (%v)", current(f), ids)
+		}
+		waitIn(t, current(f), "cat /tmp/x", "base")
+		if err := eng.Destroy(ctx, f); err != nil {
+			t.Errorf("destroy fork %s: %v", f.ID, err)
+		}
+	}
 }
 
 // TestRolloutTargetTimes: rollbacks into restore targets against

@@ -64,6 +64,10 @@ type Options struct {
 	// booting a sandbox then. It costs an idle sandbox's memory per
 	// lineage; sandboxes with volumes, docker mode or NAT have none.
 	NoTargets bool
+	// Targets is how many restore targets the engine keeps per lineage
+	// (0: one). More let a Fork of n restore its forks side by side
+	// into booted sandboxes; each costs an idle sandbox.
+	Targets int
 }
 
 // Engine checkpoints, rolls back and forks sandboxes.
@@ -83,9 +87,12 @@ type Engine struct {
 	// targets are the ready restore targets, by lineage; targeting the
 	// lineages one is being made for; untargetable those that cannot
 	// have one (target.go).
-	targets      map[string]*backing
-	targeting    map[string]bool
+	targets      map[string][]*backing
+	targeting    map[string]int
 	untargetable map[string]bool
+	// live counts the engine's sandboxes by lineage: a lineage's targets
+	// go with its last sandbox.
+	live map[string]int
 	bg           sync.WaitGroup // background restores and teardowns
 	closed       bool
 }
@@ -105,8 +112,14 @@ func New(c *client.Client, o Options) (*Engine, error) {
 	if o.Spares < 0 {
 		return nil, fmt.Errorf("rollout: Spares %d: want 0 or more", o.Spares)
 	}
+	if o.Targets < 0 {
+		return nil, fmt.Errorf("rollout: Targets %d: want 0 or more (NoTargets turns them off)", o.Targets)
+	}
+	if o.Targets == 0 {
+		o.Targets = 1
+	}
 	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, dedupes: map[string]chan struct{}{}, saving: map[string]*pending{},
-		targets: map[string]*backing{}, targeting: map[string]bool{}, untargetable: map[string]bool{}}
+		targets: map[string][]*backing{}, targeting: map[string]int{}, untargetable: map[string]bool{}, live: map[string]int{}}
 	e.filled = sync.NewCond(&e.mu)
 	return e, nil
 }
@@ -212,6 +225,14 @@ func (sb *Sandbox) Parent() string {
 	return sb.parent
 }
 
+// keep counts sb among the engine's sandboxes of its lineage.
+func (e *Engine) keep(sb *Sandbox) *Sandbox {
+	e.mu.Lock()
+	e.live[sb.lineage]++
+	e.mu.Unlock()
+	return sb
+}
+
 // Lineage is the tree the sandbox's checkpoints belong to (Handle.Lineage).
 func (sb *Sandbox) Lineage() string {
 	sb.mu.Lock()
@@ -258,7 +279,7 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 		}
 	}
 	b := &backing{id: id, container: ctr, task: task, restored: labels[LabelRole] != "", volDir: labels[labelVolumes]}
-	sb := &Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)}
+	sb := e.keep(&Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)})
 	if h, err := e.store.Get(labels[labelParent]); err == nil && h.Lineage == sb.lineage {
 		// Its tree goes on from there (a handle of this store's).
 		sb.parent = h.ID
@@ -306,7 +327,17 @@ func (e *Engine) Destroy(ctx context.Context, sb *Sandbox) error {
 	if b == nil {
 		return nil
 	}
-	err := errors.Join(e.destroy(ctx, b), e.dropTarget(ctx, sb.lineage))
+	err := e.destroy(ctx, b)
+	e.mu.Lock()
+	e.live[sb.lineage]--
+	last := e.live[sb.lineage] <= 0
+	if last {
+		delete(e.live, sb.lineage)
+	}
+	e.mu.Unlock()
+	if last {
+		err = errors.Join(err, e.dropTarget(ctx, sb.lineage))
+	}
 	if b.id != sb.ID {
 		// A rollback moved the backing's docker socket to the sandbox's
 		// path; its shim removed only its own path.
@@ -352,7 +383,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	all := e.spares
 	e.spares = map[string][]*backing{}
 	targets := e.targets
-	e.targets = map[string]*backing{}
+	e.targets = map[string][]*backing{}
 	e.mu.Unlock()
 	var errs []error
 	for _, list := range all {
@@ -360,8 +391,10 @@ func (e *Engine) Close(ctx context.Context) error {
 			errs = append(errs, e.destroy(ctx, b))
 		}
 	}
-	for _, b := range targets {
-		errs = append(errs, e.destroy(ctx, b))
+	for _, list := range targets {
+		for _, b := range list {
+			errs = append(errs, e.destroy(ctx, b))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -108,25 +108,20 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	if n < 1 {
 		return nil, fmt.Errorf("fork %s: n = %d, want at least 1", id, n)
 	}
-	// Ready spares at once; the rest restored side by side, one into
-	// the lineage's restore target.
+	// Ready spares at once; the rest restored side by side, into the
+	// lineage's ready restore targets while there are some.
 	backings := make([]*backing, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	target := true
 	for i := range backings {
 		if backings[i] = e.takeSpare(h.ID); backings[i] != nil {
 			continue
 		}
-		tryTarget := target
-		target = false
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if tryTarget {
-				if backings[i] = e.fromTarget(ctx, h); backings[i] != nil {
-					return
-				}
+			if backings[i] = e.fromTarget(ctx, h); backings[i] != nil {
+				return
 			}
 			backings[i], errs[i] = e.restore(ctx, h, e.newID(h.Sandbox), true)
 		}()
@@ -160,6 +155,9 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 		}
 		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
+	for _, sb := range out {
+		e.keep(sb)
+	}
 	e.fillSpares(ctx, h)
 	return out, nil
 }
@@ -185,7 +183,7 @@ func (e *Engine) RestoreAs(ctx context.Context, hid, id string) (*Sandbox, error
 		_ = e.destroy(ctx, b)
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
-	return &Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}, nil
+	return e.keep(&Sandbox{ID: b.id, e: e, cur: b, lineage: h.Lineage, parent: h.ID}), nil
 }
 
 // forkLabels are the labels of h's checkpointed container a backing

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -19,8 +20,8 @@ import (
 // Restore targets (Options.NoTargets turns them off). A restore on demand
 // creates a containerd container and task, boots a sandbox and then loads
 // the checkpoint into it; the boot does not depend on the checkpoint. So
-// once a sandbox has a checkpoint, the engine keeps one restore target for
-// its lineage: a container and task created from the lineage's spec whose
+// once a sandbox has a checkpoint, the engine keeps restore targets for
+// its lineage (Options.Targets, default one): a container and task created from the lineage's spec whose
 // sandbox has booted, created but not started (the shim's
 // api.AnnotationRestoreTarget). A rollback or fork without a ready spare
 // takes it, names the handle (a task Update) and starts it: gVisor's
@@ -60,46 +61,52 @@ func (e *Engine) targetable(h *Handle) (string, error) {
 	return "", nil
 }
 
-// fillTarget makes, in the background, a restore target for h's lineage
-// unless the engine keeps one or is making one, or the lineage cannot
-// have one.
+// fillTarget makes, in the background, restore targets for h's lineage
+// until the engine keeps Options.Targets of them, unless the lineage
+// cannot have one.
 func (e *Engine) fillTarget(ctx context.Context, h *Handle) {
 	if e.opts.NoTargets {
 		return
 	}
+	l := h.Lineage
 	e.mu.Lock()
-	busy := e.closed || e.targets[h.Lineage] != nil || e.targeting[h.Lineage] || e.untargetable[h.Lineage]
-	if !busy {
-		e.targeting[h.Lineage] = true
+	missing := 0
+	if !e.closed && !e.untargetable[l] {
+		missing = e.opts.Targets - len(e.targets[l]) - e.targeting[l]
+	}
+	if missing > 0 {
+		e.targeting[l] += missing
 	}
 	e.mu.Unlock()
-	if busy {
-		return
-	}
-	e.background(ctx, "make a restore target for "+h.Lineage, func(ctx context.Context) error {
-		b, why, err := e.makeTarget(ctx, h, e.newID(h.Lineage))
-		e.mu.Lock()
-		delete(e.targeting, h.Lineage)
-		keep := err == nil && why == "" && !e.closed && e.targets[h.Lineage] == nil
-		if keep {
-			e.targets[h.Lineage] = b
-		}
-		if why != "" {
-			e.untargetable[h.Lineage] = true
-		}
-		e.mu.Unlock()
-		switch {
-		case why != "":
-			log.G(ctx).Debugf("gvx rollout: no restore target for %s: %s; its rollbacks restore on demand", h.Lineage, why)
+	for i := 0; i < missing; i++ {
+		e.background(ctx, "make a restore target for "+l, func(ctx context.Context) error {
+			b, why, err := e.makeTarget(ctx, h, e.newID(l))
+			e.mu.Lock()
+			if e.targeting[l]--; e.targeting[l] <= 0 {
+				delete(e.targeting, l)
+			}
+			// Not kept once the lineage's last sandbox is gone.
+			keep := err == nil && why == "" && !e.closed && len(e.targets[l]) < e.opts.Targets && e.live[l] > 0
+			if keep {
+				e.targets[l] = append(e.targets[l], b)
+			}
+			if why != "" {
+				e.untargetable[l] = true
+			}
+			e.mu.Unlock()
+			switch {
+			case why != "":
+				log.G(ctx).Debugf("gvx rollout: no restore target for %s: %s; its rollbacks restore on demand", l, why)
+				return nil
+			case err != nil:
+				return err
+			case !keep:
+				return e.destroy(ctx, b)
+			}
+			log.G(ctx).Debugf("gvx rollout: restore target %s of %s ready", b.id, l)
 			return nil
-		case err != nil:
-			return err
-		case !keep:
-			return e.destroy(ctx, b)
-		}
-		log.G(ctx).Debugf("gvx rollout: restore target %s of %s ready", b.id, h.Lineage)
-		return nil
-	})
+		})
+	}
 }
 
 // makeTarget creates restore target id for h's lineage: h's spec as a
@@ -165,12 +172,20 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 	return b, "", nil
 }
 
-// takeTarget takes the restore target of lineage (nil if none is ready).
+// takeTarget takes a ready restore target of lineage (nil if none is).
 func (e *Engine) takeTarget(lineage string) *backing {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	b := e.targets[lineage]
-	delete(e.targets, lineage)
+	list := e.targets[lineage]
+	if len(list) == 0 {
+		return nil
+	}
+	b := list[0]
+	if len(list) == 1 {
+		delete(e.targets, lineage)
+	} else {
+		e.targets[lineage] = list[1:]
+	}
 	return b
 }
 
@@ -191,9 +206,9 @@ func (e *Engine) aimTarget(ctx context.Context, b *backing, h *Handle) error {
 	return nil
 }
 
-// fromTarget returns a paused backing restored from h into the lineage's
-// restore target, if one is ready (nil, without error, if none is or
-// the target failed: the caller restores on demand then); it has a new
+// fromTarget returns a paused backing restored from h into a restore
+// target of the lineage, if one is ready (nil, without error, if none is
+// or the target failed: the caller restores on demand then); it has a new
 // target made.
 func (e *Engine) fromTarget(ctx context.Context, h *Handle) *backing {
 	b := e.takeTarget(h.Lineage)
@@ -209,22 +224,34 @@ func (e *Engine) fromTarget(ctx context.Context, h *Handle) *backing {
 	return b
 }
 
-// dropTarget destroys the restore target of lineage, if the engine keeps
-// one.
+// dropTarget destroys the restore targets of lineage the engine keeps.
 func (e *Engine) dropTarget(ctx context.Context, lineage string) error {
-	if b := e.takeTarget(lineage); b != nil {
-		return e.destroy(ctx, b)
+	e.mu.Lock()
+	list := e.targets[lineage]
+	delete(e.targets, lineage)
+	e.mu.Unlock()
+	var errs []error
+	for _, b := range list {
+		errs = append(errs, e.destroy(ctx, b))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// Target is the container id of the restore target the engine keeps
-// ready for lineage ("" if none): a sandbox's lineage is Sandbox.Lineage.
+// Target is the container id of the next restore target the engine
+// keeps ready for lineage ("" if none): a sandbox's lineage is
+// Sandbox.Lineage.
 func (e *Engine) Target(lineage string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if b := e.targets[lineage]; b != nil {
-		return b.id
+	if list := e.targets[lineage]; len(list) > 0 {
+		return list[0].id
 	}
 	return ""
+}
+
+// Targets is how many restore targets the engine keeps ready for lineage.
+func (e *Engine) Targets(lineage string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.targets[lineage])
 }

@@ -130,6 +130,9 @@ func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 	if err := x.forkSpares(ctx, mib, 3); err != nil {
 		return err
 	}
+	if err := x.forkTargets(ctx, mib, 3); err != nil {
+		return err
+	}
 	if nat {
 		for _, o := range []rollout.Options{{NoTargets: true}, {Spares: 1}} { // (no restore targets on the NAT)
 			if err := x.gvx(ctx, mib, runs, o, true); err != nil {
@@ -338,6 +341,51 @@ func (x *env) forkSpares(ctx context.Context, mib, reps int) (retErr error) {
 		}
 	}
 	row(mib, fmt.Sprintf("gvx fork of %d (each, %d hot spares)", n, n), each)
+	return nil
+}
+
+// forkTargets times forks of 8 from a checkpoint whose engine keeps 8
+// restore targets for the sandbox (a configuration: Options.Targets = 8),
+// reps times: each fork is a restore into a booted sandbox, the 8 side by
+// side; the targets cost an idle sandbox each.
+func (x *env) forkTargets(ctx context.Context, mib, reps int) (retErr error) {
+	const n = 8
+	e, sb, done, err := x.adopted(ctx, fmt.Sprintf("cktgfork%d", mib), mib, rollout.Options{Targets: n})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := done(); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	var each []time.Duration
+	for i := 0; i < reps; i++ {
+		h, err := e.Checkpoint(ctx, sb)
+		if err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(3 * time.Minute); e.Targets(sb.Lineage()) < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d restore targets for %s not ready after 3 min (%d are)", n, sb.ID, e.Targets(sb.Lineage()))
+			}
+		}
+		t0 := time.Now()
+		forks, err := e.Fork(ctx, h.ID, n)
+		if err != nil {
+			return err
+		}
+		each = append(each, time.Since(t0)/n)
+		for _, f := range forks {
+			if err := e.Destroy(ctx, f); err != nil {
+				return err
+			}
+		}
+		if err := e.Release(ctx, h.ID); err != nil {
+			return err
+		}
+	}
+	row(mib, fmt.Sprintf("gvx fork of %d (each, %d restore targets)", n, n), each)
 	return nil
 }
 
