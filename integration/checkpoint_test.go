@@ -107,14 +107,7 @@ func TestCheckpointRestore(t *testing.T) {
 // pipe and TCP connection as they were. The restored task runs on.
 func checkpointRoundTrip(t *testing.T, id, ref string) {
 	t.Helper()
-	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
-	for i := 0; i < 3; i++ {
-		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-		waitIn(t, id, "cat /tmp/n", fmt.Sprint(i+1))
-	}
-	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-	waitIn(t, id, "cat /tmp/tcp.out", "ping")
-
+	primeGuest(t, id)
 	mustCtr(t, "container", "checkpoint", "--task", id, ref)
 	if st := taskStatus(t, id); st != "RUNNING" {
 		t.Fatalf("after its checkpoint the task is %s, want RUNNING", st)

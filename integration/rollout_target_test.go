@@ -31,13 +31,7 @@ func TestRolloutTarget(t *testing.T) {
 	var out syncBuffer
 	sb.Attach(&out, &out)
 	id := current(sb)
-	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
-	for i := 0; i < 3; i++ {
-		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-		waitIn(t, id, "cat /tmp/n", string(rune('1'+i)))
-	}
-	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-	waitIn(t, id, "cat /tmp/tcp.out", "ping")
+	primeGuest(t, id)
 	if got := eng.Target(sb.Lineage()); got != "" {
 		t.Errorf("a restore target %s before any checkpoint", got)
 	}
@@ -78,15 +72,7 @@ func TestRolloutTarget(t *testing.T) {
 	if !strings.Contains(got, "/tmp/after: No such file") || strings.Contains(got, "/tmp/before: No such") {
 		t.Errorf("files after the rollback:\n%s\nwant before back and after gone", got)
 	}
-	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-	waitIn(t, id, "cat /tmp/n", "4")
-	inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
-	waitIn(t, id, "cat /tmp/off", "12345X")
-	waitIn(t, id, "cat /tmp/pipe.out", "x")
-	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2")
-	inTask(t, id, "echo from-the-target > /proc/$(cat /tmp/main.pid)/fd/1")
-	waitFor(t, "the restored sandbox's output", func() bool { return strings.Contains(out.String(), "from-the-target") })
+	checkRolledBack(t, id, &out)
 
 	// The next rollback has a new target; the used one is the sandbox's.
 	var next string

@@ -80,6 +80,36 @@ func adoptRunning(t *testing.T, eng *rollout.Engine, ctx context.Context, id str
 
 func current(sb *rollout.Sandbox) string { return sb.Container().ID() }
 
+// primeGuest waits until checkpointGuest runs in task id, counts to 3
+// and has its TCP client say ping: the state a checkpoint then holds.
+func primeGuest(t *testing.T, id string) {
+	t.Helper()
+	waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
+	for i := 0; i < 3; i++ {
+		inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+		waitIn(t, id, "cat /tmp/n", fmt.Sprint(i+1))
+	}
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out", "ping")
+}
+
+// checkRolledBack checks that checkpointGuest in task id goes on from
+// primeGuest's state: the counter at 4 after one more signal, the file
+// offset and the pipe, the TCP connection inside; and that its output
+// reaches out.
+func checkRolledBack(t *testing.T, id string, out *syncBuffer) {
+	t.Helper()
+	inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/n", "4")
+	inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
+	waitIn(t, id, "cat /tmp/off", "12345X")
+	waitIn(t, id, "cat /tmp/pipe.out", "x")
+	inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
+	waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2")
+	inTask(t, id, "echo from-the-rollback > /proc/$(cat /tmp/main.pid)/fd/1")
+	waitFor(t, "the rolled-back sandbox's output", func() bool { return strings.Contains(out.String(), "from-the-rollback") })
+}
+
 // TestRolloutRollback: a sandbox rolled back to a checkpoint — through a
 // hot spare and through a restore on demand — is what it was then: files
 // (root filesystem and volume), the in-memory counter, a pipe, a file
@@ -108,13 +138,7 @@ func TestRolloutRollback(t *testing.T) {
 			var out syncBuffer
 			sb.Attach(&out, &out)
 			id := current(sb)
-			waitIn(t, id, "cat /tmp/main.pid >/dev/null && cat /tmp/client.pid >/dev/null && echo up", "up")
-			for i := 0; i < 3; i++ {
-				inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-				waitIn(t, id, "cat /tmp/n", fmt.Sprint(i+1))
-			}
-			inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-			waitIn(t, id, "cat /tmp/tcp.out", "ping")
+			primeGuest(t, id)
 			h1, err := eng.Checkpoint(ctx, sb)
 			if err != nil {
 				t.Fatal(err)
@@ -139,16 +163,7 @@ func TestRolloutRollback(t *testing.T) {
 				strings.Contains(got, "/tmp/before: No such") || strings.Contains(got, "/work/before: No such") {
 				t.Errorf("files after the rollback:\n%s\nwant before (rootfs and volume) back and after gone", got)
 			}
-			inTask(t, id, "kill -USR1 $(cat /tmp/main.pid)")
-			waitIn(t, id, "cat /tmp/n", "4")
-			inTask(t, id, "kill -USR2 $(cat /tmp/main.pid)")
-			waitIn(t, id, "cat /tmp/off", "12345X")
-			waitIn(t, id, "cat /tmp/pipe.out", "x")
-			inTask(t, id, "kill -USR1 $(cat /tmp/client.pid)")
-			waitIn(t, id, "cat /tmp/tcp.out | wc -l", "2")
-			// Output of the rolled-back sandbox reaches the writer.
-			inTask(t, id, "echo from-the-rollback > /proc/$(cat /tmp/main.pid)/fd/1")
-			waitFor(t, "the rolled-back sandbox's output", func() bool { return strings.Contains(out.String(), "from-the-rollback") })
+			checkRolledBack(t, id, &out)
 			h2, err := eng.Checkpoint(ctx, sb)
 			if err != nil {
 				t.Fatal(err)

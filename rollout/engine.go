@@ -92,9 +92,9 @@ type Engine struct {
 	untargetable map[string]bool
 	// live counts the engine's sandboxes by lineage: a lineage's targets
 	// go with its last sandbox.
-	live map[string]int
-	bg           sync.WaitGroup // background restores and teardowns
-	closed       bool
+	live   map[string]int
+	bg     sync.WaitGroup // background restores and teardowns
+	closed bool
 }
 
 // New returns an engine on containerd client c.

@@ -102,18 +102,11 @@ func readSpec(path string) (*specs.Spec, error) {
 // its own, restored by the shim. A spare is paused right away; its output
 // is held back either way until the gate opens.
 func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) (_ *backing, retErr error) {
-	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
+	spec, err := e.backingSpec(h, id)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
-	if spec.Annotations == nil {
-		spec.Annotations = map[string]string{}
-	}
 	spec.Annotations[api.AnnotationRestoreFrom] = e.store.ImageDir(h.ID)
-	if l := spec.Linux; l != nil && l.CgroupsPath != "" {
-		// A cgroup of its own (containerd's /<namespace>/<id>).
-		l.CgroupsPath = path.Join(path.Dir(l.CgroupsPath), id)
-	}
 	n := 0
 	for i, m := range spec.Mounts {
 		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
@@ -127,10 +120,6 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 			return nil, err
 		}
 	}
-	image, err := e.c.GetImage(ctx, h.Image)
-	if err != nil {
-		return nil, fmt.Errorf("restore %s: its image: %w", h.ID, err)
-	}
 	role := "sandbox"
 	if spare {
 		role = "spare"
@@ -141,22 +130,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 			_ = e.destroy(ctx, b)
 		}
 	}()
-	b.container, err = e.c.NewContainer(ctx, id,
-		client.WithImage(image),
-		client.WithSnapshotter(h.Snapshotter),
-		client.WithNewSnapshot(id, image),
-		client.WithSpec(spec),
-		e.withRuntime(h),
-		client.WithContainerLabels(map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage, labelVolumes: b.volDir}))
-	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
-	}
-	io := []cio.Opt{cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))}
-	if e.opts.FIFODir != "" {
-		io = append(io, cio.WithFIFODir(e.opts.FIFODir))
-	}
-	b.task, err = b.container.NewTask(ctx, cio.NewCreator(io...))
-	if err != nil {
+	if err := e.create(ctx, h, b, spec, map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage, labelVolumes: b.volDir}); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
 	if err := b.task.Start(ctx); err != nil {
@@ -168,6 +142,48 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		}
 	}
 	return b, nil
+}
+
+// backingSpec is handle h's checkpointed spec for a new backing, container
+// id: a cgroup of its own (containerd's /<namespace>/<id>); its
+// annotations not nil.
+func (e *Engine) backingSpec(h *Handle, id string) (*specs.Spec, error) {
+	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
+	if err != nil {
+		return nil, err
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	if l := spec.Linux; l != nil && l.CgroupsPath != "" {
+		l.CgroupsPath = path.Join(path.Dir(l.CgroupsPath), id)
+	}
+	return spec, nil
+}
+
+// create makes backing b's container — h's image, snapshotter and
+// runtime, spec and labels — and its task, whose output goes to b's
+// gate; the task is not started.
+func (e *Engine) create(ctx context.Context, h *Handle, b *backing, spec *specs.Spec, labels map[string]string) error {
+	image, err := e.c.GetImage(ctx, h.Image)
+	if err != nil {
+		return fmt.Errorf("its image: %w", err)
+	}
+	if b.container, err = e.c.NewContainer(ctx, b.id,
+		client.WithImage(image),
+		client.WithSnapshotter(h.Snapshotter),
+		client.WithNewSnapshot(b.id, image),
+		client.WithSpec(spec),
+		e.withRuntime(h),
+		client.WithContainerLabels(labels)); err != nil {
+		return err
+	}
+	io := []cio.Opt{cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))}
+	if e.opts.FIFODir != "" {
+		io = append(io, cio.WithFIFODir(e.opts.FIFODir))
+	}
+	b.task, err = b.container.NewTask(ctx, cio.NewCreator(io...))
+	return err
 }
 
 // withRuntime gives a restored backing the runtime h's sandbox ran with

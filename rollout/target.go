@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"path/filepath"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
@@ -117,26 +115,16 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 	if why, err := e.targetable(h); why != "" || err != nil {
 		return nil, why, err
 	}
-	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
+	spec, err := e.backingSpec(h, id)
 	if err != nil {
 		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
 	}
-	if spec.Annotations == nil {
-		spec.Annotations = map[string]string{}
-	}
 	delete(spec.Annotations, api.AnnotationRestoreFrom)
 	spec.Annotations[api.AnnotationRestoreTarget] = "true"
-	if l := spec.Linux; l != nil && l.CgroupsPath != "" {
-		l.CgroupsPath = path.Join(path.Dir(l.CgroupsPath), id)
-	}
 	for _, m := range spec.Mounts {
 		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
 			return nil, "it has ext4lite volumes", nil
 		}
-	}
-	image, err := e.c.GetImage(ctx, h.Image)
-	if err != nil {
-		return nil, "", fmt.Errorf("restore target %s: its image: %w", id, err)
 	}
 	b := &backing{id: id, out: &gate{}, restored: true, volDir: e.store.volumeDir(id), unstarted: true}
 	defer func() {
@@ -144,21 +132,7 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 			_ = e.destroy(ctx, b)
 		}
 	}()
-	b.container, err = e.c.NewContainer(ctx, id,
-		client.WithImage(image),
-		client.WithSnapshotter(h.Snapshotter),
-		client.WithNewSnapshot(id, image),
-		client.WithSpec(spec),
-		e.withRuntime(h),
-		client.WithContainerLabels(map[string]string{LabelRole: targetRole, labelLineage: h.Lineage}))
-	if err != nil {
-		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
-	}
-	io := []cio.Opt{cio.WithStreams(nil, b.out.writer(false), b.out.writer(true))}
-	if e.opts.FIFODir != "" {
-		io = append(io, cio.WithFIFODir(e.opts.FIFODir))
-	}
-	if b.task, err = b.container.NewTask(ctx, cio.NewCreator(io...)); err != nil {
+	if err := e.create(ctx, h, b, spec, map[string]string{LabelRole: targetRole, labelLineage: h.Lineage}); err != nil {
 		if errdefs.IsFailedPrecondition(err) {
 			// The shim refuses what it cannot restore into a target (a
 			// runtime configuration with a warm pool, …): it says why.

@@ -127,11 +127,10 @@ func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 			return err
 		}
 	}
-	if err := x.forkSpares(ctx, mib, 3); err != nil {
-		return err
-	}
-	if err := x.forkTargets(ctx, mib, 3); err != nil {
-		return err
+	for _, spares := range []bool{true, false} {
+		if err := x.forkReady(ctx, mib, 3, spares); err != nil {
+			return err
+		}
 	}
 	if nat {
 		for _, o := range []rollout.Options{{NoTargets: true}, {Spares: 1}} { // (no restore targets on the NAT)
@@ -299,13 +298,20 @@ func (x *env) fork(ctx context.Context, e *rollout.Engine, sb *rollout.Sandbox, 
 	return nil
 }
 
-// forkSpares times forks of 8 from a checkpoint whose engine keeps 8
-// hot spares (a configuration: Options.Spares = 8), reps times: each fork
-// is a spare resumed and labelled as a sandbox, no restore; the spares
-// cost a sandbox's memory each, as the forks of a restore do.
-func (x *env) forkSpares(ctx context.Context, mib, reps int) (retErr error) {
+// forkReady times forks of 8 from a checkpoint whose engine keeps 8
+// backings ready, reps times: with spares, 8 hot spares (a configuration:
+// Options.Spares = 8) — each fork a spare resumed and labelled as a
+// sandbox, no restore, each spare a sandbox's memory, as the forks of a
+// restore cost; else 8 restore targets (Options.Targets = 8) — each fork
+// a restore into a booted sandbox, the 8 side by side, each target an
+// idle sandbox's memory.
+func (x *env) forkReady(ctx context.Context, mib, reps int, spares bool) (retErr error) {
 	const n = 8
-	e, sb, done, err := x.adopted(ctx, fmt.Sprintf("ckfork%d", mib), mib, rollout.Options{Spares: n})
+	id, kind, o := fmt.Sprintf("ckfork%d", mib), "hot spares", rollout.Options{Spares: n}
+	if !spares {
+		id, kind, o = fmt.Sprintf("cktgfork%d", mib), "restore targets", rollout.Options{Targets: n}
+	}
+	e, sb, done, err := x.adopted(ctx, id, mib, o)
 	if err != nil {
 		return err
 	}
@@ -320,9 +326,13 @@ func (x *env) forkSpares(ctx context.Context, mib, reps int) (retErr error) {
 		if err != nil {
 			return err
 		}
-		for deadline := time.Now().Add(3 * time.Minute); e.Spares(h.ID) < n; time.Sleep(10 * time.Millisecond) {
+		ready := func() int { return e.Targets(sb.Lineage()) }
+		if spares {
+			ready = func() int { return e.Spares(h.ID) }
+		}
+		for deadline := time.Now().Add(3 * time.Minute); ready() < n; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%d hot spares of %s not ready after 3 min (%d are)", n, h.ID, e.Spares(h.ID))
+				return fmt.Errorf("%d %s for %s not ready after 3 min (%d are)", n, kind, sb.ID, ready())
 			}
 		}
 		t0 := time.Now()
@@ -340,52 +350,7 @@ func (x *env) forkSpares(ctx context.Context, mib, reps int) (retErr error) {
 			return err
 		}
 	}
-	row(mib, fmt.Sprintf("gvx fork of %d (each, %d hot spares)", n, n), each)
-	return nil
-}
-
-// forkTargets times forks of 8 from a checkpoint whose engine keeps 8
-// restore targets for the sandbox (a configuration: Options.Targets = 8),
-// reps times: each fork is a restore into a booted sandbox, the 8 side by
-// side; the targets cost an idle sandbox each.
-func (x *env) forkTargets(ctx context.Context, mib, reps int) (retErr error) {
-	const n = 8
-	e, sb, done, err := x.adopted(ctx, fmt.Sprintf("cktgfork%d", mib), mib, rollout.Options{Targets: n})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := done(); err != nil && retErr == nil {
-			retErr = err
-		}
-	}()
-	var each []time.Duration
-	for i := 0; i < reps; i++ {
-		h, err := e.Checkpoint(ctx, sb)
-		if err != nil {
-			return err
-		}
-		for deadline := time.Now().Add(3 * time.Minute); e.Targets(sb.Lineage()) < n; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d restore targets for %s not ready after 3 min (%d are)", n, sb.ID, e.Targets(sb.Lineage()))
-			}
-		}
-		t0 := time.Now()
-		forks, err := e.Fork(ctx, h.ID, n)
-		if err != nil {
-			return err
-		}
-		each = append(each, time.Since(t0)/n)
-		for _, f := range forks {
-			if err := e.Destroy(ctx, f); err != nil {
-				return err
-			}
-		}
-		if err := e.Release(ctx, h.ID); err != nil {
-			return err
-		}
-	}
-	row(mib, fmt.Sprintf("gvx fork of %d (each, %d restore targets)", n, n), each)
+	row(mib, fmt.Sprintf("gvx fork of %d (each, %d %s)", n, n, kind), each)
 	return nil
 }
 
