@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,50 @@ func TestRolloutTarget(t *testing.T) {
 	// The forks were of the sandbox's lineage; it lives on, and so do
 	// its targets.
 	waitFor(t, "a restore target after the forks", func() bool { return eng.Target(sb.Lineage()) != "" })
+}
+
+// TestRolloutTargetNAT: a NAT sandbox's restore target has its NAT and
+// eth0 from its create; a rollback into it gives the sandbox its
+// checkpointed files and a working eth0 (10.0.2.15, the policy's allowed
+// host port reached through 10.0.2.2, a port it does not allow refused).
+func TestRolloutTargetNAT(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
+	srv := startNATHTTP(t, "through the target's nat")
+	other := startNATHTTP(t, "not allowed")
+	nat := natAnnotations(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
+	sb := adoptRunning(t, eng, ctx, "tgnat", nat, "sh", "-c", "echo 1 > /tmp/state; while true; do sleep 0.1; done")
+	waitIn(t, current(sb), "cat /tmp/state", "1")
+	h, err := eng.Checkpoint(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target string
+	waitFor(t, "a restore target", func() bool { target = eng.Target(sb.Lineage()); return target != "" })
+	inTask(t, current(sb), "echo 2 > /tmp/state")
+	if _, err := eng.Rollback(ctx, sb, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	id := current(sb)
+	if id != target {
+		t.Fatalf("the rollback's backing is %s, want the restore target %s", id, target)
+	}
+	if got := strings.TrimSpace(inTask(t, id, "cat /tmp/state")); got != "1" {
+		t.Errorf("after the rollback /tmp/state is %q, want 1", got)
+	}
+	if got := inTask(t, id, "ip -4 -o addr show eth0"); !strings.Contains(got, "10.0.2.15/24") {
+		t.Errorf("eth0 after the rollback: %q", got)
+	}
+	before := srv.conns.Load()
+	if got := strings.TrimSpace(inTask(t, id, fmt.Sprintf("wget -q -O - http://10.0.2.2:%d/", srv.port))); got != "through the target's nat" {
+		t.Errorf("the allowed host port through 10.0.2.2 after the rollback: %q", got)
+	}
+	if srv.conns.Load() <= before {
+		t.Errorf("the host server saw no connection from the rolled-back sandbox")
+	}
+	if out := inTaskQuiet(id, fmt.Sprintf("wget -q -T 5 -O - http://10.0.2.2:%d/ && echo reached", other.port)); strings.Contains(out, "reached") {
+		t.Errorf("the rolled-back sandbox reached a port its policy does not allow: %q", out)
+	}
 }
 
 // TestRolloutTargetsFork: with Options.Targets = 2, a fork of 2 restores

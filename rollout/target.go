@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
@@ -26,8 +25,9 @@ import (
 // restore into the booted sandbox. Unlike a spare, a target does not wait
 // for a save and serves whichever handle of the lineage comes next; it
 // costs an idle sandbox's memory, not a restored one's. Targets are for
-// sandboxes of their own without ext4lite volumes, docker mode or NAT
-// (targetable); other lineages restore on demand.
+// sandboxes of their own without ext4lite volumes or docker mode
+// (targetable; a NAT sandbox's target gets its NAT and eth0 at its
+// create); other lineages restore on demand.
 
 // targetRole is LabelRole's value on a restore target.
 const targetRole = "target"
@@ -35,17 +35,12 @@ const targetRole = "target"
 // targetable says why handle h's sandbox cannot be restored into a
 // target ("" if it can): what the shim puts in place from the checkpoint
 // before the sandbox boots (volume copies, docker mode, a pool's root
-// container, the NAT's eth0) a target's early boot cannot have.
+// container) a target's early boot cannot have.
 func (e *Engine) targetable(h *Handle) (string, error) {
 	m, err := checkpoint.ReadManifest(e.store.ImageDir(h.ID))
 	if err != nil {
 		return "", err
 	}
-	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
-	if err != nil {
-		return "", err
-	}
-	_, nat := spec.Annotations[api.AnnotationNAT]
 	switch {
 	case len(m.Volumes) > 0:
 		return "it has ext4lite volumes", nil
@@ -53,8 +48,6 @@ func (e *Engine) targetable(h *Handle) (string, error) {
 		return "it runs in docker mode", nil
 	case m.Root != nil:
 		return "it ran in a warm pool's sandbox", nil
-	case nat:
-		return "it is on gvx's NAT", nil
 	}
 	return "", nil
 }

@@ -30,7 +30,8 @@ type target struct {
 // checkTarget refuses a restore target gvx cannot restore into: its
 // sandbox must be its own, booted by its create, with nothing a restore
 // puts in place before the sandbox boots (volumes cloned from the
-// checkpoint's copies, docker mode's relay and bridges, a NAT's eth0).
+// checkpoint's copies, docker mode's relay and bridges). A NAT sandbox's
+// create starts its NAT and gives it its eth0, which its restore keeps.
 func (t *gvxTask) checkTarget(context.Context) error {
 	if t.target == nil {
 		return nil
@@ -41,8 +42,6 @@ func (t *gvxTask) checkTarget(context.Context) error {
 		why = "it has ext4lite volumes or an ext4 root filesystem, which a restore clones from the checkpoint before the sandbox boots"
 	case t.rec.Docker:
 		why = "it runs in docker mode"
-	case t.network == api.NetworkNAT:
-		why = "it is on gvx's NAT, whose eth0 a restore sets up as the sandbox boots"
 	case t.cfg.Pool.Size != 0:
 		why = "its runtime configuration has a warm pool, and a target boots a sandbox of its own"
 	}

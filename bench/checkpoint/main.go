@@ -133,7 +133,7 @@ func (x *env) sizes(ctx context.Context, mib, runs int, nat bool) error {
 		}
 	}
 	if nat {
-		for _, o := range []rollout.Options{{NoTargets: true}, {Spares: 1}} { // (no restore targets on the NAT)
+		for _, o := range []rollout.Options{{NoTargets: true}, {}, {Spares: 1}} {
 			if err := x.gvx(ctx, mib, runs, o, true); err != nil {
 				return fmt.Errorf("NAT: %w", err)
 			}
@@ -191,7 +191,7 @@ func (x *env) gvx(ctx context.Context, mib, runs int, o rollout.Options, nat boo
 	id, what := fmt.Sprintf("ck%d-%d-%v-%v", mib, spares, lazy, targets), "gvx"
 	var more []oci.SpecOpts
 	if nat {
-		id, what = fmt.Sprintf("cknat%d-%d", mib, spares), "gvx NAT"
+		id, what = fmt.Sprintf("cknat%d-%d-%v", mib, spares, targets), "gvx NAT"
 		more = append(more, oci.WithAnnotations(map[string]string{api.AnnotationNetwork: api.NetworkNAT}))
 	}
 	e, sb, done, err := x.adopted(ctx, id, mib, o, more...)
@@ -249,6 +249,9 @@ func (x *env) gvx(ctx context.Context, mib, runs int, o rollout.Options, nat boo
 	switch {
 	case targets:
 		row(mib, what+" rollback (restore target)", rollbacks)
+		if nat {
+			return nil
+		}
 		return x.targetMemory(ctx, e, sb, mib)
 	case spares == 0:
 		row(mib, what+" checkpoint (saved)", syncT)

@@ -150,4 +150,21 @@ func TestTargetRestore(t *testing.T) {
 	if !ok || r.SubFlag("detach") != "true" || r.SubFlag("image-path") != "/store/ck-1/image" || !slices.Equal(r.Args(), []string{"tg1"}) {
 		t.Fatalf("the restore parses as %+v", r)
 	}
+	// A NAT sandbox's: gVisor's network "host" for the call, after the
+	// task's own --network.
+	c, _ = argv.Parse([]string{"gvx-sentry", "--root", root, "--network=none", "start", "tg2"})
+	if err := os.WriteFile(api.SentryRoot(root).RestoreTarget("tg2"), []byte("/ck2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(api.SentryRoot(root).NATStats("tg2"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = targetRestore(c)
+	want = []string{"gvx-sentry", "--root", root, "--network=none", "--network=host", "restore", "--detach", "--image-path=/ck2", "tg2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("a NAT target's restore = %q, want %q", got, want)
+	}
+	if r, ok := argv.Parse(got); !ok || r.Sub != "restore" {
+		t.Fatalf("the NAT target's restore parses as %+v", r)
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/natsandbox"
 )
 
 // isTarget says whether container id of sentry root root is a restore
@@ -36,5 +37,14 @@ func targetRestore(c argv.Command) ([]string, bool) {
 	if image == "" {
 		return nil, false
 	}
-	return append(slices.Clone(c.Globals), "restore", "--detach", "--image-path="+image, ids[0]), true
+	globals := slices.Clone(c.Globals)
+	if natsandbox.Has(c.Root, ids[0]) {
+		// A NAT sandbox's eth0 is the one its create gave it, on the NAT
+		// process the create started: with gVisor's network taken as
+		// "host" for this call alone, runsc's restore sets no network
+		// up and the restored stack gets that eth0 (the last --network
+		// is the one runsc takes; natsandbox.Start does the same).
+		globals = append(globals, "--network=host")
+	}
+	return append(globals, "restore", "--detach", "--image-path="+image, ids[0]), true
 }
