@@ -62,7 +62,7 @@ type Options struct {
 	// a sandbox booted from its spec, not started (target.go) — which a
 	// rollback or fork without a ready spare restores into instead of
 	// booting a sandbox then. It costs an idle sandbox's memory per
-	// lineage; sandboxes with volumes, docker mode or NAT have none.
+	// lineage; sandboxes with volumes or docker mode have none.
 	NoTargets bool
 	// Targets is how many restore targets the engine keeps per lineage
 	// (0: one). More let a Fork of n restore its forks side by side
