@@ -204,6 +204,7 @@ func (x *env) gvx(ctx context.Context, mib, runs int, o rollout.Options, nat boo
 		}
 	}()
 	var syncT, asyncT, paused, rollbacks []time.Duration
+	var firstTarget time.Duration
 	var disk int64
 	for i := 0; i < runs; i++ {
 		t0 := time.Now()
@@ -227,8 +228,13 @@ func (x *env) gvx(ctx context.Context, mib, runs int, o rollout.Options, nat boo
 			}
 		}
 		if targets {
+			t1 := time.Now()
 			if err := waitTarget(e, sb); err != nil {
 				return err
+			}
+			if i == 0 {
+				// The first target is made after the first checkpoint.
+				firstTarget = time.Since(t1)
 			}
 		}
 		took, err := e.Rollback(ctx, sb, h.ID)
@@ -249,6 +255,7 @@ func (x *env) gvx(ctx context.Context, mib, runs int, o rollout.Options, nat boo
 	switch {
 	case targets:
 		row(mib, what+" rollback (restore target)", rollbacks)
+		fmt.Printf("%-7s %-36s %10s (after the checkpoint's save)\n", fmt.Sprintf("%d MiB", mib), what+" restore target ready", ms(firstTarget))
 		if nat {
 			return nil
 		}
