@@ -75,6 +75,22 @@ func TestRolloutTarget(t *testing.T) {
 	}
 	checkRolledBack(t, id, &out)
 
+	// A checkpoint of the backing restored into the target restores on
+	// demand too (RestoreAs always does), and in place: the handle's
+	// spec is not a target's.
+	h2, err := eng.Checkpoint(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := eng.RestoreAs(ctx, h2.ID, "tgtas")
+	if err != nil {
+		t.Fatalf("restore on demand of a checkpoint taken after a rollback into a target: %v", err)
+	}
+	waitIn(t, current(as), "cat /tmp/n", "4")
+	if err := eng.Destroy(ctx, as); err != nil {
+		t.Error(err)
+	}
+
 	// The next rollback has a new target; the used one is the sandbox's.
 	var next string
 	waitFor(t, "a new restore target", func() bool { next = eng.Target(sb.Lineage()); return next != "" })

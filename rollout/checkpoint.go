@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -329,7 +330,10 @@ func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, f
 	if err := m.Write(dir); err != nil {
 		return err
 	}
-	return writeSpec(filepath.Join(e.store.handleDir(h.ID), specFile), spec)
+	saved := *spec
+	saved.Annotations = maps.Clone(spec.Annotations)
+	stripRestoreDirectives(&saved)
+	return writeSpec(filepath.Join(e.store.handleDir(h.ID), specFile), &saved)
 }
 
 // createImageFiles creates gVisor's image files in dir: state, pages

@@ -94,6 +94,9 @@ func setRestoreFrom(ctx context.Context, ctr client.Container, dir string) error
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}
+	// A backing restored into a restore target carries the target's
+	// annotation from its create: its next task restores from dir.
+	delete(spec.Annotations, api.AnnotationRestoreTarget)
 	if dir == "" {
 		delete(spec.Annotations, api.AnnotationRestoreFrom)
 	} else {

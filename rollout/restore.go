@@ -78,6 +78,15 @@ func (e *Engine) promote(ctx context.Context, b *backing, id, parent string, lab
 	return nil
 }
 
+// stripRestoreDirectives removes from spec the annotations that tell the
+// shim how to create its task — restore from an image, be a restore
+// target — which a backing's spec carries from its own creation and which
+// must not pass to what is made from it.
+func stripRestoreDirectives(spec *specs.Spec) {
+	delete(spec.Annotations, api.AnnotationRestoreFrom)
+	delete(spec.Annotations, api.AnnotationRestoreTarget)
+}
+
 func writeSpec(path string, spec *specs.Spec) error {
 	if err := api.WriteJSON(path, spec); err != nil {
 		return fmt.Errorf("checkpoint spec: %w", err)
@@ -146,12 +155,14 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 
 // backingSpec is handle h's checkpointed spec for a new backing, container
 // id: a cgroup of its own (containerd's /<namespace>/<id>); its
-// annotations not nil.
+// annotations not nil, without the restore directives the checkpointed
+// backing was created with (handles saved before save stripped them).
 func (e *Engine) backingSpec(h *Handle, id string) (*specs.Spec, error) {
 	spec, err := readSpec(filepath.Join(e.store.handleDir(h.ID), specFile))
 	if err != nil {
 		return nil, err
 	}
+	stripRestoreDirectives(spec)
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}

@@ -112,7 +112,6 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 	if err != nil {
 		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
 	}
-	delete(spec.Annotations, api.AnnotationRestoreFrom)
 	spec.Annotations[api.AnnotationRestoreTarget] = "true"
 	for _, m := range spec.Mounts {
 		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
