@@ -173,6 +173,36 @@ func TestRolloutTargetNAT(t *testing.T) {
 	}
 }
 
+// TestRolloutTargetCtrCheckpoint: a backing restored into a restore target
+// (whose container spec carries the target's annotation from its create)
+// checkpointed through containerd is restored by `ctr c restore`.
+func TestRolloutTargetCtrCheckpoint(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
+	sb := adoptRunning(t, eng, ctx, "tgctr", nil, "sh", "-c", "echo 1 > /tmp/state; while true; do sleep 0.1; done")
+	waitIn(t, current(sb), "cat /tmp/state", "1")
+	h, err := eng.Checkpoint(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target string
+	waitFor(t, "a restore target", func() bool { target = eng.Target(sb.Lineage()); return target != "" })
+	if _, err := eng.Rollback(ctx, sb, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if current(sb) != target {
+		t.Fatalf("the rollback's backing is %s, want the restore target %s", current(sb), target)
+	}
+	ref, id := "gvx.test/tgctr:1", "tgctr-r"
+	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
+	cleanupTask(t, id)
+	inTask(t, current(sb), "echo 2 > /tmp/state")
+	mustCtr(t, "container", "checkpoint", "--task", current(sb), ref)
+	mustCtr(t, "container", "restore", "--live", id, ref)
+	waitIn(t, id, "cat /tmp/state", "2")
+	removeTask(t, id)
+}
+
 // TestRolloutTargetsFork: with Options.Targets = 2, a fork of 2 restores
 // both forks into restore targets, side by side.
 func TestRolloutTargetsFork(t *testing.T) {

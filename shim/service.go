@@ -3,6 +3,7 @@ package shim
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -86,8 +87,20 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		}
 		close(c.done)
 	}()
+	// containerd's extraction of a checkpoint for a restore (restorecopy.go)
+	// is the task's to remove: also when newTask refuses the task before
+	// its record exists.
+	copyDir := ""
+	if r.Checkpoint != "" && restoreCopy(r.Checkpoint) {
+		copyDir = r.Checkpoint
+	}
 	t, err := newTask(ctx, r, s.task)
 	if err != nil {
+		if copyDir != "" {
+			if rerr := os.RemoveAll(copyDir); rerr != nil {
+				log.G(ctx).WithError(rerr).Warnf("gvx shim: %s: remove containerd's copy of its checkpoint", r.ID)
+			}
+		}
 		return nil, err
 	}
 	defer func() {

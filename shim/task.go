@@ -115,6 +115,13 @@ func newTask(ctx context.Context, r *task.CreateTaskRequest, pod func(id string)
 	if err != nil {
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
 	}
+	if from == "" && r.Checkpoint != "" && spec.Annotations[api.AnnotationRestoreTarget] != "" {
+		// containerd's restore of a checkpoint of a backing the rollout
+		// engine restored into a restore target: the container's spec
+		// carries the annotation from the target's create; the request
+		// restores.
+		delete(spec.Annotations, api.AnnotationRestoreTarget)
+	}
 	if from != "" && r.Checkpoint == "" {
 		// The runc task service restores a task whose request names a
 		// checkpoint instead of booting it.
