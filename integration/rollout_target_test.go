@@ -129,17 +129,13 @@ func TestRolloutTarget(t *testing.T) {
 	waitFor(t, "a restore target after the forks", func() bool { return eng.Target(sb.Lineage()) != "" })
 }
 
-// TestRolloutTargetNAT: a NAT sandbox's restore target has its NAT and
-// eth0 from its create; a rollback into it gives the sandbox its
-// checkpointed files and a working eth0 (10.0.2.15, the policy's allowed
-// host port reached through 10.0.2.2, a port it does not allow refused).
-func TestRolloutTargetNAT(t *testing.T) {
-	checkNoLeaks(t)
-	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
-	srv := startNATHTTP(t, "through the target's nat")
-	other := startNATHTTP(t, "not allowed")
-	nat := natAnnotations(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
-	sb := adoptRunning(t, eng, ctx, "tgnat", nat, "sh", "-c", "echo 1 > /tmp/state; while true; do sleep 0.1; done")
+// intoTarget adopts sandbox id (ctr run options opts) writing 1 to
+// /tmp/state, checkpoints it, writes 2, and rolls it back into the restore
+// target the engine made: the sandbox's backing is then the target, and
+// its /tmp/state 1 again.
+func intoTarget(t *testing.T, eng *rollout.Engine, ctx context.Context, id string, opts []string) *rollout.Sandbox {
+	t.Helper()
+	sb := adoptRunning(t, eng, ctx, id, opts, "sh", "-c", "echo 1 > /tmp/state; while true; do sleep 0.1; done")
 	waitIn(t, current(sb), "cat /tmp/state", "1")
 	h, err := eng.Checkpoint(ctx, sb)
 	if err != nil {
@@ -151,10 +147,24 @@ func TestRolloutTargetNAT(t *testing.T) {
 	if _, err := eng.Rollback(ctx, sb, h.ID); err != nil {
 		t.Fatal(err)
 	}
-	id := current(sb)
-	if id != target {
-		t.Fatalf("the rollback's backing is %s, want the restore target %s", id, target)
+	if current(sb) != target {
+		t.Fatalf("the rollback's backing is %s, want the restore target %s", current(sb), target)
 	}
+	return sb
+}
+
+// TestRolloutTargetNAT: a NAT sandbox's restore target has its NAT and
+// eth0 from its create; a rollback into it gives the sandbox its
+// checkpointed files and a working eth0 (10.0.2.15, the policy's allowed
+// host port reached through 10.0.2.2, a port it does not allow refused).
+func TestRolloutTargetNAT(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
+	srv := startNATHTTP(t, "through the target's nat")
+	other := startNATHTTP(t, "not allowed")
+	nat := natAnnotations(t, api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", srv.port)}}})
+	sb := intoTarget(t, eng, ctx, "tgnat", nat)
+	id := current(sb)
 	if got := strings.TrimSpace(inTask(t, id, "cat /tmp/state")); got != "1" {
 		t.Errorf("after the rollback /tmp/state is %q, want 1", got)
 	}
@@ -179,20 +189,7 @@ func TestRolloutTargetNAT(t *testing.T) {
 func TestRolloutTargetCtrCheckpoint(t *testing.T) {
 	checkNoLeaks(t)
 	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
-	sb := adoptRunning(t, eng, ctx, "tgctr", nil, "sh", "-c", "echo 1 > /tmp/state; while true; do sleep 0.1; done")
-	waitIn(t, current(sb), "cat /tmp/state", "1")
-	h, err := eng.Checkpoint(ctx, sb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var target string
-	waitFor(t, "a restore target", func() bool { target = eng.Target(sb.Lineage()); return target != "" })
-	if _, err := eng.Rollback(ctx, sb, h.ID); err != nil {
-		t.Fatal(err)
-	}
-	if current(sb) != target {
-		t.Fatalf("the rollback's backing is %s, want the restore target %s", current(sb), target)
-	}
+	sb := intoTarget(t, eng, ctx, "tgctr", nil)
 	ref, id := "gvx.test/tgctr:1", "tgctr-r"
 	t.Cleanup(func() { _, _ = e.ctrResult(context.Background(), "images", "rm", ref) })
 	cleanupTask(t, id)
