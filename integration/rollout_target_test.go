@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/rollout"
 )
@@ -318,5 +320,50 @@ func TestRestoreTargetRefused(t *testing.T) {
 	// A target the shim cannot restore into: docker mode.
 	if _, _, err := newTask("tgdocker", map[string]string{api.AnnotationRestoreTarget: "true", api.AnnotationDocker: "true"}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "docker mode") {
 		t.Errorf("a docker-mode target: %v, want FailedPrecondition saying docker mode", err)
+	}
+}
+
+// TestGCOrphanedTarget: `gvx gc` leaves a restore target whose engine's
+// process runs, and removes one whose engine's process is gone (its owner
+// label names a process that exited), with its task.
+func TestGCOrphanedTarget(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
+	sb := adoptRunning(t, eng, ctx, "tggc", nil, "sh", "-c", "while true; do sleep 1; done")
+	if _, err := eng.Checkpoint(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	var target string
+	waitFor(t, "a restore target", func() bool { target = eng.Target(sb.Lineage()); return target != "" })
+	args := []string{"gc", "--containerd", e.Socket(), "--state-dir", harness.State.Dir, "--min-age", "0", "--grace", "2s"}
+	what := "restored " + testNS + "/" + target
+	if dry := gvx(t, append(args, "--dry-run")...); hasLine(dry, "would reclaim ", what) {
+		t.Fatalf("gvx gc would reclaim the target of a running engine:\n%s", dry)
+	}
+	// Its engine's process gone: the label names one that exited.
+	gone := exec.Command("sleep", "30")
+	if err := gone.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id := procfs.Identity(gone.Process.Pid)
+	_ = gone.Process.Kill()
+	_ = gone.Wait()
+	ct, err := mustClient(t).LoadContainer(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ct.SetLabels(ctx, map[string]string{rollout.LabelOwner: id}); err != nil {
+		t.Fatal(err)
+	}
+	out := gvx(t, args...)
+	t.Logf("gvx gc:\n%s", out)
+	if !hasLine(out, "reclaimed ", what) {
+		t.Errorf("gvx gc does not report reclaiming %q", what)
+	}
+	if _, err := mustClient(t).LoadContainer(ctx, target); !errdefs.IsNotFound(err) {
+		t.Errorf("the orphaned target %s after gvx gc: %v, want it gone", target, err)
+	}
+	if st, err := sb.Task().Status(ctx); err != nil || st.Status != client.Running {
+		t.Errorf("the sandbox %s after gvx gc: %v %v, want it running", current(sb), st.Status, err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/rollout"
 )
 
 // reconcile is what the containerds know.
@@ -154,6 +155,43 @@ func (s *sweep) lifetimes(ctx context.Context) {
 				// state is the next sweep's.
 				s.stopped[ci.ID] = true
 				s.add(KindSandbox, ns+"/"+ci.ID, why, func() (string, error) { return s.expire(nctx, c, ci) })
+			}
+		}
+	}
+}
+
+// restored removes the containers a rollout engine restored — hot spares,
+// restore targets — that are no sandbox's and whose engine's process is
+// gone (rollout.Orphaned), with their volume copies: nothing else would
+// (a `gvx serve` that restarts removes its own).
+func (s *sweep) restored(ctx context.Context) {
+	for addr, c := range s.cd.clients {
+		for ns := range s.cd.known {
+			nctx := namespaces.WithNamespace(ctx, ns)
+			cs, err := c.ContainerService().List(nctx, fmt.Sprintf("labels.%q", rollout.LabelOwner))
+			if err != nil {
+				continue
+			}
+			for _, ci := range cs {
+				if !rollout.Orphaned(ci.Labels) || !s.old(ci.CreatedAt) {
+					continue
+				}
+				ci := ci
+				why := fmt.Sprintf("a rollout %s whose engine's process %s is gone, containerd %s", ci.Labels[rollout.LabelRole], ci.Labels[rollout.LabelOwner], addr)
+				s.stopped[ci.ID] = true
+				s.add(KindRestored, ns+"/"+ci.ID, why, func() (string, error) {
+					how, err := s.expire(nctx, c, ci)
+					if err != nil {
+						return how, err
+					}
+					if dir := rollout.RestoredVolumes(ci.Labels); dir != "" {
+						if err := os.RemoveAll(dir); err != nil {
+							return how, fmt.Errorf("its volume copies: %w", err)
+						}
+						how += ", volume copies removed"
+					}
+					return how, nil
+				})
 			}
 		}
 	}

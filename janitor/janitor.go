@@ -85,6 +85,7 @@ const (
 	KindLease       Kind = "lease"      // an image pool's containerd lease
 	KindFIFO        Kind = "fifo"       // stdio FIFOs of a process whose creator died
 	KindRelay       Kind = "relay copy" // a gvx-relay build no sandbox runs any more
+	KindRestored    Kind = "restored"   // a rollout engine's spare or restore target whose process is gone
 )
 
 // Item is one leftover found.
@@ -208,6 +209,7 @@ func Sweep(ctx context.Context, o Options) *Report {
 		s.skip("containerd %s does not answer: nothing it may own is reclaimed (sentry roots, task directories and cgroups, claimed pool sandboxes, volume clones)", a)
 	}
 	s.lifetimes(ctx)
+	s.restored(ctx)
 	s.shims(ctx)
 	s.pools(ctx)
 	s.sandboxProcs(ctx)

@@ -129,6 +129,16 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 		// node that is not always enough: try again before giving up.
 		for attempt := 1; ; attempt++ {
 			_, err := b.task.Delete(ctx, client.WithProcessKill)
+			if errdefs.IsNotFound(err) && b.task.IO() != nil {
+				// Removed behind the engine (`gvx gc` of what it took
+				// for an orphan): containerd's client then leaves the
+				// IO this process made, whose Close removes its FIFOs.
+				io := b.task.IO()
+				io.Cancel()
+				if cerr := io.Close(); cerr != nil {
+					log.G(ctx).WithError(cerr).Warnf("rollout: the stdio FIFOs of %s", b.id)
+				}
+			}
 			if err == nil || errdefs.IsNotFound(err) {
 				break
 			}

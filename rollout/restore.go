@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/oci"
 )
 
@@ -39,7 +40,27 @@ const (
 	// rollback's, those of the backing it replaced; a fork's, those of the
 	// container checkpointed, as Options.ForkLabel keeps them).
 	LabelSandbox = "dev.gvx.rollout.sandbox"
+	// LabelOwner, on a container the engine restores (a spare, a restore
+	// target, a backing until it is a sandbox's), names the process whose
+	// engine made it (procfs.Identity): one whose owner is gone and that
+	// is no sandbox's is garbage (Orphaned; the janitor removes it).
+	LabelOwner = "dev.gvx.rollout.owner"
 )
+
+// owner is this process's identity, for LabelOwner.
+var owner = procfs.Identity(os.Getpid())
+
+// Orphaned reports whether a container with labels is one the engine
+// restored that is no sandbox's backing and whose engine's process is
+// gone: a spare or restore target left by a process that died.
+func Orphaned(labels map[string]string) bool {
+	o := labels[LabelOwner]
+	return labels[LabelRole] != "" && labels[LabelSandbox] == "" && o != "" && !procfs.Running(o)
+}
+
+// RestoredVolumes is the directory of the volume copies of a container
+// the engine restored ("" if none).
+func RestoredVolumes(labels map[string]string) string { return labels[labelVolumes] }
 
 // labelParent, on a sandbox's backing, names the handle its state
 // descends from (its last checkpoint, or the handle it was rolled back or
@@ -48,7 +69,7 @@ const labelParent = "dev.gvx.rollout.parent"
 
 // engineLabel says whether container label k is one the engine sets.
 func engineLabel(k string) bool {
-	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage || k == labelVolumes || k == labelParent
+	return k == labelHandle || k == LabelRole || k == LabelSandbox || k == labelLineage || k == labelVolumes || k == labelParent || k == LabelOwner
 }
 
 // ownLabels is labels without the engine's.
@@ -139,7 +160,7 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 			_ = e.destroy(ctx, b)
 		}
 	}()
-	if err := e.create(ctx, h, b, spec, map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage, labelVolumes: b.volDir}); err != nil {
+	if err := e.create(ctx, h, b, spec, map[string]string{labelHandle: h.ID, LabelRole: role, labelLineage: h.Lineage, labelVolumes: b.volDir, LabelOwner: owner}); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
 	if err := b.task.Start(ctx); err != nil {

@@ -124,7 +124,7 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 			_ = e.destroy(ctx, b)
 		}
 	}()
-	if err := e.create(ctx, h, b, spec, map[string]string{LabelRole: targetRole, labelLineage: h.Lineage}); err != nil {
+	if err := e.create(ctx, h, b, spec, map[string]string{LabelRole: targetRole, labelLineage: h.Lineage, LabelOwner: owner}); err != nil {
 		if errdefs.IsFailedPrecondition(err) {
 			// The shim refuses what it cannot restore into a target (a
 			// runtime configuration with a warm pool, …): it says why.

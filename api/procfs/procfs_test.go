@@ -1,6 +1,7 @@
 package procfs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -40,5 +41,34 @@ func TestThreads(t *testing.T) {
 	}
 	if got := Threads(-1); len(got) != 0 {
 		t.Errorf("Threads(-1) = %v", got)
+	}
+}
+
+// TestIdentity: a process's identity says it runs while it does, and not
+// once it has exited, nor for its pid with another start time.
+func TestIdentity(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id := Identity(cmd.Process.Pid)
+	if id == "" || !Running(id) {
+		t.Fatalf("identity %q of a running process: running %v", id, Running(id))
+	}
+	if self := Identity(os.Getpid()); !Running(self) || self == id {
+		t.Errorf("this process's identity %q", self)
+	}
+	if Running(fmt.Sprintf("%d:1", cmd.Process.Pid)) {
+		t.Error("the pid with another start time runs")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if Running(id) {
+		t.Errorf("identity %q runs after its process exited", id)
+	}
+	for _, bad := range []string{"", "x:1", "12", "-1:0"} {
+		if Running(bad) {
+			t.Errorf("Running(%q)", bad)
+		}
 	}
 }
