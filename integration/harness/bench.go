@@ -20,12 +20,16 @@ type Bench struct {
 	Client     *client.Client
 	Busybox    client.Image
 	ns         string
+	// pinned: the node's shared gofer network namespace was pinned
+	// before the bench (else the bench's sandboxes pinned it, and Close
+	// releases it).
+	pinned bool
 }
 
 // StartBench checks make bench's environment, starts a private containerd
 // and imports busybox.tar, in ctx's namespace. Close releases it all.
 func StartBench(ctx context.Context) (_ *Bench, retErr error) {
-	b := &Bench{Bins: BinsFromEnv(), Images: os.Getenv("IMAGES")}
+	b := &Bench{Bins: BinsFromEnv(), Images: os.Getenv("IMAGES"), pinned: SharedNetNSPinned()}
 	b.ns, _ = namespaces.Namespace(ctx)
 	if b.Bins.GVX == "" || b.Bins.Containerd == "" || b.Bins.Runsc == "" || b.Images == "" {
 		return nil, fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, RUNSC_BIN, IMAGES)")
@@ -48,8 +52,9 @@ func StartBench(ctx context.Context) (_ *Bench, retErr error) {
 	return b, nil
 }
 
-// Close closes the client, stops the containerd and removes runc's root
-// of the namespace.
+// Close closes the client, stops the containerd, removes runc's root of
+// the namespace and, if the bench's sandboxes made it, the pin of the
+// node's shared gofer network namespace.
 func (b *Bench) Close() {
 	if b.Client != nil {
 		b.Client.Close()
@@ -58,4 +63,7 @@ func (b *Bench) Close() {
 		b.Containerd.Close()
 	}
 	RemoveRuntimeRoot("/run/containerd/runc/" + b.ns)
+	if !b.pinned {
+		UnpinSharedNetNS()
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -152,3 +153,6 @@ func SharedNetNS() string { return api.SentryRoot(State.SharedSentryRoot()).Null
 // UnpinSharedNetNS releases that pin, as `gvx gc` does once no sandbox is
 // left.
 func UnpinSharedNetNS() { sandbox.UnpinNetNS(api.SentryRoot(State.SharedSentryRoot())) }
+
+// SharedNetNSPinned says whether that pin is there now.
+func SharedNetNSPinned() bool { return slices.Contains(MountsUnder(SharedNetNS()), SharedNetNS()) }
