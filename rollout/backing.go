@@ -38,9 +38,6 @@ type backing struct {
 	// paused says the engine paused its kernel (containerd does not
 	// know: its task is still "running").
 	paused bool
-	// unstarted: a restore target whose task is created, not started
-	// (target.go).
-	unstarted bool
 }
 
 // pause pauses b's kernel through its control connection.

@@ -386,14 +386,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.targets = map[string][]*backing{}
 	e.mu.Unlock()
 	var errs []error
-	for _, list := range all {
-		for _, b := range list {
-			errs = append(errs, e.destroy(ctx, b))
-		}
-	}
-	for _, list := range targets {
-		for _, b := range list {
-			errs = append(errs, e.destroy(ctx, b))
+	for _, kept := range []map[string][]*backing{all, targets} {
+		for _, list := range kept {
+			for _, b := range list {
+				errs = append(errs, e.destroy(ctx, b))
+			}
 		}
 	}
 	return errors.Join(errs...)

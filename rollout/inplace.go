@@ -96,10 +96,8 @@ func setRestoreFrom(ctx context.Context, ctr client.Container, dir string) error
 	}
 	// A backing restored into a restore target carries the target's
 	// annotation from its create: its next task restores from dir.
-	delete(spec.Annotations, api.AnnotationRestoreTarget)
-	if dir == "" {
-		delete(spec.Annotations, api.AnnotationRestoreFrom)
-	} else {
+	stripRestoreDirectives(spec)
+	if dir != "" {
 		spec.Annotations[api.AnnotationRestoreFrom] = dir
 	}
 	return ctr.Update(ctx, func(ctx context.Context, _ *client.Client, c *containers.Container) error {

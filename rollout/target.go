@@ -11,7 +11,6 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
-	"github.com/gvxrun/gvx/oci"
 )
 
 // Restore targets (Options.NoTargets turns them off). A restore on demand
@@ -113,12 +112,7 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
 	}
 	spec.Annotations[api.AnnotationRestoreTarget] = "true"
-	for _, m := range spec.Mounts {
-		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
-			return nil, "it has ext4lite volumes", nil
-		}
-	}
-	b := &backing{id: id, out: &gate{}, restored: true, volDir: e.store.volumeDir(id), unstarted: true}
+	b := &backing{id: id, out: &gate{}, restored: true, volDir: e.store.volumeDir(id)}
 	defer func() {
 		if retErr != nil {
 			_ = e.destroy(ctx, b)
@@ -165,7 +159,6 @@ func (e *Engine) aimTarget(ctx context.Context, b *backing, h *Handle) error {
 	if err := b.task.Start(ctx); err != nil {
 		return fmt.Errorf("restore %s into target %s: %w", h.ID, b.id, err)
 	}
-	b.unstarted = false
 	if err := e.pause(ctx, b); err != nil {
 		return fmt.Errorf("restore %s into target %s: %w", h.ID, b.id, err)
 	}

@@ -21,9 +21,10 @@ import (
 // restore on demand pays for the sandbox's boot (and containerd's
 // container and task) inside the restore; a target pays for them before
 // the checkpoint it will hold is known.
+// The checkpoint named is the task's checkpointDir (and restoring), set
+// under mu.
 type target struct {
 	mu      sync.Mutex
-	image   string // the image directory named; "" until then
 	started bool
 }
 
@@ -108,7 +109,6 @@ func (t *gvxTask) aim(ctx context.Context, dir string) error {
 	if err := api.WriteFile(t.rec.Sandbox.Root.RestoreTarget(id), []byte(dir+"\n"), 0o600); err != nil {
 		return fmt.Errorf("restore target %s: %w", id, err)
 	}
-	t.target.image = dir
 	t.restoring, t.checkpointDir = m, dir
 	log.G(ctx).Debugf("gvx shim: restore target %s will restore %s", id, dir)
 	return nil
@@ -122,7 +122,7 @@ func (t *gvxTask) startTarget() error {
 	}
 	t.target.mu.Lock()
 	defer t.target.mu.Unlock()
-	if t.target.image == "" {
+	if t.checkpointDir == "" {
 		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore target %s has no checkpoint to restore: name one with a task Update whose annotation %s is its image directory, then start it", t.rec.ID, api.AnnotationRestoreImage))
 	}
 	t.target.started = true
