@@ -32,6 +32,8 @@ import (
 type natHTTP struct {
 	port  int
 	conns atomic.Int64
+	// last is when the last connection was accepted (UnixNano).
+	last atomic.Int64
 }
 
 func startNATHTTP(t *testing.T, body string) *natHTTP {
@@ -46,6 +48,7 @@ func startNATHTTP(t *testing.T, body string) *natHTTP {
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateNew {
 				h.conns.Add(1)
+				h.last.Store(time.Now().UnixNano())
 			}
 		},
 	}
@@ -655,8 +658,25 @@ func TestPoolNATReset(t *testing.T) {
 	if sb2 := runAdopted(t, p, "poolnatr2", nil, "sleep", "120"); sb2 != sb {
 		t.Fatalf("the next task adopted %s, not the reset %s", sb2, sb)
 	}
-	if r := ctrExec(t, "poolnatr2", "get", get...); r.code != 0 || r.stdout != "hello-pool-nat" {
-		t.Errorf("the next task in the reset sandbox: code %d %q %q, want the pool's policy", r.code, r.stdout, r.stderr)
+	// timeout bounds a stalled connect (busybox 1.35's `wget -T` crashes);
+	// the exec's deadline bounds an exec whose end is not reported.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	start := time.Now()
+	timed := append([]string{"task", "exec", "--exec-id", "get2", "poolnatr2", "timeout", "15"}, get...)
+	r, err := e.ctrResult(ctx, timed...)
+	took := time.Since(start)
+	if err != nil || r.code != 0 || r.stdout != "hello-pool-nat" || took > 10*time.Second {
+		var seen string
+		if at := srv.last.Load(); at != 0 {
+			seen = fmt.Sprintf("the host server accepted its last connection %v after the exec began", time.Unix(0, at).Sub(start).Round(time.Millisecond))
+		} else {
+			seen = "the host server accepted no connection"
+		}
+		diag, _ := e.ctrResult(context.Background(), "task", "exec", "--exec-id", "diag", "poolnatr2", "sh", "-c", "ps; cat /proc/net/tcp")
+		nat, _ := os.ReadFile(harness.SandboxDir(sb).Root().NATLog(sb))
+		t.Errorf("the next task in the reset sandbox: code %d %q %q (%v) in %v, want the pool's policy at once; %s; in the guest:\n%s%s\nNAT log:\n%s",
+			r.code, r.stdout, r.stderr, err, took.Round(time.Millisecond), seen, diag.stdout, diag.stderr, nat)
 	}
 	deleteTask(t, "poolnatr2")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/sys/reaper"
 )
@@ -70,4 +71,53 @@ func TestRuntimeKillLeavesBundleAlone(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("err = %v, want the runtime's stderr", err)
 	}
+}
+
+// The kill of a container's processes after its monitor died names the
+// container by id under the task's sentry root, which the next task of
+// that id reuses: the task's delete (endAll.stop) waits for a kill under
+// way, and no kill starts once it has begun.
+func TestKillAllEndsBeforeDelete(t *testing.T) {
+	reapChildren(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "killed")
+	runtime := filepath.Join(dir, "runtime")
+	script := "#!/bin/sh\nsleep 0.3\necho \"$@\" >> " + marker + "\n"
+	if err := os.WriteFile(runtime, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	task := &gvxTask{binary: runtime, rec: &record{ID: "t1", Namespace: "ns", RuncRoot: filepath.Join(dir, "root")}}
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		task.killAllInSandbox(context.Background(), 42)
+	}()
+	<-started
+	// Let the kill begin (its runtime sleeps).
+	deadline := time.Now().Add(5 * time.Second)
+	for !killBegun(task) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kill never began")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	task.endAll.stop(context.Background())
+	b, err := os.ReadFile(marker)
+	if err != nil || strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("the delete went on before the kill under way was over: marker %q (%v)", b, err)
+	}
+	// A monitor's exit seen after the delete began kills nothing.
+	task.killAllInSandbox(context.Background(), 42)
+	fresh := &gvxTask{binary: runtime, rec: task.rec}
+	fresh.endAll.stop(context.Background())
+	fresh.killAllInSandbox(context.Background(), 43)
+	if b, _ = os.ReadFile(marker); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("kills after the delete began ran: %q", b)
+	}
+}
+
+func killBegun(task *gvxTask) bool {
+	task.endAll.mu.Lock()
+	defer task.endAll.mu.Unlock()
+	return task.endAll.done != nil
 }

@@ -3,7 +3,9 @@ package shim
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
 	runcC "github.com/containerd/go-runc"
 	"github.com/containerd/log"
@@ -73,13 +75,62 @@ func (t *gvxTask) monitorCreated(ctx context.Context, pid uint32) {
 	}
 }
 
-// killAllInSandbox SIGKILLs every process of the task's container in its
-// sandbox, once, after its monitor (pid) exited.
-func (t *gvxTask) killAllInSandbox(ctx context.Context, pid int) {
-	if !t.killedAll.CompareAndSwap(false, true) {
+// endAll is the one kill of a task's container's processes after its
+// monitor's death: started at most once, and never after the task's
+// delete began, which waits for one under way. The kill names the
+// container by id under the task's sentry root, which a later task of the
+// same id reuses: a kill that outlived the delete would end that task
+// instead (a pool task's id run again at once: TestPoolNATReset under
+// load).
+type endAll struct {
+	mu      sync.Mutex
+	done    chan struct{} // closed when the kill is over; nil: none began
+	stopped bool          // the task's delete began
+}
+
+// begin reports whether the kill may start now, and if so records it;
+// end must follow.
+func (k *endAll) begin() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.done != nil {
+		return false
+	}
+	k.done = make(chan struct{})
+	return true
+}
+
+func (k *endAll) end() { close(k.done) }
+
+// stop lets no kill start any more and waits (until ctx ends) for one
+// under way.
+func (k *endAll) stop(ctx context.Context) {
+	k.mu.Lock()
+	k.stopped = true
+	done := k.done
+	k.mu.Unlock()
+	if done == nil {
 		return
 	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// endAllTimeout bounds the kill, and so the wait of the task's delete.
+const endAllTimeout = 30 * time.Second
+
+// killAllInSandbox SIGKILLs every process of the task's container in its
+// sandbox, once (endAll).
+func (t *gvxTask) killAllInSandbox(ctx context.Context, pid int) {
+	if !t.endAll.begin() {
+		return
+	}
+	defer t.endAll.end()
 	r := t.rec
+	ctx, cancel := context.WithTimeout(ctx, endAllTimeout)
+	defer cancel()
 	err := runtimeKill(ctx, t.binary, filepath.Join(r.RuncRoot, r.Namespace), r.ID, int(syscall.SIGKILL), "--all")
 	if err != nil {
 		// Ended already (the container's own exit), or its sandbox is gone.

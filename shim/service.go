@@ -192,6 +192,8 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 			// a client that deletes the task as soon as it has seen
 			// it exit (CRI does) may come before the exit's event.
 			s.events.publishOOM(ctx, t)
+			// No kill by the task's id may outlive its delete.
+			t.endAll.stop(ctx)
 		}
 	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)

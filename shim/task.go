@@ -68,10 +68,10 @@ type gvxTask struct {
 	binary string // the task's gvx-sentry link
 	front  bool   // the link is to gvx-runtime (frontLink)
 	// initPid is the host pid of the task's init (for a task in a running
-	// sandbox, its monitor); killedAll: its container was ended after the
-	// monitor's death (monitorexit.go).
-	initPid   atomic.Int64
-	killedAll atomic.Bool
+	// sandbox, its monitor); endAll: the kill of its container's
+	// processes after the monitor's death (monitorexit.go).
+	initPid atomic.Int64
+	endAll  endAll
 	// oomPublished: its TaskOOM event is out (oomevent.go).
 	oomPublished atomic.Bool
 	fault        string        // the step after which to crash (tests)
