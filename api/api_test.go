@@ -107,6 +107,7 @@ func TestLayout(t *testing.T) {
 	got := map[string]string{
 		"state_dir":      l.Dir,
 		"sentry_root":    l.SentryRoot("t1"),
+		"task_dir":       l.TaskDir("default", "t1"),
 		"rootfs":         l.Rootfs("default", "t1"),
 		"volumes":        l.Volumes("default", "t1"),
 		"docker_socket":  l.DockerSocket("default", "t1"),

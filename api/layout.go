@@ -35,6 +35,14 @@ func (l Layout) SentryRoots() string { return filepath.Join(l.Dir, "sentry") }
 // namespace below it.
 func (l Layout) SentryRoot(id string) string { return filepath.Join(l.SentryRoots(), id) }
 
+// TaskDir is the directory of task ns/id's link to gvx-sentry, its flags
+// (FlagsFile) and what gvx-sentry makes for it there (MaskedFile,
+// SysClassDir, HostBindDir): in SentryRoot(id), one per namespace — the
+// same id may run in several — named "@" and the namespace, which no
+// namespace's sentry root can be (containerd's namespace names have no
+// "@").
+func (l Layout) TaskDir(ns, id string) string { return filepath.Join(l.SentryRoot(id), "@"+ns) }
+
 // SharedSentryRoot is gVisor's --shared-root of every sandbox: state
 // gVisor shares across sandboxes, the empty network namespace its gofers
 // join, pinned at SentryRoot(SharedSentryRoot()).NullNetNS() by the first

@@ -519,7 +519,7 @@ func restoredSandbox(t *testing.T, id string) string {
 	if sb := adopted(id); sb != ".sandbox" {
 		t.Fatalf("restored pool task %s runs in sandbox directory %q, want its own (.sandbox)", id, sb)
 	}
-	rec, err := os.ReadFile(api.SandboxDir(filepath.Join(harness.State.SentryRoot(id), ".sandbox")).Record())
+	rec, err := os.ReadFile(api.SandboxDir(filepath.Join(harness.State.TaskDir(testNS, id), ".sandbox")).Record())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func (e *Engine) CheckpointAsync(ctx context.Context, sb *Sandbox) (*Handle, err
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", sb.ID, err)
 	}
-	flags, err := os.ReadFile(filepath.Join(e.layout.SentryRoot(b.id), api.FlagsFile))
+	flags, err := os.ReadFile(filepath.Join(e.layout.TaskDir(namespaceOf(ctx), b.id), api.FlagsFile))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: its gvx-sentry flags: %w (is it a gvx task? members of CRI pods cannot be checkpointed)", sb.ID, err)
 	}

@@ -80,3 +80,25 @@ func linkPoolRoot(dir, ns string, sb *sandbox.Sandbox) error {
 	}
 	return nil
 }
+
+// removePoolLink removes a task's link to its adopted pool sandbox's root
+// (linkPoolRoot), and the task's sentry directory above it once empty:
+// another namespace's task of the same id may still have its own there.
+// (A record written before the link was per namespace names the directory
+// itself, removed whole.)
+func removePoolLink(link string) error {
+	fi, err := os.Lstat(link)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("pool sandbox link: %w", err)
+	case fi.IsDir():
+		return os.RemoveAll(link)
+	}
+	if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("pool sandbox link: %w", err)
+	}
+	removeIfEmpty(filepath.Dir(link))
+	return nil
+}

@@ -50,8 +50,8 @@ type record struct {
 	// PoolProcess: the task is a process started in the adopted
 	// sandbox's root container, not a container inside it.
 	PoolProcess bool `json:"pool_process,omitempty"`
-	// PoolLink is the task's sentry root directory, which links to the
-	// adopted sandbox's root.
+	// PoolLink is the task's sentry root (its namespace's, in
+	// api.Layout.SentryRoot), a link to the adopted sandbox's root.
 	PoolLink string `json:"pool_link,omitempty"`
 	// PodRoot is a pod container's sentry root (its pod's), released once
 	// no container's state is left in it; Cgroup its own cgroup.
@@ -200,7 +200,7 @@ func (r *record) ownsSandbox(ctx context.Context) bool {
 func (r *record) releaseHost(ctx context.Context) []error {
 	var errs []error
 	if r.PoolLink != "" {
-		if err := os.RemoveAll(r.PoolLink); err != nil {
+		if err := removePoolLink(r.PoolLink); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -21,10 +21,8 @@ import (
 	"github.com/gvxrun/gvx/sandbox"
 )
 
-// restoredSandboxDir, in a task's sentry directory (api.Layout.SentryRoot),
-// is the sandbox restoreRoot boots for it. Not a containerd namespace's
-// name (those start with a letter or digit), which the same directory
-// holds too.
+// restoredSandboxDir, in the task's directory (api.Layout.TaskDir, beside
+// its link to gvx-sentry), is the sandbox restoreRoot boots for it.
 const restoredSandboxDir = ".sandbox"
 
 // restoreTimeout bounds the root container's restore: gVisor only reads
@@ -54,14 +52,14 @@ func (t *gvxTask) restoreRoot(ctx context.Context) error {
 	if t.spec.Linux == nil || t.spec.Linux.CgroupsPath == "" {
 		return grpcError(errdefs.ErrInvalidArgument, fmt.Errorf("restore %s: its spec has no cgroup path for the sandbox", r.ID))
 	}
-	d := api.SandboxDir(filepath.Join(t.layout.SentryRoot(r.ID), restoredSandboxDir))
+	d := api.SandboxDir(filepath.Join(t.layout.TaskDir(r.Namespace, r.ID), restoredSandboxDir))
 	sb := &sandbox.Sandbox{ID: randid.New("gvxroot-", 12), Dir: string(d), Root: d.Root(), PidFile: d.PidFile(),
 		Cgroup: t.spec.Linux.CgroupsPath, Flags: m.Flags}
 	// Recorded before anything exists: a failure from here on destroys it
 	// (the sandbox, and the task's sentry directory it is made in, which
 	// linkSentry records later as the task's).
 	r.Sandbox, r.Adopted, r.SandboxCgroup = sb, true, sb.Cgroup
-	r.BinDir = t.layout.SentryRoot(r.ID)
+	r.BinDir = t.layout.TaskDir(r.Namespace, r.ID)
 	if err := r.save(); err != nil {
 		return err
 	}

@@ -93,8 +93,14 @@ func releaseTaskSentry(dir string) error {
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 		errs = append(errs, err)
 	}
+	// The task's sentry directory (api.Layout.TaskDir's parent), once no
+	// namespace's task of the id has anything left there.
+	removeIfEmpty(filepath.Dir(dir))
 	return errors.Join(errs...)
 }
+
+// removeIfEmpty removes directory dir if it is empty.
+func removeIfEmpty(dir string) { _ = os.Remove(dir) }
 
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)

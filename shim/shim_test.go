@@ -124,3 +124,65 @@ func TestMkdirInNamespaceDirRace(t *testing.T) {
 		t.Errorf("%d of %d creates failed while the namespace dir was being removed", n, workers*cycles)
 	}
 }
+
+// The same task id may run in two namespaces: each has its own task
+// directory and pool link in the id's sentry directory, and releasing
+// one leaves the other's; the directory goes with the last.
+func TestSameIDTwoNamespaces(t *testing.T) {
+	l := api.Layout{Dir: t.TempDir()}
+	bin := t.TempDir()
+	sentry := filepath.Join(bin, api.SentryBinary)
+	if err := os.WriteFile(sentry, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pool := t.TempDir()
+	var links []string
+	for _, ns := range []string{"ns1", "ns2"} {
+		if _, err := taskSentry(l.TaskDir(ns, "t1"), sentry, "--flags-of-"+ns, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(pool, filepath.Join(l.SentryRoot("t1"), ns)); err != nil {
+			t.Fatal(err)
+		}
+		links = append(links, filepath.Join(l.SentryRoot("t1"), ns))
+	}
+	if err := releaseTaskSentry(l.TaskDir("ns1", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := removePoolLink(links[0]); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(l.TaskDir("ns2", "t1"), api.FlagsFile)); err != nil || string(data) != "--flags-of-ns2" {
+		t.Errorf("ns2's flags after ns1's release: %q (%v)", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(l.TaskDir("ns2", "t1"), sentryLinkName)); err != nil {
+		t.Errorf("ns2's gvx-sentry link after ns1's release: %v", err)
+	}
+	if target, err := os.Readlink(links[1]); err != nil || target != pool {
+		t.Errorf("ns2's pool link after ns1's release: %q (%v)", target, err)
+	}
+	if err := releaseTaskSentry(l.TaskDir("ns2", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := removePoolLink(links[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(l.SentryRoot("t1")); !os.IsNotExist(err) {
+		t.Errorf("the id's sentry directory after both releases: %v", err)
+	}
+	if _, err := os.Stat(pool); err != nil {
+		t.Errorf("the pool sandbox's root went with a link to it: %v", err)
+	}
+	// A record written before links were per namespace names the id's
+	// directory: removed whole.
+	old := l.SentryRoot("t2")
+	if err := os.MkdirAll(filepath.Join(old, "ns1"), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := removePoolLink(old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("an old record's link directory: %v", err)
+	}
+}

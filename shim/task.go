@@ -429,7 +429,7 @@ func (t *gvxTask) addHook(context.Context) error {
 // containers) have monitors gvx-runtime talks to.
 func (t *gvxTask) linkSentry(context.Context) error {
 	r := t.rec
-	r.BinDir = t.layout.SentryRoot(r.ID)
+	r.BinDir = t.layout.TaskDir(r.Namespace, r.ID)
 	if err := r.save(); err != nil {
 		return err
 	}
@@ -512,7 +512,7 @@ func (t *gvxTask) prepareSentryRoot(context.Context) error {
 	root := api.SentryRoot(filepath.Join(r.RuncRoot, r.Namespace))
 	switch {
 	case r.Adopted:
-		r.PoolLink = r.RuncRoot
+		r.PoolLink = string(root)
 	case t.role == oci.RoleContainer:
 		r.PodRoot, r.Cgroup = root, t.spec.Linux.CgroupsPath
 		if t.pause != nil && t.pause.rec.Sandbox != nil {
