@@ -82,8 +82,13 @@ type Engine struct {
 	spares  map[string][]*backing    // ready spares by handle id
 	filling map[string]int           // spares being restored, by handle id
 	dedupes map[string]chan struct{} // dedupes under way, by handle id: closed when done
-	filled  *sync.Cond               // signalled as restores of spares end (on mu)
-	saving  map[string]*pending      // checkpoints being saved, by handle id
+	filled  *sync.Cond               // signalled as restores of spares, and uses of handles, end (on mu)
+	// using counts the rollbacks, forks and restores reading a handle's
+	// image, by handle id; releasing, the handles whose Release waits
+	// for them (use).
+	using     map[string]int
+	releasing map[string]bool
+	saving    map[string]*pending // checkpoints being saved, by handle id
 	// targets are the ready restore targets, by lineage; targeting the
 	// lineages one is being made for; untargetable those that cannot
 	// have one (target.go).
@@ -119,7 +124,8 @@ func New(c *client.Client, o Options) (*Engine, error) {
 		o.Targets = 1
 	}
 	e := &Engine{c: c, store: st, layout: api.Layout{Dir: o.StateDir}, opts: o, spares: map[string][]*backing{}, filling: map[string]int{}, dedupes: map[string]chan struct{}{}, saving: map[string]*pending{},
-		targets: map[string][]*backing{}, targeting: map[string]int{}, untargetable: map[string]bool{}, live: map[string]int{}}
+		targets: map[string][]*backing{}, targeting: map[string]int{}, untargetable: map[string]bool{}, live: map[string]int{},
+		using: map[string]int{}, releasing: map[string]bool{}}
 	e.filled = sync.NewCond(&e.mu)
 	return e, nil
 }
@@ -351,14 +357,16 @@ func (e *Engine) Destroy(ctx context.Context, sb *Sandbox) error {
 }
 
 // Release removes handle id from the store, with its spares; sandboxes
-// restored from it are unaffected.
+// restored from it are unaffected. Rollbacks, forks and spares already
+// restoring from it finish first; later ones find it released
+// (ErrUnknownHandle).
 func (e *Engine) Release(ctx context.Context, id string) error {
 	if _, err := e.store.Get(id); err != nil {
 		return err
 	}
 	e.mu.Lock()
-	// Spares being restored from its files finish first.
-	for e.filling[id] > 0 {
+	e.releasing[id] = true
+	for e.filling[id] > 0 || e.using[id] > 0 {
 		e.filled.Wait()
 	}
 	spares := e.spares[id]
@@ -369,7 +377,35 @@ func (e *Engine) Release(ctx context.Context, id string) error {
 		errs = append(errs, e.destroy(ctx, b))
 	}
 	errs = append(errs, e.store.remove(id))
+	e.mu.Lock()
+	delete(e.releasing, id)
+	e.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// use returns handle id for a restore from its image (a rollback, fork or
+// RestoreAs), and done, to call once the restore no longer reads it: a
+// Release of the handle waits until then. A handle released, or being
+// released, is ErrUnknownHandle.
+func (e *Engine) use(id string) (h *Handle, done func(), _ error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.releasing[id] {
+		return nil, nil, fmt.Errorf("checkpoint %s: %w (it is being released)", id, ErrUnknownHandle)
+	}
+	h, err := e.store.Get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.using[id]++
+	return h, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.using[id]--; e.using[id] <= 0 {
+			delete(e.using, id)
+		}
+		e.filled.Broadcast()
+	}, nil
 }
 
 // Close waits for the engine's background work and destroys its spares.

@@ -33,10 +33,11 @@ func (e *Engine) RollbackInPlace(ctx context.Context, id, hid string, creator ci
 	if err := e.Wait(ctx, hid); err != nil {
 		return 0, fmt.Errorf("rollback %s: %w", id, err)
 	}
-	h, err := e.store.Get(hid)
+	h, done, err := e.use(hid)
 	if err != nil {
 		return 0, fmt.Errorf("rollback %s: %w", id, err)
 	}
+	defer done()
 	ctr, err := e.c.LoadContainer(ctx, id)
 	if err != nil {
 		return 0, fmt.Errorf("rollback %s: %w", id, err)

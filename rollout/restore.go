@@ -238,6 +238,9 @@ func (e *Engine) withRuntime(h *Handle) client.NewContainerOpts {
 func (e *Engine) fillSpares(ctx context.Context, h *Handle) {
 	e.mu.Lock()
 	missing := e.opts.Spares - len(e.spares[h.ID]) - e.filling[h.ID]
+	if e.releasing[h.ID] {
+		missing = 0
+	}
 	if missing > 0 {
 		e.filling[h.ID] += missing
 	}

@@ -23,10 +23,11 @@ func (e *Engine) Rollback(ctx context.Context, sb *Sandbox, id string) (time.Dur
 	if err := e.Wait(ctx, id); err != nil {
 		return 0, fmt.Errorf("rollback %s: %w", sb.ID, err)
 	}
-	h, err := e.store.Get(id)
+	h, done, err := e.use(id)
 	if err != nil {
 		return 0, fmt.Errorf("rollback %s: %w", sb.ID, err)
 	}
+	defer done()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.cur == nil {
@@ -101,10 +102,11 @@ func (e *Engine) Fork(ctx context.Context, id string, n int) ([]*Sandbox, error)
 	if err := e.Wait(ctx, id); err != nil {
 		return nil, fmt.Errorf("fork: %w", err)
 	}
-	h, err := e.store.Get(id)
+	h, done, err := e.use(id)
 	if err != nil {
 		return nil, fmt.Errorf("fork: %w", err)
 	}
+	defer done()
 	if n < 1 {
 		return nil, fmt.Errorf("fork %s: n = %d, want at least 1", id, n)
 	}
@@ -170,10 +172,11 @@ func (e *Engine) RestoreAs(ctx context.Context, hid, id string) (*Sandbox, error
 	if err := e.Wait(ctx, hid); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
-	h, err := e.store.Get(hid)
+	h, done, err := e.use(hid)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
+	defer done()
 	b, err := e.restore(ctx, h, id, false)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -103,5 +104,59 @@ func TestDockerMode(t *testing.T) {
 		if got := dockerMode(flags); got != want {
 			t.Errorf("dockerMode(%q) = %v, want %v", flags, got, want)
 		}
+	}
+}
+
+// A release waits for the restores reading the handle's image (use), and
+// one asked for while it waits finds the handle released.
+func TestReleaseWaitsForUse(t *testing.T) {
+	e, err := New(nil, Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.store.newHandle(Handle{Lineage: "sb1", Sandbox: "sb1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.save(h); err != nil {
+		t.Fatal(err)
+	}
+	_, done, err := e.use(h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- e.Release(context.Background(), h.ID) }()
+	// The release waits; a new use meanwhile is refused.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.mu.Lock()
+		waiting := e.releasing[h.ID]
+		e.mu.Unlock()
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the release never began")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, _, err := e.use(h.ID); !errors.Is(err, ErrUnknownHandle) {
+		t.Errorf("use while the release waits: %v, want ErrUnknownHandle", err)
+	}
+	select {
+	case err := <-released:
+		t.Fatalf("the release returned (%v) while the handle was in use", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := os.Stat(e.store.ImageDir(h.ID)); err != nil {
+		t.Fatalf("the handle's image went while in use: %v", err)
+	}
+	done()
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.use(h.ID); !errors.Is(err, ErrUnknownHandle) {
+		t.Errorf("use after the release: %v, want ErrUnknownHandle", err)
 	}
 }
