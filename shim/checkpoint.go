@@ -36,6 +36,16 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 	if err := t.checkpointable(); err != nil {
 		return nil, grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("checkpoint %s: %w", r.ID, err))
 	}
+	// Kills wait for it (pausedkill.go), and so does another checkpoint;
+	// signals kept while the task was paused go once it runs again.
+	t.checkpointing.Lock()
+	resumed := false
+	defer func() {
+		t.checkpointing.Unlock()
+		if resumed {
+			s.deliverPending(ctx, r.ID)
+		}
+	}()
 	opts, err := checkpointOptions(r)
 	if err != nil {
 		return nil, grpcError(errdefs.ErrInvalidArgument, err)
@@ -54,9 +64,11 @@ func (s *service) Checkpoint(ctx context.Context, r *task.CheckpointTaskRequest)
 		}
 		if !opts.Exit {
 			defer func() {
-				if _, err := s.Resume(ctx, &task.ResumeRequest{ID: r.ID}); err != nil {
+				if _, err := s.TTRPCTaskService.Resume(ctx, &task.ResumeRequest{ID: r.ID}); err != nil {
 					log.G(ctx).WithError(err).Errorf("gvx shim: resume %s after its checkpoint", r.ID)
+					return
 				}
+				resumed = true
 			}()
 		}
 	case tasktypes.Status_PAUSED:

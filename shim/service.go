@@ -214,6 +214,7 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	delete(s.tasks, r.ID)
 	s.mu.Unlock()
 	if t != nil {
+		t.dropPending()
 		t.resetSandbox(ctx)
 		t.release(ctx)
 	}
@@ -243,12 +244,31 @@ func (s *service) Stats(ctx context.Context, r *task.StatsRequest) (*task.StatsR
 // maps to NotFound itself; a process whose state has meanwhile become
 // stopped, or whose host process is gone, is NotFound too.
 func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty, error) {
+	t := s.task(r.ID)
+	if t != nil {
+		// Not during a checkpoint of the task (pausedkill.go).
+		t.checkpointing.Lock()
+		defer t.checkpointing.Unlock()
+	}
+	return s.kill(ctx, t, r)
+}
+
+// kill is Kill with no checkpoint of task t (nil: not this shim's) under
+// way.
+func (s *service) kill(ctx context.Context, t *gvxTask, r *task.KillRequest) (*emptypb.Empty, error) {
+	if t != nil && r.ExecID != "" && uncatchable(r.Signal) && s.paused(ctx, r.ID) {
+		// Its waiter would die and leave the guest process.
+		return s.killPaused(ctx, t, r)
+	}
 	if s.killExecInGuest(ctx, r) {
 		return &emptypb.Empty{}, nil
 	}
 	resp, err := s.TTRPCTaskService.Kill(ctx, r)
 	if err == nil || errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		return resp, err
+	}
+	if t != nil && s.paused(ctx, r.ID) {
+		return s.killPaused(ctx, t, r)
 	}
 	st, serr := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: r.ID, ExecID: r.ExecID})
 	if serr == nil && (st.Status == tasktypes.Status_STOPPED || r.ExecID == "" && !procfs.Alive(int(st.Pid))) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,12 @@ type gvxTask struct {
 	// processes after the monitor's death (monitorexit.go).
 	initPid atomic.Int64
 	endAll  endAll
+	// checkpointing is held by a checkpoint of the task, which a kill
+	// waits for; pending holds the signals other than SIGKILL sent while
+	// the task was paused, delivered at its resume (pausedkill.go).
+	checkpointing sync.Mutex
+	pendingMu     sync.Mutex
+	pending       []*task.KillRequest
 	// oomPublished: its TaskOOM event is out (oomevent.go).
 	oomPublished atomic.Bool
 	fault        string        // the step after which to crash (tests)
