@@ -518,3 +518,51 @@ func waitSh(t *testing.T, sb *sdk.Sandbox, cmd, want string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestSDKExecAcrossRollback: a command running when its sandbox rolls
+// back belongs to the state left behind: its Wait returns at the
+// rollback, killed (137), with a spare and with a restore alike, and the
+// restored sandbox has no copy of it running (the checkpoint was taken
+// while it ran).
+func TestSDKExecAcrossRollback(t *testing.T) {
+	checkNoLeaks(t)
+	for _, spares := range []int{0, 1} {
+		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
+			c, _ := ckClient(t, spares)
+			ctx := context.Background()
+			sb, err := c.New(ctx, sdk.Config{ID: fmt.Sprintf("xrb%d", spares), Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := sb.Close(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			p, err := sb.Start(ctx, []string{"sh", "-c", "while true; do echo tick; sleep 0.05; done"}, sdk.ExecOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the command", func() bool { return strings.Contains(sh(t, sb, "ps -o args"), "while true") })
+			ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spares > 0 {
+				time.Sleep(time.Second) // the spare's restore (≈ 0.1–0.3 s)
+			}
+			if err := sb.Rollback(ctx, ck.ID); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			res, err := p.Wait(wctx)
+			if err != nil || res.ExitCode != 137 {
+				t.Errorf("the command across the rollback: %+v, %v; want it killed (137) at the rollback", res, err)
+			}
+			if ps := sh(t, sb, "ps -o args"); strings.Contains(ps, "while true") {
+				t.Errorf("the restored sandbox runs a copy of the command:\n%s", ps)
+			}
+		})
+	}
+}
