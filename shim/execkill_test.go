@@ -121,3 +121,28 @@ func killBegun(task *gvxTask) bool {
 	defer task.endAll.mu.Unlock()
 	return task.endAll.done != nil
 }
+
+// A kill waits for a checkpoint of its task under way, but not for ever.
+func TestLockForKill(t *testing.T) {
+	task := &gvxTask{rec: &record{ID: "t1"}}
+	if !task.lockForKill(context.Background()) {
+		t.Fatal("a free lock was not taken")
+	}
+	task.checkpointing.Unlock()
+	task.checkpointing.Lock() // a checkpoint
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		task.checkpointing.Unlock()
+	}()
+	t0 := time.Now()
+	if !task.lockForKill(context.Background()) || time.Since(t0) < 40*time.Millisecond {
+		t.Fatalf("the kill did not wait for the checkpoint (%v)", time.Since(t0))
+	}
+	// A checkpoint that does not end: the kill goes ahead when its
+	// context does (or after killWait).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if task.lockForKill(ctx) {
+		t.Error("took a lock a checkpoint holds")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
 	tasktypes "github.com/containerd/containerd/api/types/task"
@@ -18,8 +19,27 @@ import (
 // paused task as runc does: SIGKILL to its init resumes it first, so
 // that it dies; other signals, and an exec's, stay pending until the task
 // is resumed. A kill waits
-// for a checkpoint of the task under way (Kill holds the task's
-// checkpointing lock, which Checkpoint holds throughout).
+// for a checkpoint of the task under way, up to killWait (Kill takes
+// the task's checkpointing lock, which Checkpoint holds throughout).
+
+// killWait bounds how long a kill waits for a checkpoint of its task: one
+// that hangs (in gVisor's save) must not make the task unkillable.
+const killWait = time.Minute
+
+// lockForKill takes the task's checkpointing lock for a kill, waiting at
+// most killWait (or until ctx ends) for a checkpoint under way; it reports
+// whether it holds the lock.
+func (t *gvxTask) lockForKill(ctx context.Context) bool {
+	deadline := time.Now().Add(killWait)
+	for !t.checkpointing.TryLock() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			log.G(ctx).Warnf("gvx shim: %s: a checkpoint of it is still under way; the kill goes ahead without waiting for it", t.rec.ID)
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
 
 // paused reports whether task id is paused (an exec's status is its
 // task's then).

@@ -245,9 +245,8 @@ func (s *service) Stats(ctx context.Context, r *task.StatsRequest) (*task.StatsR
 // stopped, or whose host process is gone, is NotFound too.
 func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty, error) {
 	t := s.task(r.ID)
-	if t != nil {
+	if t != nil && t.lockForKill(ctx) {
 		// Not during a checkpoint of the task (pausedkill.go).
-		t.checkpointing.Lock()
 		defer t.checkpointing.Unlock()
 	}
 	return s.kill(ctx, t, r)
