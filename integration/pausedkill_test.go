@@ -13,7 +13,8 @@ import (
 // refuses: "cannot signal container in state paused"): a signal to its
 // init is accepted and delivered at its resume; an exec's SIGKILL too,
 // and then the exec's guest process is gone; SIGKILL to its init ends
-// the task at once.
+// the task at once, whether it booted its own sandbox or adopted a
+// pool's.
 func TestKillPaused(t *testing.T) {
 	requireEnv(t)
 	checkNoLeaks(t)
@@ -40,15 +41,19 @@ func TestKillPaused(t *testing.T) {
 	}
 	mustCtr(t, "container", "rm", id)
 
-	// SIGKILL to a paused task's init ends it.
-	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, id, "sh", "-c", "while true; do sleep 0.05; done")
-	mustCtr(t, "task", "pause", id)
-	mustCtr(t, "task", "kill", "-s", "KILL", id)
-	waitStatus(t, id, "STOPPED")
-	if r, _ = e.ctrResult(context.Background(), "task", "rm", id); !strings.Contains(r.stderr, "exit code 137") {
-		t.Errorf("the task's exit after SIGKILL while paused: %q, want 137", r.stderr)
+	// SIGKILL to a paused task's init ends it, a pool task's too (whose
+	// signals gVisor would keep for the resume).
+	p := startPool(t, 1)
+	for _, opts := range [][]string{nil, {"--runtime-config-path", p.Config}} {
+		mustCtr(t, append(append([]string{"run", "-d", "--runtime", runtime}, opts...), busybox, id, "sh", "-c", "while true; do sleep 0.05; done")...)
+		mustCtr(t, "task", "pause", id)
+		mustCtr(t, "task", "kill", "-s", "KILL", id)
+		waitStatus(t, id, "STOPPED")
+		if r, _ = e.ctrResult(context.Background(), "task", "rm", id); !strings.Contains(r.stderr, "exit code 137") {
+			t.Errorf("the task's exit after SIGKILL while paused (%v): %q, want 137", opts, r.stderr)
+		}
+		mustCtr(t, "container", "rm", id)
 	}
-	mustCtr(t, "container", "rm", id)
 }
 
 // TestKillPausedExec: an exec's SIGKILL while its task is paused ends

@@ -64,10 +64,22 @@ func (s *service) killPaused(ctx context.Context, t *gvxTask, r *task.KillReques
 	if _, err := s.TTRPCTaskService.Resume(ctx, &task.ResumeRequest{ID: r.ID}); err != nil {
 		return nil, fmt.Errorf("kill paused task %s: resume it for SIGKILL: %w", r.ID, err)
 	}
+	t.paused.Store(false)
 	for _, k := range t.takePending() {
 		_, _ = s.kill(ctx, t, k)
 	}
 	return s.kill(ctx, t, r)
+}
+
+// Pause pauses a task, and records it.
+func (s *service) Pause(ctx context.Context, r *task.PauseRequest) (*emptypb.Empty, error) {
+	resp, err := s.TTRPCTaskService.Pause(ctx, r)
+	if err == nil {
+		if t := s.task(r.ID); t != nil {
+			t.paused.Store(true)
+		}
+	}
+	return resp, err
 }
 
 // Resume resumes a paused task, then delivers the signals sent while it
@@ -76,6 +88,9 @@ func (s *service) Resume(ctx context.Context, r *task.ResumeRequest) (*emptypb.E
 	resp, err := s.TTRPCTaskService.Resume(ctx, r)
 	if err != nil {
 		return resp, err
+	}
+	if t := s.task(r.ID); t != nil {
+		t.paused.Store(false)
 	}
 	s.deliverPending(ctx, r.ID)
 	return resp, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
@@ -255,8 +256,9 @@ func (s *service) Kill(ctx context.Context, r *task.KillRequest) (*emptypb.Empty
 // kill is Kill with no checkpoint of task t (nil: not this shim's) under
 // way.
 func (s *service) kill(ctx context.Context, t *gvxTask, r *task.KillRequest) (*emptypb.Empty, error) {
-	if t != nil && r.ExecID != "" && uncatchable(r.Signal) && s.paused(ctx, r.ID) {
-		// Its waiter would die and leave the guest process.
+	if t != nil && t.paused.Load() && (r.ExecID == "" && syscall.Signal(r.Signal) == syscall.SIGKILL || r.ExecID != "" && uncatchable(r.Signal)) {
+		// SIGKILL ends a paused task at once (as runc's thaw does), and
+		// an exec's waiter would die and leave the guest process.
 		return s.killPaused(ctx, t, r)
 	}
 	if s.killExecInGuest(ctx, r) {

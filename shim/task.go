@@ -79,6 +79,9 @@ type gvxTask struct {
 	checkpointing sync.Mutex
 	pendingMu     sync.Mutex
 	pending       []*task.KillRequest
+	// paused: containerd paused the task (the shim's Pause) and has not
+	// resumed it.
+	paused atomic.Bool
 	// oomPublished: its TaskOOM event is out (oomevent.go).
 	oomPublished atomic.Bool
 	fault        string        // the step after which to crash (tests)
