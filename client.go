@@ -19,6 +19,7 @@ import (
 	"github.com/gvxrun/gvx/internal/embedded"
 	"github.com/gvxrun/gvx/internal/image"
 	"github.com/gvxrun/gvx/rollout"
+	"github.com/gvxrun/gvx/sandbox"
 )
 
 // Defaults of Options.
@@ -187,6 +188,9 @@ func (c *Client) Close(ctx context.Context) error {
 		_ = c.ctrd.Close()
 	}
 	_ = os.Remove(c.fifoDir) // only if empty: other clients share it
+	// The gofers' shared network namespace pin, once the node has no
+	// sandbox left (as `gvx gc` does): `gvx run --rm` leaves nothing.
+	sandbox.UnpinIfIdle(c.cfg.Layout())
 	if err != nil {
 		return newError("close", "", ErrUnavailable, err)
 	}

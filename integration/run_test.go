@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/console"
 
 	"github.com/gvxrun/gvx/dind"
+	"github.com/gvxrun/gvx/integration/harness"
 )
 
 // runFlags point gvx run/ps/exec/rm at the test containerd, in the test
@@ -73,6 +74,11 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	if r := gvxCmd(t, "", "run", append(f, "--rm"), busyboxArchive(), "true"); r.code != 0 {
 		t.Errorf("true: code %d (%s)", r.code, r.stderr)
+	}
+	// With no sandbox left on the node, not even the gofers' shared
+	// network namespace pin (node state `gvx gc` would otherwise unpin).
+	if harness.SharedNetNSPinned() {
+		t.Errorf("gvx run --rm left the gofers' shared network namespace pinned at %s", harness.SharedNetNS())
 	}
 	for _, tc := range []struct {
 		args []string

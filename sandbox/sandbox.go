@@ -243,6 +243,21 @@ func UnpinNetNS(root api.SentryRoot) {
 	}
 }
 
+// UnpinIfIdle unpins the empty network namespace the gofers of state
+// directory l share (l.SharedSentryRoot) when no sandbox is left there: no
+// task's sentry root and no pool. A sandbox starting meanwhile is not
+// harmed (gVisor holds the namespace open before its gofer joins it, and
+// a later gofer pins a new one). It reports whether it unpinned.
+func UnpinIfIdle(l api.Layout) bool {
+	for _, dir := range []string{l.SentryRoots(), l.Pools()} {
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 || err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	UnpinNetNS(api.SentryRoot(l.SharedSentryRoot()))
+	return true
+}
+
 // ReleaseRoot removes root (a sentry root for one namespace, as
 // containerd's runc shim computes it: <root>/<namespace>) once no gVisor
 // state remains in it, and its parent if that is then empty. It is a no-op
