@@ -101,7 +101,12 @@ func (x *env) ctr(ctx context.Context, args ...string) (string, string, error) {
 }
 
 func (x *env) ctrResult(ctx context.Context, args ...string) (result, error) {
-	return x.run(ctx, "", filepath.Join(x.ctrdBin, "ctr"), ctrArgs(x.Containerd, testNS, args)...)
+	return x.ctrResultIn(ctx, testNS, args...)
+}
+
+// ctrResultIn is ctrResult in namespace ns.
+func (x *env) ctrResultIn(ctx context.Context, ns string, args ...string) (result, error) {
+	return x.run(ctx, "", filepath.Join(x.ctrdBin, "ctr"), ctrArgs(x.Containerd, ns, args)...)
 }
 
 // ctrArgs is a ctr command line against containerd c in namespace ns. The

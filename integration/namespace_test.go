@@ -13,7 +13,7 @@ import (
 // ctrIn runs ctr against the private containerd in namespace ns.
 func ctrIn(t *testing.T, ns string, args ...string) result {
 	t.Helper()
-	r, err := e.run(context.Background(), "", filepath.Join(e.ctrdBin, "ctr"), ctrArgs(e.Containerd, ns, args)...)
+	r, err := e.ctrResultIn(context.Background(), ns, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,9 @@ import (
 // during a checkpoint failed and the task ran on. The shim signals a
 // paused task as runc does: SIGKILL to its init resumes it first, so
 // that it dies; other signals, and an exec's, stay pending until the task
-// is resumed. A kill waits
-// for a checkpoint of the task under way, up to killWait (Kill takes
-// the task's checkpointing lock, which Checkpoint holds throughout).
+// is resumed. A kill waits for a checkpoint of the task under way, up to
+// killWait (Kill takes the task's checkpointing lock, which Checkpoint
+// holds throughout).
 
 // killWait bounds how long a kill waits for a checkpoint of its task: one
 // that hangs (in gVisor's save) must not make the task unkillable.
