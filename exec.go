@@ -198,7 +198,16 @@ func (s *Sandbox) user(ctx context.Context, name string) (specs.User, error) {
 		return u.(specs.User), nil
 	}
 	spec := &oci.Spec{Process: &specs.Process{}, Root: &specs.Root{Path: "rootfs"}, Linux: &specs.Linux{}}
-	info := s.info
+	// The image's files are read from the snapshot of the container that
+	// backs the sandbox now: a rollback replaces the container, and the
+	// one the sandbox was created with, whose snapshot goes with it.
+	s.bmu.Lock()
+	ctr := s.container
+	s.bmu.Unlock()
+	info, err := ctr.Info(ctx)
+	if err != nil {
+		return specs.User{}, newError("exec in", s.id, nil, err)
+	}
 	for _, opt := range []oci.SpecOpts{oci.WithUser(name), oci.WithAdditionalGIDs(name)} {
 		if err := opt(ctx, s.c.ctrd, &info, spec); err != nil {
 			return specs.User{}, errorf("exec in", s.id, ErrInvalid, "user %q: %w", name, err)
@@ -242,7 +251,9 @@ func (p *Process) run(ctx context.Context) {
 	}
 	select {
 	case <-p.killed:
-		if err := p.s.killMarked(p.id); err != nil {
+		// A sandbox whose init has exited (closed, killed, expired) has
+		// no process left to sweep.
+		if err := p.s.killMarked(p.id); err != nil && !p.s.hasExited() {
 			log.G(ctx).WithError(err).Warnf("gvx: %s: processes exec %s started may still run", p.s.id, p.id)
 		}
 	default:

@@ -66,6 +66,16 @@ func (s *Sandbox) Exited() <-chan struct{} {
 	return s.exited
 }
 
+// hasExited says whether the sandbox's init has exited.
+func (s *Sandbox) hasExited() bool {
+	select {
+	case <-s.Exited():
+		return true
+	default:
+		return false
+	}
+}
+
 // Signal sends sig to the sandbox's init.
 func (s *Sandbox) Signal(ctx context.Context, sig syscall.Signal) error {
 	if s.curTask() == nil {

@@ -17,6 +17,7 @@ import (
 	apievents "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
 	sdk "github.com/gvxrun/gvx"
@@ -562,6 +563,59 @@ func TestSDKExecAcrossRollback(t *testing.T) {
 			}
 			if ps := sh(t, sb, "ps -o args"); strings.Contains(ps, "while true") {
 				t.Errorf("the restored sandbox runs a copy of the command:\n%s", ps)
+			}
+		})
+	}
+}
+
+// TestSDKExecUserAfterRollback: after a rollback, execs as users the
+// sandbox had not resolved yet work once the container the sandbox was
+// created with is gone (the image's passwd and group files were read
+// from its snapshot), and a command cut by its timeout takes what it
+// started in the background with it (the SDK's sweep runs as "0:0").
+func TestSDKExecUserAfterRollback(t *testing.T) {
+	checkNoLeaks(t)
+	for _, spares := range []int{0, 1} {
+		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
+			c, _ := ckClient(t, spares)
+			ctx := context.Background()
+			sb, err := c.New(ctx, sdk.Config{ID: fmt.Sprintf("xusr%d", spares), Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := sb.Close(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spares > 0 {
+				time.Sleep(time.Second) // the spare's restore (≈ 0.1–0.3 s)
+			}
+			if err := sb.Rollback(ctx, ck.ID); err != nil {
+				t.Fatal(err)
+			}
+			nsctx := namespaces.WithNamespace(ctx, testNS)
+			cl := mustClient(t)
+			waitFor(t, "the container the sandbox was created with to go", func() bool {
+				_, err := cl.LoadContainer(nsctx, sb.ID())
+				return errdefs.IsNotFound(err)
+			})
+			for user, want := range map[string]string{"nobody": "uid=65534(nobody)", "65534": "uid=65534(nobody)", "0:0": "uid=0(root)", "root": "uid=0(root)"} {
+				res, err := sb.Exec(ctx, []string{"id"}, sdk.ExecOptions{User: user, Timeout: 30 * time.Second})
+				if err != nil || !strings.HasPrefix(string(res.Stdout), want) {
+					t.Errorf("id as %q after the rollback: %q, %v; want %s", user, res.Stdout, err, want)
+				}
+			}
+			_, err = sb.Exec(ctx, []string{"sh", "-c", "sleep 707 & sleep 708"}, sdk.ExecOptions{Timeout: 500 * time.Millisecond})
+			if !errors.Is(err, sdk.ErrTimeout) {
+				t.Fatalf("a command past its timeout: %v, want ErrTimeout", err)
+			}
+			if ps := sh(t, sb, "ps -o args"); strings.Contains(ps, "sleep 707") {
+				t.Errorf("what the timed-out command started in the background runs on:\n%s", ps)
 			}
 		})
 	}
