@@ -132,7 +132,9 @@ func (s *Sandbox) Rollback(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	s.swap.Lock()
 	if _, err := e.Rollback(ctx, rs, id); err != nil {
+		s.swap.Unlock()
 		kind := kindOf(err)
 		if errors.Is(err, rollout.ErrForeignHandle) {
 			kind = ErrInvalid
@@ -150,6 +152,7 @@ func (s *Sandbox) Rollback(ctx context.Context, id string) error {
 	default:
 	}
 	s.bmu.Unlock()
+	s.swap.Unlock()
 	s.closeNewIO()
 	return s.watch(ctx)
 }

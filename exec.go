@@ -140,6 +140,8 @@ func (s *Sandbox) Start(ctx context.Context, cmd []string, o ExecOptions) (_ *Pr
 			p.stdin.release()
 		}
 	}()
+	s.swap.RLock()
+	defer s.swap.RUnlock()
 	proc, err := s.curTask().Exec(cctx, id, spec, cio.NewCreator(opts...))
 	if err != nil {
 		return nil, newError("exec in", s.id, nil, err)

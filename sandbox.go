@@ -50,10 +50,15 @@ type Timings struct {
 
 // Sandbox is one gVisor sandbox: a containerd container and its task.
 type Sandbox struct {
-	c         *Client
-	id        string
-	cfg       Config
-	bmu       sync.Mutex       // guards container, task, exited and rs (a rollback replaces them)
+	c   *Client
+	id  string
+	cfg Config
+	bmu sync.Mutex // guards container, task, exited and rs (a rollback replaces them)
+	// swap is held by a rollback while it replaces the backing, and
+	// read-held by an exec from its choice of backing to its start: an
+	// exec starts in the backing before the rollback (which kills it) or
+	// in the one after, never in one being replaced.
+	swap      sync.RWMutex
 	container client.Container // the current backing (a rollback's restore is a new one)
 	task      client.Task
 	// newIO is the stdio this process holds of the task New created,

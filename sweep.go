@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // killMarked kills, inside the sandbox, every process whose environment
@@ -33,19 +34,11 @@ exit 1`
 	if err != nil {
 		return err
 	}
-	kid := "k" + id
-	proc, err := s.curTask().Exec(ctx, kid, spec, cio.NullIO)
+	proc, ch, err := s.startSweep(ctx, "k"+id, spec)
 	if err != nil {
 		return err
 	}
 	defer func() { _, _ = proc.Delete(context.WithoutCancel(ctx), client.WithProcessKill) }()
-	ch, err := proc.Wait(ctx)
-	if err != nil {
-		return err
-	}
-	if err := proc.Start(ctx); err != nil {
-		return err
-	}
 	select {
 	case st := <-ch:
 		if st.ExitCode() != 0 {
@@ -55,6 +48,26 @@ exit 1`
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// startSweep starts the sweep's process (exec id kid) in the sandbox's
+// current backing, not in one a rollback is replacing.
+func (s *Sandbox) startSweep(ctx context.Context, kid string, spec *specs.Process) (client.Process, <-chan client.ExitStatus, error) {
+	s.swap.RLock()
+	defer s.swap.RUnlock()
+	proc, err := s.curTask().Exec(ctx, kid, spec, cio.NullIO)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := proc.Wait(ctx)
+	if err == nil {
+		err = proc.Start(ctx)
+	}
+	if err != nil {
+		_, _ = proc.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		return nil, nil, err
+	}
+	return proc, ch, nil
 }
 
 // replaceEnv sets kv (K=V) in env, replacing K's value.

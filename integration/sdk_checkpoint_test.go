@@ -620,3 +620,65 @@ func TestSDKExecUserAfterRollback(t *testing.T) {
 		})
 	}
 }
+
+// TestSDKExecDuringRollback: execs started while the sandbox is rolled
+// back again and again each run (in the backing before a rollback, which
+// kills them: 137, or in the one after), and none fails on a backing
+// being replaced.
+func TestSDKExecDuringRollback(t *testing.T) {
+	checkNoLeaks(t)
+	c, _ := ckClient(t, 0)
+	ctx := context.Background()
+	sb, err := c.New(ctx, sdk.Config{ID: "xexrb", Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sb.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ran, killed := 0, 0
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := sb.Exec(ctx, []string{"sh", "-c", "sleep 0.05; echo ok"}, sdk.ExecOptions{Timeout: 30 * time.Second})
+				mu.Lock()
+				switch {
+				case err == nil && res.ExitCode == 0 && string(res.Stdout) == "ok\n":
+					ran++
+				case err == nil && res.ExitCode == 137:
+					killed++
+				default:
+					t.Errorf("an exec during rollbacks: %+v, %v", res, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := sb.Rollback(ctx, ck.ID); err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d execs ran, %d were killed by a rollback", ran, killed)
+	if ran == 0 {
+		t.Error("no exec ran between the rollbacks")
+	}
+}
