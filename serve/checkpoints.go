@@ -210,7 +210,10 @@ func (s *Service) rollbackHandler(w http.ResponseWriter, r *http.Request, key st
 		writeError(w, httpErrorf(http.StatusConflict, "sandbox %s is paused: resume it (connect) before a rollback", rec.ID))
 		return
 	}
-	if err := c.Rollback(r.Context(), req.Handle); err != nil {
+	e.swap.Lock()
+	err = c.Rollback(r.Context(), req.Handle)
+	e.swap.Unlock()
+	if err != nil {
 		writeError(w, crError("roll back sandbox "+rec.ID, err))
 		return
 	}

@@ -130,10 +130,16 @@ func notFound(w http.ResponseWriter, id, msg string) {
 func (s *Service) serveEnvd(w http.ResponseWriter, r *http.Request, id, port string) {
 	s.mu.Lock()
 	e, ok := s.boxes[id]
+	s.mu.Unlock()
+	if ok && (port == "" || port == EnvdPort) && fileCall(r) {
+		e.swap.RLock()
+		defer e.swap.RUnlock()
+	}
 	var rec record
 	var srv *envd.Server
 	var sb backend.Sandbox
 	var tmpl backend.Template
+	s.mu.Lock()
 	if ok {
 		rec, srv, sb, tmpl = e.rec, e.envd, e.sb, e.tmpl
 		ok = !e.gone
@@ -157,6 +163,18 @@ func (s *Service) serveEnvd(w http.ResponseWriter, r *http.Request, id, port str
 		return
 	}
 	srv.ServeHTTP(w, r)
+}
+
+// fileCall says whether r is one of envd's file calls (a transfer, or a
+// unary filesystem call: not WatchDir's stream), which a rollback or a
+// reset of the sandbox waits for, and which wait for them (entry.swap).
+func fileCall(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/files", "/filesystem.Filesystem/Stat", "/filesystem.Filesystem/ListDir", "/filesystem.Filesystem/MakeDir",
+		"/filesystem.Filesystem/Move", "/filesystem.Filesystem/Remove":
+		return true
+	}
+	return false
 }
 
 // envdAuthorized checks X-Access-Token; /health needs none, and /files

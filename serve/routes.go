@@ -186,6 +186,8 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 	}
 	rec := e.rec
 	s.mu.Unlock()
+	e.swap.Lock()
+	defer e.swap.Unlock()
 	e.envd.Close()
 	if err := e.sb.Close(ctx); err != nil {
 		_ = s.cfg.Backend.Destroy(ctx, rec.backing())

@@ -108,8 +108,12 @@ func (r record) backing() string {
 
 // entry is a sandbox the service holds.
 type entry struct {
-	op       sync.Mutex // serialises pause, resume, reset and kill
-	rec      record     // guarded by Service.mu
+	op sync.Mutex // serialises pause, resume, reset and kill
+	// swap is held by a rollback or a reset while it replaces the
+	// sandbox's state, and read-held by envd's file calls: a file call
+	// runs wholly before or after one, never cut by it.
+	swap     sync.RWMutex
+	rec      record // guarded by Service.mu
 	tmpl     backend.Template
 	sb       backend.Sandbox
 	envd     *envd.Server

@@ -169,7 +169,7 @@ type Cmd struct {
 
 // Process is a running command.
 type Process interface {
-	// Signal sends sig to the process.
+	// Signal sends sig to the process; ErrEnded if it has ended.
 	Signal(ctx context.Context, sig syscall.Signal) error
 	// Resize changes a terminal's size.
 	Resize(ctx context.Context, cols, rows uint32) error
@@ -188,6 +188,10 @@ type Stats struct {
 
 // ErrNotFound says a sandbox is not there (any more).
 var ErrNotFound = errors.New("sandbox not found")
+
+// ErrEnded says a process has ended (its end may not have been waited
+// for yet).
+var ErrEnded = errors.New("the process has ended")
 
 // ErrUnsupported says the backend cannot do what was asked.
 var ErrUnsupported = errors.New("not supported by this backend")

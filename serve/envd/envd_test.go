@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -365,3 +367,48 @@ func TestSignature(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// endedSandbox's processes refuse signals as having ended (containerd's
+// "process already finished" between a process's death and its exit
+// event — a rollback's kill, say).
+type endedSandbox struct{ backend.Sandbox }
+
+func (s endedSandbox) Exec(ctx context.Context, c backend.Cmd) (backend.Process, error) {
+	p, err := s.Sandbox.Exec(ctx, c)
+	return endedProcess{p}, err
+}
+
+type endedProcess struct{ backend.Process }
+
+func (endedProcess) Signal(context.Context, syscall.Signal) error {
+	return fmt.Errorf("%w: process already finished: not found", backend.ErrEnded)
+}
+
+// TestSignalEnded: a signal the backend refuses because the process has
+// ended is not_found, as for a process whose end was seen (the SDKs'
+// kill returns false), not an internal error.
+func TestSignalEnded(t *testing.T) {
+	sb, err := fakebackend.New().Create(context.Background(), "t1", backend.Template{Name: "base"}, backend.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(endedSandbox{sb}, Defaults{User: "user", Workdir: t.TempDir()})
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() { hs.Close(); s.Close() })
+	done := make(chan []StreamResponse)
+	go func() { m, _ := stream(t, hs, "process.Process/Start", bash("sleep 2"), nil); done <- m }()
+	var list ListResponse
+	for deadline := time.Now().Add(5 * time.Second); len(list.Processes) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		unary(t, hs, "process.Process/List", struct{}{}, &list)
+	}
+	if len(list.Processes) != 1 {
+		t.Fatalf("list: %+v", list)
+	}
+	pid := list.Processes[0].PID
+	var e map[string]string
+	if c := unary(t, hs, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": pid}, "signal": "SIGNAL_SIGKILL"}, &e); c != 404 || e["code"] != "not_found" {
+		t.Errorf("signal refused as ended: %d %v, want 404 not_found", c, e)
+	}
+	<-done
+}

@@ -2,6 +2,7 @@ package envd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -361,6 +362,9 @@ func (s *Server) sendSignal(ctx context.Context, _ *http.Request, req *SendSigna
 		case <-p.done:
 			return nil, connect.Errorf(connect.NotFound, "process with %s has ended", req.Process)
 		default:
+		}
+		if errors.Is(err, backend.ErrEnded) {
+			return nil, connect.Errorf(connect.NotFound, "process with %s has ended", req.Process)
 		}
 		return nil, connect.Errorf(connect.Internal, "signal process with %s: %v", req.Process, err)
 	}

@@ -400,7 +400,15 @@ func (p *process) failed(err error) {
 	}
 }
 
-func (p *process) Signal(ctx context.Context, sig syscall.Signal) error { return p.p.Signal(ctx, sig) }
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
+	err := p.p.Signal(ctx, sig)
+	// containerd's "process already finished" (the exit is on its way),
+	// or a sandbox gone with its processes.
+	if errors.Is(err, gvx.ErrNotFound) || errors.Is(err, gvx.ErrNotRunning) {
+		return fmt.Errorf("%w: %w", backend.ErrEnded, err)
+	}
+	return err
+}
 
 func (p *process) Resize(ctx context.Context, cols, rows uint32) error {
 	return p.p.Resize(ctx, cols, rows)
