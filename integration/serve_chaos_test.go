@@ -14,7 +14,8 @@ import (
 // files, pause and resume, checkpoints, rollbacks, trees, forks, resets,
 // the port proxy, kills racing rollbacks and forks, expiry), then one
 // sandbox driven by several workers at once (commands, file calls,
-// checkpoints, rollbacks, forks and releases racing). Every call checks
+// checkpoints, rollbacks, forks and releases racing; then pauses and
+// resumes among them). Every call checks
 // what it got; the test wants no finding, every kind of call done, and
 // nothing left on the host.
 func TestServeChaos(t *testing.T) {
@@ -52,9 +53,14 @@ network = "nat"
 			[]string{"create:base", "create:pooled", "create:ckpooled", "create:py", "run", "timeout", "files", "rollback", "tree", "fork", "reset", "port", "pause", "kill", "killDuring", "expire"}},
 		{"shared", "CHAOS_SECONDS=30",
 			[]string{"run", "files", "checkpoint", "rollback", "fork", "release", "background"}},
+		// The same with pauses and resumes among the calls: calls that
+		// meet the sandbox paused fail saying so, and no other way.
+		{"shared", "CHAOS_SECONDS=20 CHAOS_PAUSE=1",
+			[]string{"run", "files", "checkpoint", "rollback", "pause"}},
 	} {
-		out, err := s.node(t, "e2b/chaos.mjs", mode.env, "CHAOS_WORKERS=6", "CHAOS_MODE="+mode.name,
-			"CHAOS_TEMPLATES=base,pooled,ckpooled,py", "CHAOS_CHECKPOINTABLE=base,ckpooled,py")
+		env := append(strings.Fields(mode.env), "CHAOS_WORKERS=6", "CHAOS_MODE="+mode.name)
+		out, err := s.node(t, "e2b/chaos.mjs", append(env,
+			"CHAOS_TEMPLATES=base,pooled,ckpooled,py", "CHAOS_CHECKPOINTABLE=base,ckpooled,py")...)
 		t.Logf("chaos, %s:\n%s", mode.name, out)
 		var sum struct {
 			Counts   map[string]int

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/serve/backend"
-	"github.com/gvxrun/gvx/serve/envd"
 )
 
 // ckRecord is a checkpoint the service keeps: whose it is and of which
@@ -313,7 +312,9 @@ func (s *Service) forkHandler(w http.ResponseWriter, r *http.Request, key string
 		if parent.TrafficToken != "" {
 			rec.TrafficToken = newToken() // private as its parent, with a token of its own
 		}
-		s.boxes[rec.ID] = &entry{rec: rec, tmpl: e.tmpl, sb: sb, envd: envd.New(s.measure(sb), defaults(e.tmpl, rec))}
+		fe := &entry{rec: rec, tmpl: e.tmpl, sb: sb}
+		fe.envd = s.newEnvd(fe, sb, rec)
+		s.boxes[rec.ID] = fe
 		out = append(out, s.sandboxBody(rec))
 	}
 	s.mu.Unlock()

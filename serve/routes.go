@@ -9,7 +9,6 @@ import (
 
 	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/serve/backend"
-	"github.com/gvxrun/gvx/serve/envd"
 )
 
 //go:embed openapi.json
@@ -205,7 +204,7 @@ func (s *Service) reset(ctx context.Context, e *entry) error {
 		return httpErrorf(http.StatusInternalServerError, "reset sandbox %s: %v (the sandbox is gone)", rec.ID, err)
 	}
 	s.mu.Lock()
-	e.sb, e.envd = sb, envd.New(s.measure(sb), defaults(e.tmpl, rec))
+	e.sb, e.envd = sb, s.newEnvd(e, sb, rec)
 	e.rec.State, e.rec.StartedAt = Running, time.Now().UTC()
 	e.rec.Backing = backingOf(sb, rec.ID) // a reset fork's backend id is the service's now (or a hot sandbox's)
 	s.mu.Unlock()

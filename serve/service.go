@@ -249,7 +249,9 @@ func (s *Service) restore(ctx context.Context) error {
 			continue
 		}
 		known[r.backing()] = true
-		s.boxes[r.ID] = &entry{rec: r, tmpl: t, sb: sb, envd: envd.New(s.measure(sb), defaults(t, r))}
+		e := &entry{rec: r, tmpl: t, sb: sb}
+		e.envd = s.newEnvd(e, sb, r)
+		s.boxes[r.ID] = e
 		log.G(ctx).Infof("gvx serve: re-adopted sandbox %s (%s, %s until %s)", r.ID, r.Template, r.State, r.EndAt.Format(time.RFC3339))
 	}
 	ids, err := s.cfg.Backend.List(ctx)
@@ -433,7 +435,7 @@ func (s *Service) create(ctx context.Context, key string, spec createSpec) (*ent
 	}
 	log.G(ctx).Debugf("gvx serve: sandbox %s created in %s (backend %s)", e.rec.ID, time.Since(now), time.Since(t0))
 	e.sb = sb
-	e.envd = envd.New(s.measure(sb), defaults(t, e.rec))
+	e.envd = s.newEnvd(e, sb, e.rec)
 	s.mu.Lock()
 	e.rec.Backing = backingOf(sb, e.rec.ID)
 	e.gone = false
@@ -511,6 +513,10 @@ func (s *Service) pause(ctx context.Context, e *entry) error {
 	if st == Paused {
 		return errState
 	}
+	// File calls under way end first; those after, and commands' starts
+	// (newEnvd's gate), find the sandbox paused.
+	e.swap.Lock()
+	defer e.swap.Unlock()
 	if err := e.sb.Pause(ctx); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", e.rec.ID, err)
 	}
@@ -519,6 +525,30 @@ func (s *Service) pause(ctx context.Context, e *entry) error {
 	s.mu.Unlock()
 	s.save()
 	return nil
+}
+
+// newEnvd serves envd's protocol for e on its backend sandbox sb (rec is
+// e's record): a command's start takes turns with a rollback, reset or
+// pause of e (entry.swap), and is refused as one to a paused sandbox is
+// once it finds e paused or gone.
+func (s *Service) newEnvd(e *entry, sb backend.Sandbox, rec record) *envd.Server {
+	srv := envd.New(s.measure(sb), defaults(e.tmpl, rec))
+	srv.SetStartGate(func() (func(), error) {
+		e.swap.RLock()
+		s.mu.Lock()
+		paused, gone := e.rec.State == Paused, e.gone || e.envd != srv
+		s.mu.Unlock()
+		switch {
+		case gone: // killed, or reset (another envd serves it now)
+			e.swap.RUnlock()
+			return nil, errors.New("the sandbox is gone")
+		case paused:
+			e.swap.RUnlock()
+			return nil, errors.New("the sandbox is paused: connect to it (Sandbox.connect) to resume it")
+		}
+		return e.swap.RUnlock, nil
+	})
+	return srv
 }
 
 // resume thaws a paused sandbox; false if it was running.

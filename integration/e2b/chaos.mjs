@@ -337,8 +337,14 @@ const ends = {
   },
 }
 
+// Episodes take the templates, a first operation and an end in turn
+// (k counts them), so that a short run does each; the rest is random.
+let episodes = 0
+const endNames = ['kill', 'killBusy', 'expire', 'killDuring', 'expireBusy', 'kill', 'killDuring']
+
 async function episode(worker) {
-  const template = pick(templates)
+  const k = episodes++
+  const template = templates[k % templates.length]
   count(`create:${template}`)
   const ep = { worker: String(worker), template, handles: [] }
   try {
@@ -348,8 +354,10 @@ async function episode(worker) {
     return
   }
   const n = 2 + Math.floor(rand() * 6)
+  const names = Object.keys(ops)
   for (let i = 0; i < n; i++) {
-    const op = pick(Object.keys(ops))
+    // A NAT template's sandbox serves a port first.
+    const op = i === 0 ? (template.startsWith('py') ? 'port' : names[k % names.length]) : pick(names)
     try {
       // false: the operation does not apply to the template.
       count((await ops[op](ep)) === false ? `${op}:n/a` : op)
@@ -358,7 +366,7 @@ async function episode(worker) {
       break
     }
   }
-  const end = pick(['kill', 'kill', 'killBusy', 'expire', 'killDuring', 'killDuring', 'expireBusy'])
+  const end = endNames[k % endNames.length]
   try {
     await ends[end](ep)
     count(end)
@@ -381,7 +389,11 @@ async function shared() {
   const handles = []
   // A command a rollback kills ends with its signal's exit: the only
   // error a call may give here.
-  const tolerated = (e) => e instanceof CommandExitError
+  // With CHAOS_PAUSE=1, calls that meet the sandbox paused fail saying
+  // so (the SDK's not-running errors).
+  const pausing = process.env.CHAOS_PAUSE === '1'
+  const tolerated = (e) =>
+    e instanceof CommandExitError || (pausing && /sandbox is paused|not running anymore/i.test(String(e)) && !/cannot exec in a paused state/.test(String(e)))
   const sharedOps = {
     async run() {
       await sbx.commands.run(`echo ${Math.floor(rand() * 1e9)} > /tmp/v; cat /tmp/v`)
@@ -419,6 +431,13 @@ async function shared() {
         expect((await child.kill()) === true, `kill of fork ${s.sandboxID} said false`)
       }
     },
+    async pause() {
+      if (process.env.CHAOS_PAUSE !== '1') return false
+      const paused = await sbx.pause()
+      await sleep(rand() * 200)
+      await Sandbox.connect(sbx.sandboxId)
+      if (!paused) count('pause:not-paused')
+    },
     async background() {
       const h = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 0 })
       await sleep(rand() * 300)
@@ -432,8 +451,8 @@ async function shared() {
         const op = pick(Object.keys(sharedOps))
         const t0 = performance.now()
         try {
-          await Promise.race([sharedOps[op](), sleep(120000).then(() => Promise.reject(new Error('hung for 120 s')))])
-          count(op)
+          const r = await Promise.race([sharedOps[op](), sleep(120000).then(() => Promise.reject(new Error('hung for 120 s')))])
+          count(r === false ? `${op}:n/a` : op)
         } catch (e) {
           if (tolerated(e)) count(`${op}:tolerated`)
           else finding(op, sbx, e)

@@ -48,7 +48,15 @@ type Server struct {
 	watching int // watchers and WatchDir streams (MaxWatchers)
 	closed   bool
 	wg       sync.WaitGroup
+
+	// startGate, if set, is taken around a command's start (SetStartGate).
+	startGate func() (release func(), err error)
 }
+
+// SetStartGate makes each command's start wait for gate, which returns
+// the release to call once the command has started, or an error (the
+// sandbox cannot run commands now: Unavailable). Call it before serving.
+func (s *Server) SetStartGate(gate func() (release func(), err error)) { s.startGate = gate }
 
 // New serves sandbox sb's envd.
 func New(sb backend.Sandbox, d Defaults) *Server {

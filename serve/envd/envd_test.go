@@ -412,3 +412,38 @@ func TestSignalEnded(t *testing.T) {
 	}
 	<-done
 }
+
+// TestStartGate: a command starts only through the gate, which it
+// releases once started; a gate's refusal is unavailable and runs
+// nothing.
+func TestStartGate(t *testing.T) {
+	sb, err := fakebackend.New().Create(context.Background(), "t1", backend.Template{Name: "base"}, backend.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := New(sb, Defaults{User: "user", Workdir: dir})
+	var taken, released int
+	refuse := false
+	s.SetStartGate(func() (func(), error) {
+		if refuse {
+			return nil, fmt.Errorf("the sandbox is paused")
+		}
+		taken++
+		return func() { released++ }, nil
+	})
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() { hs.Close(); s.Close() })
+	msgs, _ := stream(t, hs, "process.Process/Start", bash("echo ran"), nil)
+	if _, out, _, end := collect(msgs); out != "ran\n" || end == nil || taken != 1 || released != 1 {
+		t.Fatalf("through the gate: %q %+v, gate taken %d released %d", out, end, taken, released)
+	}
+	refuse = true
+	msgs, es := stream(t, hs, "process.Process/Start", bash("touch "+filepath.Join(dir, "ran")), nil)
+	if !strings.Contains(es, `"unavailable"`) || !strings.Contains(es, "paused") {
+		t.Errorf("a start the gate refuses: %v, end-stream %s; want unavailable saying why", msgs, es)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Error("the command the gate refused ran")
+	}
+}

@@ -177,7 +177,16 @@ func (s *Server) start(ctx context.Context, r *http.Request, req *StartRequest, 
 	q.push(&ProcessEvent{Start: &StartEvent{PID: p.pid}})
 
 	t0 := time.Now()
+	release := func() {}
+	if s.startGate != nil {
+		r, err := s.startGate()
+		if err != nil {
+			return connect.Errorf(connect.Unavailable, "start %s: %v", req.Process.Cmd, err)
+		}
+		release = r
+	}
 	bp, err := s.sb.Exec(s.ctx, c)
+	release()
 	log.G(ctx).Debugf("envd: pid %d %s started in %s", p.pid, req.Process.Cmd, time.Since(t0))
 	if err != nil {
 		if errdefs.IsResourceExhausted(err) { // the sandbox's max_execs
