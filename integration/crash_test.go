@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	coci "github.com/containerd/containerd/v2/pkg/oci"
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
@@ -334,44 +335,79 @@ func TestKillGoferBeforeStart(t *testing.T) {
 // Before, the Delete found nothing yet, and the shim could stay for good
 // holding a container whose bundle containerd had removed. The create is
 // held by the test-only SlowCreateAnnotation so that the cancel lands in
-// it.
+// it. With stdio FIFOs whose reader went with the client (a crashed
+// program's), the create's open of them for writing blocked for 30 s —
+// past containerd's 5 s wait for the Delete, after which nothing shut the
+// shim down: shim and sandbox stayed for good.
 func TestDeleteDuringCreate(t *testing.T) {
 	cl, ctx, img := clientEnv(t)
 	checkNoLeaks(t)
-	id := "create-abandoned"
-	cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sleep", "600"),
-		coci.WithAnnotations(map[string]string{shim.SlowCreateAnnotation: "3s"}))
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	time.AfterFunc(time.Second, cancel)
-	t0 := time.Now()
-	if task, err := cont.NewTask(cctx, cio.NullIO); err == nil {
-		_, _ = task.Delete(ctx, ctrd.WithProcessKill)
-		t.Fatal("NewTask succeeded although its context was cancelled during the held create")
-	}
-	if d := time.Since(t0); d > 2500*time.Millisecond {
-		t.Fatalf("NewTask failed only after %s: the cancel did not land in the held create", d)
-	}
-	for _, want := range []string{"create of " + id + " held for", "delete of " + id + " waits for its create", id + " was deleted while it was being created"} {
-		if !waitLogged(want, 30*time.Second) {
-			t.Fatalf("the shim never logged %q", want)
-		}
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		pid, err := harness.ShimPid(e.Socket(), id)
-		if err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shim %d of %s still runs after its task was deleted mid-create", pid, id)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if out, _, _ := e.ctr(context.Background(), "task", "ls"); strings.Contains(out, id+" ") {
-		t.Errorf("task %s still listed:\n%s", id, out)
+	for _, c := range []struct {
+		name    string
+		creator cio.Creator
+	}{
+		{"null-io", cio.NullIO},
+		{"fifos-unread", unreadFIFOs(t)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := "create-abandoned-" + c.name
+			cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sleep", "600"),
+				coci.WithAnnotations(map[string]string{shim.SlowCreateAnnotation: "3s"}))
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			time.AfterFunc(time.Second, cancel)
+			t0 := time.Now()
+			if task, err := cont.NewTask(cctx, c.creator); err == nil {
+				_, _ = task.Delete(ctx, ctrd.WithProcessKill)
+				t.Fatal("NewTask succeeded although its context was cancelled during the held create")
+			}
+			if d := time.Since(t0); d > 2500*time.Millisecond {
+				t.Fatalf("NewTask failed only after %s: the cancel did not land in the held create", d)
+			}
+			for _, want := range []string{"create of " + id + " held for", "delete of " + id + " waits for its create", id + " was deleted while it was being created"} {
+				if !waitLogged(want, 15*time.Second) {
+					t.Fatalf("the shim never logged %q", want)
+				}
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				pid, err := harness.ShimPid(e.Socket(), id)
+				if err != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("shim %d of %s still runs after its task was deleted mid-create", pid, id)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if out, _, _ := e.ctr(context.Background(), "task", "ls"); strings.Contains(out, id+" ") {
+				t.Errorf("task %s still listed:\n%s", id, out)
+			}
+		})
 	}
 }
+
+// unreadFIFOs is a cio.Creator of stdout and stderr FIFOs that nothing
+// reads: those of a client that died after making them.
+func unreadFIFOs(t *testing.T) cio.Creator {
+	dir := t.TempDir()
+	return func(id string) (cio.IO, error) {
+		cfg := cio.Config{Stdout: filepath.Join(dir, id+"-stdout"), Stderr: filepath.Join(dir, id+"-stderr")}
+		for _, p := range []string{cfg.Stdout, cfg.Stderr} {
+			if err := unix.Mkfifo(p, 0o600); err != nil {
+				return nil, err
+			}
+		}
+		return unreadIO{cfg}, nil
+	}
+}
+
+type unreadIO struct{ cfg cio.Config }
+
+func (u unreadIO) Config() cio.Config { return u.cfg }
+func (unreadIO) Cancel()              {}
+func (unreadIO) Wait()                {}
+func (unreadIO) Close() error         { return nil }
 
 // TestGoneBundleLog: a gvx-sentry call that starts after containerd
 // removed the task's bundle (the --log it is given names a file in it)

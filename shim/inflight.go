@@ -3,10 +3,13 @@ package shim
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -22,23 +25,64 @@ import (
 // and Shutdown waits for every create in flight before it lets the shim
 // go.
 
+//
+// The caller that went away held the read ends of the task's stdout and
+// stderr FIFOs, which the runc task service opens for writing once the
+// sandbox is created — an open that blocks until a reader comes, for up
+// to 30 s, while containerd's cleanup waits 5 s for the Delete and then
+// leaves the shim. So abandoning a create also opens those FIFOs for
+// reading (without blocking) and holds them until the create returns:
+// its opens go through, it returns, and the Delete with it.
+
 // inflight is one create under way.
 type inflight struct {
 	done      chan struct{} // closed once the create returned and released what it must
 	abandoned bool          // a Delete or Shutdown of the container came meanwhile (s.mu)
+	outputs   []string      // the create's stdout and stderr FIFOs
 }
 
-// beginCreate records that container id's create is under way; the
-// caller closes the returned create's done as its Create returns.
-func (s *service) beginCreate(id string) (*inflight, error) {
+// beginCreate records that create r is under way; the caller closes the
+// returned create's done as its Create returns.
+func (s *service) beginCreate(r *task.CreateTaskRequest) (*inflight, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.creating[id]; ok {
-		return nil, grpcError(errdefs.ErrAlreadyExists, fmt.Errorf("create %s: a create of the same container is under way", id))
+	if _, ok := s.creating[r.ID]; ok {
+		return nil, grpcError(errdefs.ErrAlreadyExists, fmt.Errorf("create %s: a create of the same container is under way", r.ID))
 	}
 	c := &inflight{done: make(chan struct{})}
-	s.creating[id] = c
+	for _, p := range []string{r.Stdout, r.Stderr} {
+		if p != "" && !slices.Contains(c.outputs, p) {
+			c.outputs = append(c.outputs, p)
+		}
+	}
+	s.creating[r.ID] = c
 	return c, nil
+}
+
+// abandon marks c abandoned (under s.mu) and stands in for its caller as
+// the reader of its output FIFOs until it returns.
+func (c *inflight) abandon() {
+	if c.abandoned {
+		return
+	}
+	c.abandoned = true
+	var held []int
+	for _, p := range c.outputs {
+		if st, err := os.Stat(p); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+			continue // a file or a socket, which nothing waits on
+		}
+		if fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+			held = append(held, fd)
+		}
+	}
+	if len(held) > 0 {
+		go func() {
+			<-c.done
+			for _, fd := range held {
+				unix.Close(fd)
+			}
+		}()
+	}
 }
 
 // finishCreate ends create c of container id (once; later calls do
@@ -76,7 +120,7 @@ func (s *service) awaitCreate(ctx context.Context, id string) error {
 	s.mu.Lock()
 	c := s.creating[id]
 	if c != nil {
-		c.abandoned = true
+		c.abandon()
 	}
 	s.mu.Unlock()
 	if c == nil {
@@ -100,7 +144,7 @@ func (s *service) Shutdown(ctx context.Context, r *task.ShutdownRequest) (*empty
 	var wait []chan struct{}
 	for id, c := range s.creating {
 		if id == r.ID {
-			c.abandoned = true
+			c.abandon()
 		}
 		wait = append(wait, c.done)
 	}

@@ -2,11 +2,14 @@ package shim
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -56,11 +59,11 @@ func waitAbandoned(s *service, c *inflight) {
 // has; the abandoned create does not register its task.
 func TestDeleteWaitsForCreate(t *testing.T) {
 	s, inner := newInflightService()
-	c, err := s.beginCreate("a")
+	c, err := s.beginCreate(&task.CreateTaskRequest{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.beginCreate("a"); err == nil {
+	if _, err := s.beginCreate(&task.CreateTaskRequest{ID: "a"}); err == nil {
 		t.Error("a second create of a under way was accepted")
 	}
 	waited := make(chan error, 1)
@@ -94,7 +97,7 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 	if err := s.awaitCreate(context.Background(), "b"); err != nil {
 		t.Fatal(err)
 	}
-	cb, err := s.beginCreate("b")
+	cb, err := s.beginCreate(&task.CreateTaskRequest{ID: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,7 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 	}
 	// A second finish of the same create (Create's deferred one) leaves a
 	// later create of the same id alone.
-	cb2, err := s.beginCreate("b")
+	cb2, err := s.beginCreate(&task.CreateTaskRequest{ID: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +124,7 @@ func TestDeleteWaitsForCreate(t *testing.T) {
 // abandoned.
 func TestDeleteWaitBounded(t *testing.T) {
 	s, _ := newInflightService()
-	c, err := s.beginCreate("a")
+	c, err := s.beginCreate(&task.CreateTaskRequest{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +142,8 @@ func TestDeleteWaitBounded(t *testing.T) {
 // way and only then reaches the runc task service.
 func TestShutdownWaitsForCreates(t *testing.T) {
 	s, inner := newInflightService()
-	own, _ := s.beginCreate("a")
-	other, _ := s.beginCreate("b")
+	own, _ := s.beginCreate(&task.CreateTaskRequest{ID: "a"})
+	other, _ := s.beginCreate(&task.CreateTaskRequest{ID: "b"})
 	done := make(chan struct{})
 	go func() {
 		_, _ = s.Shutdown(context.Background(), &task.ShutdownRequest{ID: "a"})
@@ -166,5 +169,64 @@ func TestShutdownWaitsForCreates(t *testing.T) {
 	<-done
 	if len(inner.calls) != 1 || inner.calls[0] != "shutdown a" {
 		t.Errorf("inner calls %q, want one shutdown", inner.calls)
+	}
+}
+
+// Abandoning a create opens its stdout FIFO for reading, as the caller
+// that went away had: the runc task service's blocking open for writing
+// goes through, and the read end is closed once the create has returned.
+func TestAbandonOpensOutputs(t *testing.T) {
+	s, _ := newInflightService()
+	out := filepath.Join(t.TempDir(), "stdout")
+	if err := unix.Mkfifo(out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.beginCreate(&task.CreateTaskRequest{ID: "a", Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(out, os.O_WRONLY, 0) // blocks without a reader
+		if err == nil {
+			f.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("the open for writing returned (%v) with no reader", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.awaitCreate(context.Background(), "a") }()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the open for writing still blocks after the create was abandoned")
+	}
+	s.finishCreate("a", c, nil)
+	close(c.done)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in reader goes once the create has returned: with no
+	// reader, a non-blocking open for writing fails.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fd, err := unix.Open(out, unix.O_WRONLY|unix.O_NONBLOCK, 0)
+		if err == unix.ENXIO {
+			break
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the FIFO still has a reader after the create returned (%v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

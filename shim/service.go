@@ -76,7 +76,7 @@ func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
 // Create prepares the bundle for an unprivileged sandbox and creates it.
 func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *task.CreateTaskResponse, retErr error) {
 	t0 := time.Now()
-	c, err := s.beginCreate(r.ID)
+	c, err := s.beginCreate(r)
 	if err != nil {
 		return nil, err
 	}
