@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	taskapi "github.com/containerd/containerd/api/runtime/task/v3"
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	coci "github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/ttrpc"
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
@@ -385,6 +389,57 @@ func TestDeleteDuringCreate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShimIdleExit: a shim left with no task and no Shutdown from
+// containerd — what containerd leaves when the client of a task's delete
+// goes away mid-delete (it removes the task, then stops before shutting
+// the shim down), here made by deleting the container through the shim's
+// own socket — exits by itself (after GVX_TEST_SHIM_IDLE_EXIT, 5 s in
+// these tests; 30 s otherwise). Before, it stayed for good.
+func TestShimIdleExit(t *testing.T) {
+	cl, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	id := "shim-idle-exit"
+	cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sleep", "600"))
+	tk, exit := startTask(t, ctx, cont, cio.NullIO)
+	pid, err := harness.ShimPid(e.Socket(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boot struct{ Address string }
+	raw, err := os.ReadFile(filepath.Join(e.dir, "state", "io.containerd.runtime.v2.task", testNS, id, "bootstrap.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &boot)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("unix", strings.TrimPrefix(boot.Address, "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := ttrpc.NewClient(conn)
+	shimAPI := taskapi.NewTTRPCTaskClient(tc)
+	if _, err := shimAPI.Kill(ctx, &taskapi.KillRequest{ID: id, Signal: uint32(syscall.SIGKILL), All: true}); err != nil {
+		t.Fatal(err)
+	}
+	<-exit
+	if _, err := shimAPI.Delete(ctx, &taskapi.DeleteRequest{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	tc.Close()
+	deadline := time.Now().Add(25 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("shim %d with no task and no shutdown still runs", pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !waitLogged("gvx shim: no task since its last delete", 5*time.Second) {
+		t.Error("the shim did not say why it exited")
+	}
+	_, _ = tk.Delete(ctx)
 }
 
 // unreadFIFOs is a cio.Creator of stdout and stderr FIFOs that nothing

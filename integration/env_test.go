@@ -49,7 +49,8 @@ func newEnv() (*env, error) {
 		return nil, fmt.Errorf("integration tests need root (containerd, mounts, cgroups)")
 	}
 	// The crash tests make shims crash themselves mid-create.
-	bins.Env = append(bins.Env, shim.FaultsEnv+"=1")
+	// A shim left with no task exits after 5 s (TestShimIdleExit).
+	bins.Env = append(bins.Env, shim.FaultsEnv+"=1", shim.IdleExitEnv+"=5s")
 	c, err := harness.Start(context.Background(), bins)
 	if err != nil {
 		return nil, err

@@ -49,6 +49,7 @@ func (s *service) beginCreate(r *task.CreateTaskRequest) (*inflight, error) {
 	if _, ok := s.creating[r.ID]; ok {
 		return nil, grpcError(errdefs.ErrAlreadyExists, fmt.Errorf("create %s: a create of the same container is under way", r.ID))
 	}
+	s.disarmIdleExit()
 	c := &inflight{done: make(chan struct{})}
 	for _, p := range []string{r.Stdout, r.Stderr} {
 		if p != "" && !slices.Contains(c.outputs, p) {
@@ -111,6 +112,9 @@ func (s *service) abandonCreate(ctx context.Context, id string) error {
 	if _, err := s.TTRPCTaskService.Delete(ctx, &task.DeleteRequest{ID: id}); err != nil {
 		log.G(ctx).WithError(err).Warnf("gvx shim: delete abandoned %s", id)
 	}
+	// containerd, whose Delete of it may have given up, may never shut
+	// the shim down.
+	defer s.armIdleExit(ctx)
 	return grpcError(errdefs.ErrAborted, fmt.Errorf("create %s: the task was deleted while it was being created", id))
 }
 

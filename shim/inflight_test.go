@@ -230,3 +230,46 @@ func TestAbandonOpensOutputs(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A delete that leaves the shim with no task arms its own shutdown, which
+// comes unless a create begins first, and none is armed while a task is
+// left.
+func TestIdleExit(t *testing.T) {
+	t.Setenv(FaultsEnv, "1")
+	t.Setenv(IdleExitEnv, "50ms")
+	shutdowns := func(inner *innerService) int {
+		inner.mu.Lock()
+		defer inner.mu.Unlock()
+		n := 0
+		for _, c := range inner.calls {
+			if c == "shutdown " {
+				n++
+			}
+		}
+		return n
+	}
+	s, inner := newInflightService()
+	s.armIdleExit(context.Background())
+	deadline := time.Now().Add(5 * time.Second)
+	for shutdowns(inner) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a shim with no task did not shut itself down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	s, inner = newInflightService()
+	s.armIdleExit(context.Background())
+	c, _ := s.beginCreate(&task.CreateTaskRequest{ID: "a"})
+	time.Sleep(200 * time.Millisecond)
+	if n := shutdowns(inner); n != 0 {
+		t.Errorf("a create that began after the delete was followed by %d shutdowns", n)
+	}
+	s.finishCreate("a", c, &gvxTask{})
+	close(c.done)
+	s.armIdleExit(context.Background()) // a task is left: nothing armed
+	time.Sleep(200 * time.Millisecond)
+	if n := shutdowns(inner); n != 0 {
+		t.Errorf("a shim with a task shut itself down (%d)", n)
+	}
+}

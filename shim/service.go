@@ -46,6 +46,9 @@ type service struct {
 	// trim returns the heap starting and deleting tasks and execs left,
 	// once the shim is quiet (trim.go).
 	trim trimmer
+	// idle, once a delete left no task, shuts the shim down if containerd
+	// does not (idleexit.go); s.mu.
+	idle *time.Timer
 }
 
 // NewTaskService returns gvx's task service.
@@ -219,6 +222,7 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 		t.resetSandbox(ctx)
 		t.release(ctx)
 	}
+	s.armIdleExit(ctx)
 	return resp, nil
 }
 
