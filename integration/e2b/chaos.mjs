@@ -144,6 +144,7 @@ const ops = {
     await ep.sbx.commands.run(`echo ${v} > /tmp/c`)
     // A command runs across the checkpoint half of the time.
     const busy = rand() < 0.5 ? ep.sbx.commands.run('sleep 0.2; echo busy') : null
+    busy?.catch(() => {}) // awaited below; not unhandled meanwhile
     const ck = await gvx('POST', `/gvx/v1/sandboxes/${ep.sbx.sandboxId}/checkpoints`, { async: rand() < 0.5 })
     expect(ck.status === 201, `checkpoint: ${ck.status} ${JSON.stringify(ck.data)}`)
     if (busy) expect((await busy).stdout === 'busy\n', 'a command across the checkpoint')
@@ -299,6 +300,7 @@ const ends = {
     } else {
       other = gvx('POST', `/gvx/v1/sandboxes/${ep.sbx.sandboxId}/checkpoints`, { async: rand() < 0.5 })
     }
+    other.catch(() => {}) // awaited below; not unhandled meanwhile
     await sleep(rand() * 150)
     const killed = await ep.sbx.kill()
     const r = await other
