@@ -136,7 +136,19 @@ type Service struct {
 	stop   chan struct{}
 	done   chan struct{}
 	expiry sync.WaitGroup // expire calls under way
+	// leftovers are the backend sandboxes the start (restore) could not
+	// remove, which retryRemovals tries again.
+	leftovers []string
+	retrying  sync.WaitGroup
 }
+
+// Removals a start could not do (a backend call timed out while a crash's
+// half-made sandbox settled) are tried again every removeRetryEvery, up to
+// removeRetries times, then left to the janitor.
+var (
+	removeRetryEvery = 2 * time.Second
+	removeRetries    = 30
+)
 
 // New starts a service: it loads the sandbox table, re-adopts the
 // sandboxes that still run, removes the others (and any sandbox of the
@@ -162,7 +174,38 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	go s.reaper()
 	go s.saver()
+	if len(s.leftovers) > 0 {
+		s.retrying.Add(1)
+		go s.retryRemovals(context.WithoutCancel(ctx), s.leftovers)
+	}
 	return s, nil
+}
+
+// retryRemovals tries again to remove the backend sandboxes ids, which the
+// start could not, until they are gone, the service stops, or it has tried
+// removeRetries times.
+func (s *Service) retryRemovals(ctx context.Context, ids []string) {
+	defer s.retrying.Done()
+	for try := 1; len(ids) > 0; try++ {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(removeRetryEvery):
+		}
+		var left []string
+		for _, id := range ids {
+			if err := s.cfg.Backend.Destroy(ctx, id); err != nil {
+				if try >= removeRetries {
+					log.G(ctx).WithError(err).Warnf("gvx serve: sandbox %s of an earlier run could not be removed after %d tries; the janitor's sweep reclaims it", id, try+1)
+					continue
+				}
+				left = append(left, id)
+				continue
+			}
+			log.G(ctx).Infof("gvx serve: removed sandbox %s of an earlier run (try %d)", id, try+1)
+		}
+		ids = left
+	}
 }
 
 func (s *Service) tablePath() string { return filepath.Join(s.cfg.StateDir, "sandboxes.json") }
@@ -244,7 +287,8 @@ func (s *Service) restore(ctx context.Context) error {
 		if err != nil {
 			log.G(ctx).WithError(err).Infof("gvx serve: sandbox %s of the last run is not adopted; removing it", r.ID)
 			if err := s.cfg.Backend.Destroy(ctx, r.backing()); err != nil {
-				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s", r.ID)
+				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s (tried again in the background)", r.ID)
+				s.leftovers = append(s.leftovers, r.backing())
 			}
 			continue
 		}
@@ -262,7 +306,8 @@ func (s *Service) restore(ctx context.Context) error {
 		if !known[id] {
 			log.G(ctx).Infof("gvx serve: removing sandbox %s, which the table does not know", id)
 			if err := s.cfg.Backend.Destroy(ctx, id); err != nil {
-				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s", id)
+				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s (tried again in the background)", id)
+				s.leftovers = append(s.leftovers, id)
 			}
 		}
 	}
@@ -294,6 +339,7 @@ func (s *Service) Close(ctx context.Context, kill bool) {
 	close(s.stop)
 	<-s.done
 	s.expiry.Wait()
+	s.retrying.Wait()
 	<-s.saved
 	defer s.flush()
 	s.mu.Lock()

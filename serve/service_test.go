@@ -705,3 +705,23 @@ func TestSandboxPorts(t *testing.T) {
 		t.Errorf("a port of a sandbox without a network: %d %q", c, body)
 	}
 }
+
+// TestRestartRetriesRemovals: a sandbox the table does not know whose
+// removal fails at the start is removed by a later try.
+func TestRestartRetriesRemovals(t *testing.T) {
+	every := removeRetryEvery
+	removeRetryEvery = 10 * time.Millisecond
+	t.Cleanup(func() { removeRetryEvery = every })
+	f := newFixture(t)
+	f.stop()
+	f.b.Create(context.Background(), "istray", f.svc.cfg.Templates.List()[0], backend.CreateOptions{})
+	f.b.FailDestroys = 3
+	f.start()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.b.Has("istray") {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox whose removal failed at the start is still there")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -36,6 +36,8 @@ type Backend struct {
 	FailCheckpoint error
 	FailExec       error
 	FailNarrow     error
+	// FailDestroys is how many Destroy calls fail from now on.
+	FailDestroys int
 	// Ports are the fake guests' TCP ports: DialPort(port) connects to
 	// Ports[port] (an address of the test's).
 	Ports map[int]string
@@ -132,6 +134,11 @@ func (b *Backend) Attach(_ context.Context, id string, _ backend.Template) (back
 func (b *Backend) Destroy(ctx context.Context, id string) error {
 	b.mu.Lock()
 	s := b.boxes[id]
+	if b.FailDestroys > 0 {
+		b.FailDestroys--
+		b.mu.Unlock()
+		return errors.New("fake: destroy failed (FailDestroys)")
+	}
 	b.mu.Unlock()
 	if s != nil {
 		return s.Close(ctx)
