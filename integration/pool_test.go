@@ -675,3 +675,65 @@ func TestPoolImageStdin(t *testing.T) {
 	checkStdinClose(t, ctx, newContainerWith(t, c, ctx, img, "imgio1", &runtimeoptions.Options{ConfigPath: p.Config},
 		coci.WithProcessArgs("sh", "-c", "cat; echo to-stderr >&2")))
 }
+
+// TestPoolTaskNeverStarted: a task created and never started, then
+// killed (a client gone between its create and its start), exits 137
+// and deletes cleanly: on a sandbox of its own, and as a container in a
+// warm pool's sandbox with the pool's reset on and off. Before, the pool
+// task's delete failed ("destroying container …: not found": the sandbox
+// never ran it) and left the task undeletable, its sandbox running.
+func TestPoolTaskNeverStarted(t *testing.T) {
+	cl, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	resetting := startPool(t, 1)
+	plain := startPoolWith(t, 1, "reset = false")
+	for _, c := range []struct {
+		name string
+		pool *harness.Pool
+	}{{"own", nil}, {"pool-reset", resetting}, {"pool-noreset", plain}} {
+		id := "unstarted-" + c.name
+		var opts any
+		if c.pool != nil {
+			opts = &runtimeoptions.Options{ConfigPath: c.pool.Config}
+			waitPoolReady(t, c.pool)
+		}
+		cont := newContainerWith(t, cl, ctx, img, id, opts, coci.WithProcessArgs("sleep", "600"))
+		tk, err := cont.NewTask(ctx, cio.NullIO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.pool != nil && adopted(id) == "" {
+			t.Fatalf("%s did not adopt a pool sandbox", id)
+		}
+		exit, err := tk.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Kill(ctx, syscall.SIGKILL); err != nil {
+			t.Fatalf("%s: kill: %v", id, err)
+		}
+		select {
+		case st := <-exit:
+			if st.ExitCode() != 137 {
+				t.Errorf("%s: exit %d, want 137", id, st.ExitCode())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no exit 30 s after SIGKILL", id)
+		}
+		if _, err := tk.Delete(ctx); err != nil {
+			t.Errorf("%s: delete: %v", id, err)
+		}
+	}
+}
+
+// waitPoolReady waits (a minute at most) until pool p has a sandbox ready.
+func waitPoolReady(t *testing.T, p *harness.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for p.Ready() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool has no sandbox ready after a minute:\n%s", p.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -33,7 +33,7 @@ func poolSandbox(spec *specs.Spec) string {
 }
 
 // Delete is runsc's delete of a container inside a running sandbox, except
-// in two cases where runsc's does not do what the shim needs:
+// in three cases where runsc's does not do what the shim needs:
 //
 //   - Its sandbox has died (kill -9 of a pool or pod sandbox): runsc takes
 //     the container for running while the sandbox process is a zombie not
@@ -43,6 +43,10 @@ func poolSandbox(spec *specs.Spec) string {
 //   - It adopted a warm-pool sandbox (api.AnnotationPoolSandbox): the whole
 //     sandbox goes with it, in this one call rather than the container's
 //     delete and then the sandbox's.
+//   - It is stopped or created but not started: runsc's delete asks the
+//     sandbox to destroy it, which fails for one that never ran there (a
+//     task killed before its start), and the task could not be deleted.
+//     Its state goes, as a dead sandbox's container's does.
 type Delete struct {
 	cmd.Delete
 }
@@ -69,14 +73,23 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 	}
 	sb, alive := poolSandbox(c.Spec), sandboxctl.Alive(c)
 	if sb == "" && alive {
-		// Neither case: runsc's delete.
-		return d.Delete.Execute(ctx, f, args...)
+		// A running container, or a forced delete: runsc's. A stopped
+		// or created one goes below, whether or not its sandbox runs it:
+		// one killed before its start never ran there, and runsc's
+		// delete, asking the sandbox to destroy it, fails ("not found")
+		// and leaves its task undeletable (as runc, a created container
+		// is deleted too).
+		c.CheckStopped()
+		if argv.Flag(f, "force") == "true" || c.Status != container.Stopped && c.Status != container.Created {
+			return d.Delete.Execute(ctx, f, args...)
+		}
 	}
 	if sb != "" && alive {
-		// Like runsc, refuse a running container unless forced.
+		// Like runsc, refuse a running container unless forced; a
+		// created one goes with its sandbox (as above).
 		if argv.Flag(f, "force") != "true" {
 			c.CheckStopped()
-			if c.Status != container.Stopped {
+			if c.Status != container.Stopped && c.Status != container.Created {
 				return d.Delete.Execute(ctx, f, args...)
 			}
 		}
