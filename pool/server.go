@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -197,7 +198,7 @@ func (s *Server) drain(ctx context.Context) error {
 	s.closeImage(ctx)
 	// Sandboxes handed out keep the rootfs; the last one's destroy
 	// removes it (Sandbox.Destroy).
-	sandbox.RemovePoolDir(s.cfg.PoolDir())
+	sandbox.RemovePoolDirLocked(s.cfg.PoolDir())
 	return errors.Join(errs...)
 }
 
@@ -233,7 +234,7 @@ func claimedRunning(dir api.PoolDir) int {
 // until unlock), waiting for a previous server that is still shutting
 // down — destroying its ready sandboxes, removing the directory — to
 // finish, so that two servers never work on one directory. The lock file
-// goes with the directory (sandbox.RemovePoolDir).
+// goes with the directory (sandbox.RemovePoolDirLocked).
 func lockPoolDir(ctx context.Context, dir api.PoolDir) (unlock func(), err error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for waited := false; ; waited = true {
@@ -241,6 +242,11 @@ func lockPoolDir(ctx context.Context, dir api.PoolDir) (unlock func(), err error
 			return nil, fmt.Errorf("create pool dir: %w", err)
 		}
 		f, err := os.OpenFile(dir.Lock(), os.O_CREATE|os.O_RDWR, 0o600)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The directory went meanwhile (sandbox.RemovePoolDir): make
+			// it again.
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pool lock: %w", err)
 		}

@@ -23,8 +23,30 @@ func serving(socket string) bool {
 }
 
 // RemovePoolDir removes a pool's directory (its root containers' rootfs
-// and image mount included) once no sandbox is left in it.
+// and image mount included) once no sandbox is left in it and no pool
+// server works on it. A server holds the directory's lock
+// (api.PoolDir.Lock) from before it sets the directory up (it installs
+// gvx-pause in the rootfs) to after its own removal; RemovePoolDir takes
+// that lock for the removal, or leaves the directory to the server that
+// holds it. (A claimed sandbox's destroy once removed the rootfs of a new
+// server that was not answering on its socket yet: "install gvx-pause …:
+// no such file or directory".)
 func RemovePoolDir(dir api.PoolDir) {
+	f, err := os.OpenFile(dir.Lock(), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return // no directory
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // a server's
+	}
+	RemovePoolDirLocked(dir)
+}
+
+// RemovePoolDirLocked is RemovePoolDir for the server that holds the
+// directory's lock. A server waiting for the lock finds the lock file
+// gone and starts afresh.
+func RemovePoolDirLocked(dir api.PoolDir) {
 	entries, err := os.ReadDir(string(dir))
 	if err != nil {
 		return
@@ -36,7 +58,7 @@ func RemovePoolDir(dir api.PoolDir) {
 	}
 	UnmountImage(dir)
 	_ = os.RemoveAll(dir.Rootfs())
-	_ = os.Remove(dir.Lock()) // a server waiting on it sees it gone and starts afresh
+	_ = os.Remove(dir.Lock())
 	_ = os.Remove(string(dir))
 	_ = os.Remove(filepath.Dir(string(dir))) // the pools' directory, once empty
 }
