@@ -529,17 +529,8 @@ func TestSDKExecAcrossRollback(t *testing.T) {
 	checkNoLeaks(t)
 	for _, spares := range []int{0, 1} {
 		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
-			c, _ := ckClient(t, spares)
+			sb := sleepingSandbox(t, spares, fmt.Sprintf("xrb%d", spares))
 			ctx := context.Background()
-			sb, err := c.New(ctx, sdk.Config{ID: fmt.Sprintf("xrb%d", spares), Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := sb.Close(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
 			p, err := sb.Start(ctx, []string{"sh", "-c", "while true; do echo tick; sleep 0.05; done"}, sdk.ExecOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -577,17 +568,8 @@ func TestSDKExecUserAfterRollback(t *testing.T) {
 	checkNoLeaks(t)
 	for _, spares := range []int{0, 1} {
 		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
-			c, _ := ckClient(t, spares)
+			sb := sleepingSandbox(t, spares, fmt.Sprintf("xusr%d", spares))
 			ctx := context.Background()
-			sb, err := c.New(ctx, sdk.Config{ID: fmt.Sprintf("xusr%d", spares), Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := sb.Close(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
 			ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -627,17 +609,8 @@ func TestSDKExecUserAfterRollback(t *testing.T) {
 // being replaced.
 func TestSDKExecDuringRollback(t *testing.T) {
 	checkNoLeaks(t)
-	c, _ := ckClient(t, 0)
+	sb := sleepingSandbox(t, 0, "xexrb")
 	ctx := context.Background()
-	sb, err := c.New(ctx, sdk.Config{ID: "xexrb", Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := sb.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -681,4 +654,22 @@ func TestSDKExecDuringRollback(t *testing.T) {
 	if ran == 0 {
 		t.Error("no exec ran between the rollbacks")
 	}
+}
+
+// sleepingSandbox is a busybox sandbox id sleeping on a ckClient with
+// spares, closed when the test ends.
+func sleepingSandbox(t *testing.T, spares int, id string) *sdk.Sandbox {
+	t.Helper()
+	c, _ := ckClient(t, spares)
+	ctx := context.Background()
+	sb, err := c.New(ctx, sdk.Config{ID: id, Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return sb
 }
