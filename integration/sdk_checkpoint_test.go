@@ -536,16 +536,7 @@ func TestSDKExecAcrossRollback(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the command", func() bool { return strings.Contains(sh(t, sb, "ps -o args"), "while true") })
-			ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spares > 0 {
-				time.Sleep(time.Second) // the spare's restore (≈ 0.1–0.3 s)
-			}
-			if err := sb.Rollback(ctx, ck.ID); err != nil {
-				t.Fatal(err)
-			}
+			rollBackToNow(t, sb, spares)
 			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			defer cancel()
 			res, err := p.Wait(wctx)
@@ -570,16 +561,7 @@ func TestSDKExecUserAfterRollback(t *testing.T) {
 		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
 			sb := sleepingSandbox(t, spares, fmt.Sprintf("xusr%d", spares))
 			ctx := context.Background()
-			ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spares > 0 {
-				time.Sleep(time.Second) // the spare's restore (≈ 0.1–0.3 s)
-			}
-			if err := sb.Rollback(ctx, ck.ID); err != nil {
-				t.Fatal(err)
-			}
+			rollBackToNow(t, sb, spares)
 			nsctx := namespaces.WithNamespace(ctx, testNS)
 			cl := mustClient(t)
 			waitFor(t, "the container the sandbox was created with to go", func() bool {
@@ -592,7 +574,7 @@ func TestSDKExecUserAfterRollback(t *testing.T) {
 					t.Errorf("id as %q after the rollback: %q, %v; want %s", user, res.Stdout, err, want)
 				}
 			}
-			_, err = sb.Exec(ctx, []string{"sh", "-c", "sleep 707 & sleep 708"}, sdk.ExecOptions{Timeout: 500 * time.Millisecond})
+			_, err := sb.Exec(ctx, []string{"sh", "-c", "sleep 707 & sleep 708"}, sdk.ExecOptions{Timeout: 500 * time.Millisecond})
 			if !errors.Is(err, sdk.ErrTimeout) {
 				t.Fatalf("a command past its timeout: %v, want ErrTimeout", err)
 			}
@@ -672,4 +654,21 @@ func sleepingSandbox(t *testing.T, spares int, id string) *sdk.Sandbox {
 		}
 	})
 	return sb
+}
+
+// rollBackToNow checkpoints sb and rolls it back to that checkpoint (with
+// spares, once the spare's restore is done).
+func rollBackToNow(t *testing.T, sb *sdk.Sandbox, spares int) {
+	t.Helper()
+	ctx := context.Background()
+	ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spares > 0 {
+		time.Sleep(time.Second) // the spare's restore (≈ 0.1–0.3 s)
+	}
+	if err := sb.Rollback(ctx, ck.ID); err != nil {
+		t.Fatal(err)
+	}
 }
