@@ -41,15 +41,17 @@ func idleExitDelay() time.Duration {
 func (s *service) armIdleExit(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.tasks) > 0 || len(s.creating) > 0 {
+	if s.busy() {
 		return
 	}
-	if s.idle != nil {
-		s.idle.Stop()
-	}
+	s.disarmIdleExit()
 	d := idleExitDelay()
 	s.idle = time.AfterFunc(d, func() { s.idleShutdown(context.WithoutCancel(ctx), d) })
 }
+
+// busy says whether the shim has a task or a create under way; s.mu is
+// held.
+func (s *service) busy() bool { return len(s.tasks) > 0 || len(s.creating) > 0 }
 
 // disarmIdleExit stops the wait (a create begins); s.mu is held.
 func (s *service) disarmIdleExit() {
@@ -63,7 +65,7 @@ func (s *service) disarmIdleExit() {
 // service exits once it holds no container.
 func (s *service) idleShutdown(ctx context.Context, d time.Duration) {
 	s.mu.Lock()
-	busy := len(s.tasks) > 0 || len(s.creating) > 0
+	busy := s.busy()
 	s.mu.Unlock()
 	if busy {
 		return

@@ -24,7 +24,6 @@ import (
 // waits for it; an abandoned create takes down what it made and fails;
 // and Shutdown waits for every create in flight before it lets the shim
 // go.
-
 //
 // The caller that went away held the read ends of the task's stdout and
 // stderr FIFOs, which the runc task service opens for writing once the
@@ -114,7 +113,7 @@ func (s *service) abandonCreate(ctx context.Context, id string) error {
 	}
 	// containerd, whose Delete of it may have given up, may never shut
 	// the shim down.
-	defer s.armIdleExit(ctx)
+	s.armIdleExit(ctx)
 	return grpcError(errdefs.ErrAborted, fmt.Errorf("create %s: the task was deleted while it was being created", id))
 }
 

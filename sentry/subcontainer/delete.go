@@ -72,27 +72,22 @@ func (d *Delete) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subc
 		return util.Errorf("loading container: %v", err)
 	}
 	sb, alive := poolSandbox(c.Spec), sandboxctl.Alive(c)
-	if sb == "" && alive {
-		// A running container, or a forced delete: runsc's. A stopped
+	if alive {
+		// runsc's delete for a running container (which it refuses
+		// unless forced) and a forced delete of one in a pod. A stopped
 		// or created one goes below, whether or not its sandbox runs it:
 		// one killed before its start never ran there, and runsc's
 		// delete, asking the sandbox to destroy it, fails ("not found")
 		// and leaves its task undeletable (as runc, a created container
-		// is deleted too).
+		// is deleted too). A pool task's goes with its sandbox.
 		c.CheckStopped()
-		if argv.Flag(f, "force") == "true" || c.Status != container.Stopped && c.Status != container.Created {
+		ended := c.Status == container.Stopped || c.Status == container.Created
+		forced := argv.Flag(f, "force") == "true"
+		if !ended && !forced || sb == "" && forced {
 			return d.Delete.Execute(ctx, f, args...)
 		}
 	}
 	if sb != "" && alive {
-		// Like runsc, refuse a running container unless forced; a
-		// created one goes with its sandbox (as above).
-		if argv.Flag(f, "force") != "true" {
-			c.CheckStopped()
-			if c.Status != container.Stopped && c.Status != container.Created {
-				return d.Delete.Execute(ctx, f, args...)
-			}
-		}
 		root, err := container.Load(conf.RootDir, container.FullID{SandboxID: sb, ContainerID: sb}, container.LoadOpts{SkipCheck: true})
 		if err != nil {
 			return util.Errorf("loading pool sandbox %s: %v", sb, err)
