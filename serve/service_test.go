@@ -724,4 +724,7 @@ func TestRestartRetriesRemovals(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if left := f.b.DestroysToFail(); left != 0 {
+		t.Errorf("%d of the 3 failing removals were never tried: the retry did not happen", left)
+	}
 }

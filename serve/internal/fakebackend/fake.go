@@ -146,6 +146,13 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
+// DestroysToFail is how many of FailDestroys are still to come.
+func (b *Backend) DestroysToFail() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.FailDestroys
+}
+
 // List lists the fake sandboxes.
 func (b *Backend) List(context.Context) ([]string, error) {
 	b.mu.Lock()
