@@ -18,7 +18,7 @@ func Check(ctx context.Context, path string) error {
 	if err != nil {
 		return wrap("check", path, err)
 	}
-	defer f.Close()
+	defer closeLocked(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("check", err)
 	}

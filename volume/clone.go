@@ -64,7 +64,7 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	if err != nil {
 		return "", fmt.Errorf("clone %s: %w", src, err)
 	}
-	defer sf.Close()
+	defer closeLocked(sf)
 	if err := lockFile(sf, src, unix.LOCK_SH); err != nil {
 		switch {
 		case opts.Held:
@@ -94,7 +94,7 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	}
 	ok := false
 	defer func() {
-		df.Close()
+		closeLocked(df)
 		if !ok {
 			os.Remove(abs)
 		}

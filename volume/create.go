@@ -83,7 +83,7 @@ func Create(ctx context.Context, path string, opts CreateOptions) (Info, error) 
 	}
 	ok := false
 	defer func() {
-		f.Close()
+		closeLocked(f)
 		if !ok {
 			os.Remove(abs)
 		}

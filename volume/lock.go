@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
@@ -48,20 +49,20 @@ func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, err
 	}
 	info, sb, err := inspectFile(f, path)
 	if err != nil {
-		f.Close()
+		closeLocked(f)
 		return nil, withOp("acquire", err)
 	}
 	if err := checkOwner(f, path); err != nil {
-		f.Close()
+		closeLocked(f)
 		return nil, withOp("acquire", err)
 	}
 	if !info.Clean && !opts.Force {
-		f.Close()
+		closeLocked(f)
 		return nil, withOp("acquire", notClean(path, info,
 			"unmount it everywhere, then repair it with `e2fsck -fp "+path+"` (or acquire with force)"))
 	}
 	if err := verifyFile(ctx, f, path, info, sb, false); err != nil {
-		f.Close()
+		closeLocked(f)
 		return nil, withOp("acquire", err)
 	}
 	log.G(ctx).WithField("volume", path).Debug("volume acquired")
@@ -90,7 +91,7 @@ func (l *Lease) Release() error {
 	if l.f == nil {
 		return nil
 	}
-	err := l.f.Close() // closing the last descriptor drops the flock
+	err := closeLocked(l.f)
 	l.f = nil
 	if err != nil {
 		return fmt.Errorf("release %s: %w", l.path, err)
@@ -98,9 +99,22 @@ func (l *Lease) Release() error {
 	return nil
 }
 
+// closeLocked unlocks and closes f. Closing alone is not enough: the
+// lock belongs to the open file description, and a process forked in
+// the meantime by any goroutine (every os/exec start) holds a copy of
+// the descriptor until it execs, so the image would stay locked, and
+// the next user be refused as "in use", for as long as that takes.
+func closeLocked(f *os.File) error {
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return f.Close()
+}
+
 // lockFile takes flock(how|LOCK_NB) on f, mapping contention to ErrInUse.
+// A lock that is gone by the time its holders are looked up was a
+// passing one (a descriptor copy in a process between fork and exec
+// that another program did not unlock): it is tried again, a few times.
 func lockFile(f *os.File, path string, how int) error {
-	for {
+	for passing := 0; ; {
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		switch {
 		case err == nil:
@@ -108,7 +122,13 @@ func lockFile(f *os.File, path string, how int) error {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EWOULDBLOCK):
-			return &Error{Path: path, Err: ErrInUse, Detail: "locked" + lockHolders(f),
+			holders := lockHolders(f)
+			if holders == "" && passing < 3 {
+				passing++
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			return &Error{Path: path, Err: ErrInUse, Detail: "locked" + holders,
 				Fix: "wait until the sandbox using it is deleted, or use another image"}
 		default:
 			return fmt.Errorf("lock %s: %w", path, err)

@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -10,6 +11,43 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// TestReleaseWithCopiesHeld: Release frees the image even while another
+// process holds a copy of the lease's descriptor, as every process forked
+// between the lease's open and its release does until it execs (the
+// snapshotter's and the shim's goroutines start tools all the time).
+func TestReleaseWithCopiesHeld(t *testing.T) {
+	ctx := context.Background()
+	img := mkImage(t, 64<<20)
+	l, err := Acquire(ctx, img, AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A child that keeps the copy for good stands in for one caught
+	// between fork and exec.
+	child := exec.Command("sleep", "60")
+	child.ExtraFiles = []*os.File{l.File()}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		child.Process.Kill()
+		child.Wait()
+	}()
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := Acquire(ctx, img, AcquireOptions{})
+	if err != nil {
+		t.Fatalf("acquire after release while a child holds a copy of the descriptor: %v", err)
+	}
+	if err := l2.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(ctx, img); err != nil {
+		t.Fatalf("remove after release: %v", err)
+	}
+}
 
 // TestLeaseExclusive: a lease refuses a second one and every operation
 // that would disturb the image, and Release makes it available again.

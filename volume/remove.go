@@ -21,7 +21,7 @@ func Remove(ctx context.Context, path string) error {
 	if err != nil {
 		return wrap("remove", path, err)
 	}
-	defer f.Close()
+	defer closeLocked(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("remove", err)
 	}
@@ -67,7 +67,7 @@ func lockPath(path string, flag, how int) (*os.File, error) {
 		if err1 == nil && err2 == nil && os.SameFile(fst, pst) {
 			return f, nil
 		}
-		f.Close()
+		closeLocked(f)
 		if err2 != nil && !errors.Is(err2, os.ErrNotExist) {
 			return nil, err2
 		}

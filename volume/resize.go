@@ -28,7 +28,7 @@ func Resize(ctx context.Context, path string, newSize int64) (Info, error) {
 	if err != nil {
 		return Info{}, wrap("resize", path, err)
 	}
-	defer f.Close()
+	defer closeLocked(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return Info{}, wrap("resize", path, err)
 	}
@@ -51,7 +51,7 @@ func Resize(ctx context.Context, path string, newSize int64) (Info, error) {
 	default:
 		var nf *os.File
 		if nf, err = shrink(ctx, f, path, info, newSize); err == nil {
-			defer nf.Close()
+			defer closeLocked(nf)
 			f = nf
 		}
 	}
@@ -100,7 +100,7 @@ func shrink(ctx context.Context, f *os.File, path string, info Info, newSize int
 	ok := false
 	defer func() {
 		if !ok {
-			tmp.Close()
+			closeLocked(tmp)
 			os.Remove(tmpPath)
 		}
 	}()

@@ -296,7 +296,7 @@ func Verify(ctx context.Context, path string) error {
 	if err != nil {
 		return wrap("verify", path, err)
 	}
-	defer f.Close()
+	defer closeLocked(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("verify", err)
 	}
