@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/flock"
 	poolclient "github.com/gvxrun/gvx/pool/client"
 )
 
@@ -317,7 +318,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 func (p *Pool) unlock() {
 	if p.lock != nil {
 		_ = os.Remove(p.lock.Name())
-		_ = p.lock.Close()
+		_ = flock.Close(p.lock)
 		p.lock = nil
 	}
 }

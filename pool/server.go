@@ -18,6 +18,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
+	"github.com/gvxrun/gvx/internal/flock"
 	"github.com/gvxrun/gvx/janitor"
 	"github.com/gvxrun/gvx/metrics"
 	"github.com/gvxrun/gvx/pool/bootspec"
@@ -252,7 +253,7 @@ func lockPoolDir(ctx context.Context, dir api.PoolDir) (unlock func(), err error
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
 			if _, err := os.Stat(dir.Lock()); err == nil {
-				return func() { _ = f.Close() }, nil
+				return func() { _ = flock.Close(f) }, nil
 			}
 			// Removed with its directory by the server it waited for.
 		}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // serving reports whether a pool server answers on socket.
@@ -36,7 +37,7 @@ func RemovePoolDir(dir api.PoolDir) {
 	if err != nil {
 		return // no directory
 	}
-	defer f.Close()
+	defer flock.Close(f)
 	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return // a server's
 	}

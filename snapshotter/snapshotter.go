@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/internal/flock"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -118,7 +119,7 @@ func New(ctx context.Context, root string, cfg Config) (_ *Snapshotter, retErr e
 	}
 	defer func() {
 		if retErr != nil {
-			s.lock.Close()
+			flock.Close(s.lock)
 		}
 	}()
 	s.ms, err = storage.NewMetaStore(filepath.Join(root, "metadata.db"))
@@ -190,7 +191,7 @@ func (s *Snapshotter) Close() error {
 		return nil
 	}
 	err := s.ms.Close()
-	s.lock.Close()
+	flock.Close(s.lock)
 	s.lock = nil
 	return err
 }

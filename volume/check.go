@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // Check runs a full read-only check (e2fsck -fn) of the image at path. It
@@ -18,7 +20,7 @@ func Check(ctx context.Context, path string) error {
 	if err != nil {
 		return wrap("check", path, err)
 	}
-	defer closeLocked(f)
+	defer flock.Close(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("check", err)
 	}

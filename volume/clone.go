@@ -9,6 +9,8 @@ import (
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // Method is how Clone copied an image.
@@ -64,7 +66,7 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	if err != nil {
 		return "", fmt.Errorf("clone %s: %w", src, err)
 	}
-	defer closeLocked(sf)
+	defer flock.Close(sf)
 	if err := lockFile(sf, src, unix.LOCK_SH); err != nil {
 		switch {
 		case opts.Held:
@@ -94,7 +96,7 @@ func Clone(ctx context.Context, src, dst string, opts CloneOptions) (Method, err
 	}
 	ok := false
 	defer func() {
-		closeLocked(df)
+		flock.Close(df)
 		if !ok {
 			os.Remove(abs)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // MinSize is the smallest image Create makes: below 8 MiB mkfs.ext4 has
@@ -83,7 +85,7 @@ func Create(ctx context.Context, path string, opts CreateOptions) (Info, error) 
 	}
 	ok := false
 	defer func() {
-		closeLocked(f)
+		flock.Close(f)
 		if !ok {
 			os.Remove(abs)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvxrun/gvx/internal/flock"
 	"github.com/gvxrun/gvx/internal/loopdev"
 )
 
@@ -49,20 +50,20 @@ func Acquire(ctx context.Context, path string, opts AcquireOptions) (*Lease, err
 	}
 	info, sb, err := inspectFile(f, path)
 	if err != nil {
-		closeLocked(f)
+		flock.Close(f)
 		return nil, withOp("acquire", err)
 	}
 	if err := checkOwner(f, path); err != nil {
-		closeLocked(f)
+		flock.Close(f)
 		return nil, withOp("acquire", err)
 	}
 	if !info.Clean && !opts.Force {
-		closeLocked(f)
+		flock.Close(f)
 		return nil, withOp("acquire", notClean(path, info,
 			"unmount it everywhere, then repair it with `e2fsck -fp "+path+"` (or acquire with force)"))
 	}
 	if err := verifyFile(ctx, f, path, info, sb, false); err != nil {
-		closeLocked(f)
+		flock.Close(f)
 		return nil, withOp("acquire", err)
 	}
 	log.G(ctx).WithField("volume", path).Debug("volume acquired")
@@ -91,22 +92,12 @@ func (l *Lease) Release() error {
 	if l.f == nil {
 		return nil
 	}
-	err := closeLocked(l.f)
+	err := flock.Close(l.f)
 	l.f = nil
 	if err != nil {
 		return fmt.Errorf("release %s: %w", l.path, err)
 	}
 	return nil
-}
-
-// closeLocked unlocks and closes f. Closing alone is not enough: the
-// lock belongs to the open file description, and a process forked in
-// the meantime by any goroutine (every os/exec start) holds a copy of
-// the descriptor until it execs, so the image would stay locked, and
-// the next user be refused as "in use", for as long as that takes.
-func closeLocked(f *os.File) error {
-	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return f.Close()
 }
 
 // lockFile takes flock(how|LOCK_NB) on f, mapping contention to ErrInUse.

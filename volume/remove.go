@@ -10,6 +10,8 @@ import (
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // Remove deletes the image at path. It refuses, touching nothing, when
@@ -21,7 +23,7 @@ func Remove(ctx context.Context, path string) error {
 	if err != nil {
 		return wrap("remove", path, err)
 	}
-	defer closeLocked(f)
+	defer flock.Close(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("remove", err)
 	}
@@ -67,7 +69,7 @@ func lockPath(path string, flag, how int) (*os.File, error) {
 		if err1 == nil && err2 == nil && os.SameFile(fst, pst) {
 			return f, nil
 		}
-		closeLocked(f)
+		flock.Close(f)
 		if err2 != nil && !errors.Is(err2, os.ErrNotExist) {
 			return nil, err2
 		}

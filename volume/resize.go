@@ -10,6 +10,8 @@ import (
 
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // Resize changes the filesystem in the image at path to newSize bytes (a
@@ -28,7 +30,7 @@ func Resize(ctx context.Context, path string, newSize int64) (Info, error) {
 	if err != nil {
 		return Info{}, wrap("resize", path, err)
 	}
-	defer closeLocked(f)
+	defer flock.Close(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return Info{}, wrap("resize", path, err)
 	}
@@ -51,7 +53,7 @@ func Resize(ctx context.Context, path string, newSize int64) (Info, error) {
 	default:
 		var nf *os.File
 		if nf, err = shrink(ctx, f, path, info, newSize); err == nil {
-			defer closeLocked(nf)
+			defer flock.Close(nf)
 			f = nf
 		}
 	}
@@ -100,7 +102,7 @@ func shrink(ctx context.Context, f *os.File, path string, info Info, newSize int
 	ok := false
 	defer func() {
 		if !ok {
-			closeLocked(tmp)
+			flock.Close(tmp)
 			os.Remove(tmpPath)
 		}
 	}()

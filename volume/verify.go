@@ -10,6 +10,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // The checks below run before the host kernel's ext4 driver sees an image
@@ -296,7 +298,7 @@ func Verify(ctx context.Context, path string) error {
 	if err != nil {
 		return wrap("verify", path, err)
 	}
-	defer closeLocked(f)
+	defer flock.Close(f)
 	if err := checkNotAttached(f, path); err != nil {
 		return withOp("verify", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api/procfs"
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // Config says where the containerd lives and what runs it.
@@ -170,7 +171,7 @@ func (d *Daemon) Close(ctx context.Context, idle func(context.Context) (bool, er
 	if d.clients == nil {
 		return nil
 	}
-	defer func() { d.clients.Close(); d.clients = nil }()
+	defer func() { _ = flock.Close(d.clients); d.clients = nil }()
 	if idle == nil {
 		return nil
 	}

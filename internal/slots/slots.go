@@ -16,6 +16,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvxrun/gvx/internal/flock"
 )
 
 // ErrFull is returned when every slot is held.
@@ -72,7 +74,7 @@ func (s Set) Held() (int, error) {
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
 			n++
 		}
-		f.Close()
+		_ = flock.Close(f)
 	}
 	return n, nil
 }
@@ -80,7 +82,7 @@ func (s Set) Held() (int, error) {
 // Release frees the slot; it is safe on a nil slot and more than once.
 func (sl *Slot) Release() {
 	if sl != nil && sl.f != nil {
-		sl.f.Close()
+		_ = flock.Close(sl.f)
 		sl.f = nil
 	}
 }

@@ -74,3 +74,32 @@ func TestSlots(t *testing.T) {
 	}
 	sl.Release()
 }
+
+// TestReleaseWithCopiesHeld: a released slot is free even while a process
+// forked before the release (here one that keeps the descriptor for good)
+// still holds a copy of its descriptor.
+func TestReleaseWithCopiesHeld(t *testing.T) {
+	s := Set{Dir: t.TempDir(), Size: 1}
+	sl, err := s.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "60")
+	child.ExtraFiles = []*os.File{sl.f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		child.Process.Kill()
+		child.Wait()
+	}()
+	sl.Release()
+	if n, err := s.Held(); err != nil || n != 0 {
+		t.Fatalf("held %d, %v after the release; want 0", n, err)
+	}
+	again, err := s.Acquire()
+	if err != nil {
+		t.Fatalf("acquire after the release: %v", err)
+	}
+	again.Release()
+}
