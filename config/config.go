@@ -547,6 +547,10 @@ func (c Config) SentryFlagList() []string {
 		// Every gofer joins one empty network namespace gVisor pins
 		// there, instead of a new namespace and a bind mount each.
 		"--shared-root=" + c.Layout().SharedSentryRoot(),
+		// A sandbox whose init died exits at once, not 15 s later while
+		// a client (the rollout engine, gvx serve) holds an idle
+		// connection to its control server; calls under way finish.
+		"--control-rpc-stop-timeout=0",
 	}
 	if c.LogLevel == "debug" {
 		flags = append(flags, "--debug")

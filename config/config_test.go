@@ -28,7 +28,7 @@ memory_bytes = 1073741824
 		t.Errorf("unexpected config %+v", c)
 	}
 	flags := strings.Join(c.SentryFlagList(), " ")
-	if flags != "--platform=systrap --network=none --overlay2=root:memory --oci-seccomp --allow-suid --shared-root=/run/gvx/sentry-shared --net-raw" {
+	if flags != "--platform=systrap --network=none --overlay2=root:memory --oci-seccomp --allow-suid --shared-root=/run/gvx/sentry-shared --control-rpc-stop-timeout=0 --net-raw" {
 		t.Errorf("flags = %q", flags)
 	}
 }
