@@ -10,11 +10,13 @@ import (
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/gvxrun/gvx/internal/taskio"
+	"github.com/gvxrun/gvx/rollout"
 )
 
 // Status is a sandbox's state.
@@ -283,6 +285,14 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 func (s *Sandbox) killTask(ctx context.Context) error {
 	if st, err := s.curTask().Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
 		_ = s.curTask().Resume(ctx)
+	}
+	if ns, _ := namespaces.Namespace(ctx); rollout.OrphanedPause(s.c.cfg.StateDir, ns, s.container.ID()) {
+		// Paused for a checkpoint by a process that died in it.
+		if e, err := s.c.engine(); err == nil {
+			if err := e.ResumeOrphaned(ctx, s.container.ID()); err != nil {
+				log.G(ctx).WithError(err).Warnf("gvx: close %s", s.id)
+			}
+		}
 	}
 	select {
 	case <-s.Exited():

@@ -206,6 +206,17 @@ func (r SentryRoot) MonitorEnded(id string) string {
 	return filepath.Join(string(r), "gvx-ended-"+id)
 }
 
+// EnginePaused is where the rollout engine marks that it paused sandbox
+// (or container) id's kernel through its control socket: the file, made
+// right after the pause and removed right before the resume, holds the
+// pausing process's procfs.Identity. gVisor answers no question about a
+// pause, and a resume of a kernel that is not paused ends its Sentry, so a
+// later process (the one that paused it crashed) resumes it only when the
+// mark is there and its process is gone.
+func (r SentryRoot) EnginePaused(id string) string {
+	return filepath.Join(string(r), "gvx-paused-"+id)
+}
+
 // MonitorEndedMark is what a MonitorEnded file holds once its container
 // ended.
 const MonitorEndedMark = "ended\n"

@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
+	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/internal/loopdev"
 	"github.com/gvxrun/gvx/internal/taskio"
 	"github.com/gvxrun/gvx/sandbox/control"
@@ -40,7 +42,9 @@ type backing struct {
 	paused bool
 }
 
-// pause pauses b's kernel through its control connection.
+// pause pauses b's kernel through its control connection, and marks the
+// pause (api.SentryRoot.EnginePaused) for a later process should this one
+// die before its resume.
 func (e *Engine) pause(ctx context.Context, b *backing) error {
 	ctl, err := e.control(ctx, b)
 	if err == nil {
@@ -50,20 +54,82 @@ func (e *Engine) pause(ctx context.Context, b *backing) error {
 		return fmt.Errorf("pause %s: %w", b.id, err)
 	}
 	b.paused = true
+	if err := os.WriteFile(e.pauseMark(ctx, b.id), []byte(owner), 0o600); err != nil {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: mark %s paused", b.id)
+	}
 	return nil
 }
 
 // resume undoes the engine's pause of b.
 func (e *Engine) resume(ctx context.Context, b *backing) error {
+	mark := e.pauseMark(ctx, b.id)
+	_ = os.Remove(mark)
 	ctl, err := e.control(ctx, b)
 	if err == nil {
 		err = ctl.Resume()
 	}
 	if err != nil {
+		if b.paused {
+			_ = os.WriteFile(mark, []byte(owner), 0o600)
+		}
 		return fmt.Errorf("resume %s: %w", b.id, err)
 	}
 	b.paused = false
 	return nil
+}
+
+// resumeOrphaned resumes b's kernel if an engine whose process is gone
+// paused it (a crash in a checkpoint's save, or before a rollback
+// resumed its spare): nothing else would.
+func (e *Engine) resumeOrphaned(ctx context.Context, b *backing) error {
+	if !e.pausedByGone(ctx, b.id) {
+		return nil
+	}
+	log.G(ctx).Infof("gvx rollout: resuming %s, paused by a process that ended before resuming it", b.id)
+	b.paused = true
+	return e.resume(ctx, b)
+}
+
+// ResumeOrphaned resumes the kernel of the sandbox of containerd
+// container id (in ctx's namespace) if an engine whose process is gone
+// paused it (OrphanedPause).
+func (e *Engine) ResumeOrphaned(ctx context.Context, id string) error {
+	b := &backing{id: id}
+	err := e.resumeOrphaned(ctx, b)
+	e.closeControl(b)
+	return err
+}
+
+// OrphanedPause says whether an engine whose process is gone paused the
+// kernel of the sandbox of container ns/id, on a node whose gvx state
+// directory is stateDir (without an engine: a client that never made
+// one checks with this before it kills a sandbox).
+func OrphanedPause(stateDir, ns, id string) bool {
+	mark := api.SentryRoot(filepath.Join(api.Layout{Dir: stateDir}.SentryRoot(id), ns)).EnginePaused(id)
+	data, err := os.ReadFile(mark)
+	return err == nil && !procfs.Running(string(data))
+}
+
+// closeControl closes b's control connection, if open: a sandbox that
+// is shutting down waits for its control clients to go (gVisor's
+// control-rpc-stop-timeout, 15 s).
+func (e *Engine) closeControl(b *backing) {
+	if b.ctl != nil {
+		b.ctl.Close()
+		b.ctl = nil
+	}
+}
+
+// pauseMark is where a pause of backing id by the engine is marked.
+func (e *Engine) pauseMark(ctx context.Context, id string) string {
+	return api.SentryRoot(filepath.Join(e.layout.SentryRoot(id), namespaceOf(ctx))).EnginePaused(id)
+}
+
+// pausedByGone says whether backing id's kernel was paused by an engine
+// whose process is gone (so that nothing will resume it); such a pause is
+// this engine's to undo.
+func (e *Engine) pausedByGone(ctx context.Context, id string) bool {
+	return OrphanedPause(e.layout.Dir, namespaceOf(ctx), id)
 }
 
 // control returns the backing's control connection, dialling it first.
@@ -88,26 +154,27 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 	if b.out != nil {
 		b.out.close() // nothing more of it reaches the sandbox's writers
 	}
-	if b.paused {
+	if b.paused || e.pausedByGone(ctx, b.id) {
 		// A paused kernel must run for its tasks to die of SIGKILL.
 		_ = e.resume(ctx, b)
 	}
-	if b.ctl != nil {
-		b.ctl.Close()
-	}
+	e.closeControl(b)
 	if b.task != nil {
-		if st, err := b.task.Status(ctx); err == nil && st.Status == client.Paused {
-			_ = b.task.Resume(ctx)
+		// A task created with no process of its own to start (a pool
+		// sandbox's restore whose start never came: its process is its
+		// sandbox's) has no exit to wait for: it is deleted as it is.
+		created := false
+		if st, err := b.task.Status(ctx); err == nil {
+			switch st.Status {
+			case client.Paused:
+				_ = b.task.Resume(ctx)
+			case client.Created:
+				created = b.task.Pid() == 0
+			}
 		}
-		wait, werr := b.task.Wait(ctx)
-		if err := b.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("kill %s: %w", b.id, err))
-		}
-		if werr == nil {
-			select {
-			case <-wait:
-			case <-time.After(10 * time.Second):
-				errs = append(errs, fmt.Errorf("%s did not exit after SIGKILL", b.id))
+		if !created {
+			if err := e.kill(ctx, b); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		// Its FIFOs, when a process that died made them (a backing
@@ -124,8 +191,12 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 		}()
 		// gVisor's delete waits 5 s for the gofer to exit; on a loaded
 		// node that is not always enough: try again before giving up.
+		var opts []client.ProcessDeleteOpts
+		if !created {
+			opts = append(opts, client.WithProcessKill)
+		}
 		for attempt := 1; ; attempt++ {
-			_, err := b.task.Delete(ctx, client.WithProcessKill)
+			_, err := b.task.Delete(ctx, opts...)
 			if errdefs.IsNotFound(err) && b.task.IO() != nil {
 				// Removed behind the engine (`gvx gc` of what it took
 				// for an orphan): containerd's client then leaves the
@@ -170,6 +241,35 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kill kills b's task with SIGKILL and waits for it to exit. A kernel
+// that lets nothing die for a while is taken for one paused by an engine
+// that died before its mark was made: it is resumed — which, should it not
+// be paused after all, ends its Sentry, which ends it as well.
+func (e *Engine) kill(ctx context.Context, b *backing) error {
+	wait, werr := b.task.Wait(ctx)
+	if err := b.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("kill %s: %w", b.id, err)
+	}
+	if werr != nil {
+		return nil
+	}
+	select {
+	case <-wait:
+		return nil
+	case <-time.After(5 * time.Second):
+	}
+	log.G(ctx).Warnf("gvx rollout: %s did not exit 5 s after SIGKILL: resuming its kernel, perhaps paused by a process that died", b.id)
+	b.paused = true
+	_ = e.resume(ctx, b)
+	e.closeControl(b)
+	select {
+	case <-wait:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%s did not exit after SIGKILL", b.id)
+	}
 }
 
 // gate is a restored backing's output: held back until open, then passed

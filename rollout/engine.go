@@ -285,6 +285,9 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 		}
 	}
 	b := &backing{id: id, container: ctr, task: task, restored: labels[LabelRole] != "", volDir: labels[labelVolumes]}
+	if err := e.resumeOrphaned(ctx, b); err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", id, err)
+	}
 	sb := e.keep(&Sandbox{ID: sid, e: e, cur: b, lineage: lineageOf(sid, labels)})
 	if h, err := e.store.Get(labels[labelParent]); err == nil && h.Lineage == sb.lineage {
 		// Its tree goes on from there (a handle of this store's).
@@ -568,8 +571,9 @@ func (e *Engine) RemoveRestored(ctx context.Context, id string) error {
 		return fmt.Errorf("remove %s: not a container the rollout engine restored (no %s label)", id, LabelRole)
 	}
 	// Perhaps paused through its control socket (a spare): destroy
-	// resumes it first, so that its tasks can die.
-	b := &backing{id: id, container: ctr, restored: true, paused: true, volDir: labels[labelVolumes]}
+	// resumes it first if the pause is marked (api.SentryRoot.EnginePaused),
+	// so that its tasks can die.
+	b := &backing{id: id, container: ctr, restored: true, volDir: labels[labelVolumes]}
 	if t, err := ctr.Task(ctx, nil); err == nil {
 		b.task = t
 	} else if !errdefs.IsNotFound(err) {
