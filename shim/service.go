@@ -198,6 +198,7 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 			s.events.publishOOM(ctx, t)
 			// No kill by the task's id may outlive its delete.
 			t.endAll.stop(ctx)
+			s.killCutRestore(ctx, t)
 		}
 	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
@@ -224,6 +225,25 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 	}
 	s.armIdleExit(ctx)
 	return resp, nil
+}
+
+// killCutRestore kills the processes of a restored task whose start its
+// client cut short (it died): gVisor restored the container, but the runc
+// task service holds the task as created and deletes it with the
+// runtime's unforced delete, which runsc refuses for a running container
+// ("not stopped without --force") — the task could not be deleted, and
+// its sandbox stayed. Killed first, the container has stopped by then.
+func (s *service) killCutRestore(ctx context.Context, t *gvxTask) {
+	if t.restoring == nil && t.target == nil {
+		return
+	}
+	st, err := s.TTRPCTaskService.State(ctx, &task.StateRequest{ID: t.rec.ID})
+	if err != nil || st.Status != tasktypes.Status_CREATED {
+		return
+	}
+	if _, err := s.TTRPCTaskService.Kill(ctx, &task.KillRequest{ID: t.rec.ID, Signal: uint32(syscall.SIGKILL), All: true}); err != nil {
+		log.G(ctx).WithError(err).Debugf("gvx shim: kill %s, a restore never started, before its delete", t.rec.ID)
+	}
 }
 
 // Stats reports a container's metrics; a container inside a running
