@@ -3,9 +3,15 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestServeChaos drives gvx serve with e2b/chaos.mjs and the official e2b
@@ -77,4 +83,92 @@ network = "nat"
 			}
 		}
 	}
+}
+
+// TestServeChaosRestart: concurrent episodes while gvx serve is killed
+// with SIGKILL and restarted on the same address twice. Episodes that
+// meet the service down are abandoned (their sandboxes killed once it
+// answers again); the others check everything as TestServeChaos does.
+// Afterwards nothing is left, without the janitor: what a crash left half
+// made or paused — a sandbox paused for a checkpoint, a pool sandbox's
+// restore for a rollback created and never started, a create under way
+// with stdio FIFOs nobody reads any more — the restarted service removes
+// or takes back. The template is a checkpointable pool's, whose
+// rollbacks restore into sandboxes of their own (the case that left
+// most behind).
+//
+// Not in `make test` yet (GVX_TEST_CHAOS_RESTART=1 runs it): it passed 4
+// of 8 runs on 12-06 after the fixes it led to (0 of 3 before); what still fails is in
+// docs/serve.md ("Not yet").
+func TestServeChaosRestart(t *testing.T) {
+	requireEnv(t)
+	if os.Getenv("GVX_TEST_CHAOS_RESTART") != "1" {
+		t.Skip("GVX_TEST_CHAOS_RESTART=1 runs it: not yet reliable (docs/serve.md)")
+	}
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	base := filepath.Join(e.images, "e2b-base.tar")
+	writeServeFiles(t, dir, fmt.Sprintf("[[template]]\nname = \"ckpooled\"\nimage = %q\npool_size = 1\nhot = 0\ncheckpointable = true\n", base))
+	s := startGvxServe(t, dir)
+	abs, _ := filepath.Abs("e2b/chaos.mjs")
+	cmd := exec.Command("node", abs)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url, "E2B_SANDBOX_URL="+s.url, "E2B_API_KEY="+s.key,
+		"E2B_MODULE="+filepath.Join(npmModules(t), "e2b", "dist", "index.mjs"), "CHAOS_SECONDS=40", "CHAOS_WORKERS=6",
+		"CHAOS_OUTAGE=1", "CHAOS_TEMPLATES=ckpooled", "CHAOS_CHECKPOINTABLE=ckpooled")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		time.Sleep(12 * time.Second)
+		s.stop(syscall.SIGKILL)
+		time.Sleep(500 * time.Millisecond)
+		s = restartGvxServe(t, dir, s.addr)
+	}
+	err := cmd.Wait()
+	t.Logf("chaos:\n%s", out.String())
+	// What creates cut by a crash made (their ids never reached the
+	// client) is killed through the API like the rest.
+	var list []e2bSandbox
+	s.call("GET", "/sandboxes", s.key, "", &list)
+	for _, sb := range list {
+		var e2bErr e2bError
+		if c := s.call("DELETE", "/sandboxes/"+sb.SandboxID, s.key, "", &e2bErr); c != 204 {
+			t.Errorf("kill %s after the restarts: %d %s", sb.SandboxID, c, e2bErr.Message)
+		}
+	}
+	if err != nil {
+		t.Errorf("chaos across restarts: %v\ngvx serve's log:\n%s", err, s.stderr)
+	}
+	// A removal the restart could not do at once (containerd's calls on a
+	// sandbox the crash left mid-call wait for that call) is retried in
+	// the background: the service gets them all done.
+	deadline := time.Now().Add(70 * time.Second)
+	for left := pendingRemovals(s.stderr.String()); len(left) > 0; left = pendingRemovals(s.stderr.String()) {
+		if time.Now().After(deadline) || strings.Contains(s.stderr.String(), "could not be removed after") {
+			t.Errorf("gvx serve did not remove %v, left by the crashes:\n%s", left, s.stderr)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	s.stopWithPools()
+}
+
+// pendingRemovals lists the sandboxes whose removal gvx serve's log says
+// it retries in the background and has not done yet.
+func pendingRemovals(log string) []string {
+	retried := regexp.MustCompile(`remove sandbox (\S+) \(tried again in the background\)`)
+	removed := regexp.MustCompile(`removed sandbox (\S+) of an earlier run`)
+	done := map[string]bool{}
+	for _, m := range removed.FindAllStringSubmatch(log, -1) {
+		done[m[1]] = true
+	}
+	var left []string
+	for _, m := range retried.FindAllStringSubmatch(log, -1) {
+		if !done[m[1]] && !slices.Contains(left, m[1]) {
+			left = append(left, m[1])
+		}
+	}
+	return left
 }

@@ -31,7 +31,7 @@ type served struct {
 	other  string // a second key
 	cmd    *exec.Cmd
 	addr   string
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 }
 
 // writeServeFiles writes gvx serve's keys file (two new keys, of owners a
@@ -52,6 +52,13 @@ func writeServeFiles(t *testing.T, dir, tmpl string) (key, other string) {
 // image) and swebench (the example's image, one sandbox pooled).
 func startGvxServe(t *testing.T, dir string) *served {
 	t.Helper()
+	return restartGvxServe(t, dir, "")
+}
+
+// restartGvxServe runs gvx serve on state directory dir (its templates,
+// if it has none yet) listening on addr ("": a free port).
+func restartGvxServe(t *testing.T, dir, addr string) *served {
+	t.Helper()
 	s := &served{t: t, dir: dir}
 	if _, err := os.Stat(filepath.Join(dir, "keys")); os.IsNotExist(err) {
 		tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\n\n[[template]]\nname = \"swebench\"\nimage = %q\n",
@@ -62,14 +69,16 @@ func startGvxServe(t *testing.T, dir string) *served {
 		f := strings.Fields(string(b))
 		s.key, s.other = f[0], f[2]
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if s.addr = addr; s.addr == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.addr = l.Addr().String()
+		l.Close()
 	}
-	s.addr = l.Addr().String()
-	l.Close()
 	s.url = "http://" + s.addr
-	s.stderr = &bytes.Buffer{}
+	s.stderr = &syncBuffer{}
 	s.cmd = exec.Command(filepath.Join(e.gvxBin, "gvx"), "serve", "--listen", "tcp://"+s.addr,
 		"--state-dir", filepath.Join(dir, "state"), "--keys", filepath.Join(dir, "keys"),
 		"--templates", filepath.Join(dir, "templates.toml"), "--containerd", e.Socket(),
