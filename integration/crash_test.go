@@ -483,3 +483,48 @@ func TestGoneBundleLog(t *testing.T) {
 		t.Errorf("the removed bundle %s was made again: %v", bundle, err)
 	}
 }
+
+// TestRestoreStartUnread: the start of a task restored from a containerd
+// checkpoint whose stdio FIFOs nobody reads any more (its client died
+// after the create) returns, and the task can then be killed and
+// deleted. containerd's runc task service opens those FIFOs for writing
+// at the start of such a task, holding the task's lock: before, the start
+// never returned, and every State, Kill and Delete of the task waited
+// behind it (a gvx serve restarted after a crash could not remove a pool
+// sandbox's restore).
+func TestRestoreStartUnread(t *testing.T) {
+	cl, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	id := "restore-unread"
+	cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sh", "-c", "while true; do echo tick; sleep 0.1; done"))
+	task, _ := startTask(t, ctx, cont, cio.NullIO)
+	ck, err := task.Checkpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.ImageService().Delete(ctx, ck.Name()) })
+	if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := cont.NewTask(ctx, unreadFIFOs(t), ctrd.WithTaskCheckpoint(ck))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := restored.Delete(ctx, ctrd.WithProcessKill); err != nil {
+			t.Errorf("delete the restored task: %v", err)
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := restored.Start(sctx); err != nil {
+		t.Fatalf("start the restored task whose FIFOs nobody reads: %v (after %s)", err, time.Since(t0))
+	}
+	t.Logf("started after %s", time.Since(t0))
+	stctx, cancel2 := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel2()
+	if st, err := restored.Status(stctx); err != nil || st.Status != ctrd.Running {
+		t.Errorf("the restored task: %v %v, want running", st.Status, err)
+	}
+}

@@ -145,7 +145,12 @@ func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartR
 			return nil, err
 		}
 	}
+	stop := func() {}
+	if r.ExecID == "" {
+		stop = s.watchStart(ctx, s.task(r.ID))
+	}
 	resp, err := s.TTRPCTaskService.Start(ctx, r)
+	stop()
 	s.trim.soon()
 	if err != nil || r.ExecID != "" {
 		if err != nil && r.ExecID == "" {
