@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/rollout"
 )
@@ -109,8 +110,14 @@ func (c *Client) Attach(ctx context.Context, id string) (*Sandbox, error) {
 	if s.restored {
 		// The engine's to destroy (its volumes are the store's) and to
 		// roll back further.
-		if _, _, err := s.rollout(ctx); err != nil {
+		e, rs, err := s.rollout(ctx)
+		if err != nil {
 			return nil, err
+		}
+		// What a rollback of a process that died left of the backing it
+		// replaced.
+		if err := e.RemoveSuperseded(ctx, rs); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx: attach %s", id)
 		}
 	}
 	if err := s.watch(ctx); err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
+
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/integration/harness"
@@ -183,4 +185,70 @@ func exitedIdentity(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestRemoveSuperseded: a backing a rollback replaced, left because the
+// process that rolled back died before its background destroy, is
+// destroyed when a later process adopts the sandbox — and only then: a
+// live owner destroys its own. (A gvx serve SIGKILLed after a rollback
+// left the replaced backing, paused, for good: neither the re-adopted
+// sandbox nor the sweep of unknown sandboxes named it.)
+func TestRemoveSuperseded(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{NoTargets: true})
+	sb := adoptRunning(t, eng, ctx, "supx", nil, "sh", "-c", "while true; do sleep 0.05; done")
+	h, err := eng.Checkpoint(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Rollback(ctx, sb, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	old := current(sb)
+	// A newer backing of the sandbox, made by a process that has exited:
+	// a fork relabelled as the sandbox's, with a dead owner.
+	forks, err := eng.Fork(ctx, h.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Destroy(ctx, forks[0]) })
+	newer := current(forks[0])
+	set := func(owner string) {
+		t.Helper()
+		if _, err := forks[0].Container().SetLabels(ctx, map[string]string{rollout.LabelSandbox: sb.ID, rollout.LabelOwner: owner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mustClient(t)
+	adopt := func() *rollout.Sandbox {
+		t.Helper()
+		ct, err := rollout.FindBacking(ctx, c, sb.ID)
+		if err != nil || ct.ID() != newer {
+			t.Fatalf("the sandbox's backing: %v %v, want %s", ct, err, newer)
+		}
+		eng2, ctx2, _ := rolloutEnvWith(t, rollout.Options{NoTargets: true})
+		sb2, err := eng2.Adopt(ctx2, newer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng2.RemoveSuperseded(ctx2, sb2); err != nil {
+			t.Errorf("remove the superseded backings: %v", err)
+		}
+		return sb2
+	}
+	// Its owner runs (this process): the replaced backing is its own.
+	set(procfs.Identity(os.Getpid()))
+	adopt()
+	if _, err := c.LoadContainer(ctx, old); err != nil {
+		t.Fatalf("the replaced backing %s of a live owner: %v, want it kept", old, err)
+	}
+	// Its owner gone: the replaced backing goes, the current one stays.
+	set(exitedIdentity(t))
+	sb2 := adopt()
+	if _, err := c.LoadContainer(ctx, old); err == nil {
+		t.Errorf("the replaced backing %s is still there", old)
+	}
+	if st, err := sb2.Task().Status(ctx); err != nil || st.Status != client.Running {
+		t.Errorf("the current backing %s: %v %v, want running", newer, st.Status, err)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/procfs"
 )
 
 // Options configure an Engine.
@@ -294,6 +295,58 @@ func (e *Engine) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 		sb.parent = h.ID
 	}
 	return sb, nil
+}
+
+// RemoveSuperseded destroys the backings sandbox sb had before its
+// current one — containers the engine restored labelled as sb's
+// (LabelSandbox), and container sb.ID itself when a restore replaced it —
+// if the process that made the current one is gone. A rollback destroys
+// the backing it replaces in the background once the new one's labels
+// are committed: a process that died in between left it (paused, which
+// the destroy undoes), and nothing else would remove it. A live engine
+// destroys its own.
+func (e *Engine) RemoveSuperseded(ctx context.Context, sb *Sandbox) error {
+	sb.mu.Lock()
+	cur := sb.cur
+	sb.mu.Unlock()
+	if cur == nil || cur.id == sb.ID {
+		return nil
+	}
+	labels, err := cur.container.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("sandbox %s's earlier backings: %w", sb.ID, err)
+	}
+	if o := labels[LabelOwner]; o == "" || procfs.Running(o) {
+		return nil
+	}
+	conts, err := e.c.Containers(ctx, fmt.Sprintf("labels.%q==%s", LabelSandbox, sb.ID))
+	if err != nil {
+		return fmt.Errorf("sandbox %s's earlier backings: %w", sb.ID, err)
+	}
+	if ct, err := e.c.LoadContainer(ctx, sb.ID); err == nil {
+		conts = append(conts, ct)
+	}
+	var errs []error
+	for _, ct := range conts {
+		if ct.ID() == cur.id {
+			continue
+		}
+		l, err := ct.Labels(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b := &backing{id: ct.ID(), container: ct, restored: l[LabelRole] != "", volDir: l[labelVolumes]}
+		if t, err := ct.Task(ctx, nil); err == nil {
+			b.task = t
+		} else if !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		log.G(ctx).Infof("gvx rollout: removing %s, a backing of sandbox %s that a rollback replaced before its process died", ct.ID(), sb.ID)
+		errs = append(errs, e.destroy(ctx, b))
+	}
+	return errors.Join(errs...)
 }
 
 // FindBacking returns the container that is sandbox id's backing: the
