@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gvxrun/gvx/serve/gvxbackend"
 )
 
 // TestServeChaos drives gvx serve with e2b/chaos.mjs and the official e2b
@@ -144,15 +150,33 @@ func TestServeChaosRestart(t *testing.T) {
 	// A removal the restart could not do at once (containerd's calls on a
 	// sandbox the crash left mid-call wait for that call) is retried in
 	// the background: the service gets them all done.
-	deadline := time.Now().Add(70 * time.Second)
+	start, dumped := time.Now(), false
 	for left := pendingRemovals(s.stderr.String()); len(left) > 0; left = pendingRemovals(s.stderr.String()) {
-		if time.Now().After(deadline) || strings.Contains(s.stderr.String(), "could not be removed after") {
+		if time.Since(start) > 70*time.Second || strings.Contains(s.stderr.String(), "could not be removed after") {
 			t.Errorf("gvx serve did not remove %v, left by the crashes:\n%s", left, s.stderr)
 			break
+		}
+		if !dumped && time.Since(start) > 10*time.Second {
+			// What holds containerd's calls on them: the shims' goroutine
+			// dumps go to containerd's log.
+			dumped = true
+			_ = exec.Command("pkill", "-USR1", "-f", "containerd-shim-gvx-v2 -namespace "+gvxbackend.Namespace).Run()
+			t.Logf("removals still pending after 10 s: %v; the shims' stacks are in containerd's log", left)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	s.stopWithPools()
+	// No container of the service's is left (with its labels, if one is:
+	// which backing of which sandbox, promoted or not).
+	ctx := namespaces.WithNamespace(context.Background(), gvxbackend.Namespace)
+	cs, err := mustClient(t).Containers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		info, _ := c.Info(ctx, client.WithoutRefreshedMetadata)
+		t.Errorf("container %s left: %v", c.ID(), info.Labels)
+	}
 }
 
 // pendingRemovals lists the sandboxes whose removal gvx serve's log says
