@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 
+	sdk "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/integration/harness"
@@ -250,5 +251,32 @@ func TestRemoveSuperseded(t *testing.T) {
 	}
 	if st, err := sb2.Task().Status(ctx); err != nil || st.Status != client.Running {
 		t.Errorf("the current backing %s: %v %v, want running", newer, st.Status, err)
+	}
+}
+
+// TestSDKCloseStuckPause: the SDK's Close of a sandbox whose kernel a
+// process paused and died before marking the pause (no
+// api.SentryRoot.EnginePaused) still ends it: a SIGKILL that has not
+// ended the init in 5 s resumes the kernel. Before, Close waited 30 s,
+// then its delete until its own 2-minute limit, and failed (a gvx serve
+// DELETE answered 500 and the sandbox stayed).
+func TestSDKCloseStuckPause(t *testing.T) {
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	sb, err := c.New(context.Background(), sdk.Config{ID: "sdkstuck", Image: busyboxArchive(), Cmd: []string{"sleep", "100000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := dialSandboxControl(t, "sdkstuck")
+	if err := ctl.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctl.Close()
+	start := time.Now()
+	if err := sb.Close(context.Background()); err != nil {
+		t.Errorf("close a sandbox paused without a mark: %v", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("close a sandbox paused without a mark took %s", d)
 	}
 }

@@ -100,6 +100,18 @@ func (e *Engine) ResumeOrphaned(ctx context.Context, id string) error {
 	return err
 }
 
+// ResumeStuck resumes the kernel of the sandbox of containerd container
+// id whatever marks say: for a task that a SIGKILL has not ended, taken
+// for one paused by a process that died before it could mark the pause.
+// Should the kernel not be paused after all, its Sentry ends, which ends
+// the task as well.
+func (e *Engine) ResumeStuck(ctx context.Context, id string) error {
+	b := &backing{id: id, paused: true}
+	err := e.resume(ctx, b)
+	e.closeControl(b)
+	return err
+}
+
 // OrphanedPause says whether an engine whose process is gone paused the
 // kernel of the sandbox of container ns/id, on a node whose gvx state
 // directory is stateDir (without an engine: a client that never made
@@ -261,9 +273,7 @@ func (e *Engine) kill(ctx context.Context, b *backing) error {
 	case <-time.After(5 * time.Second):
 	}
 	log.G(ctx).Warnf("gvx rollout: %s did not exit 5 s after SIGKILL: resuming its kernel, perhaps paused by a process that died", b.id)
-	b.paused = true
-	_ = e.resume(ctx, b)
-	e.closeControl(b)
+	_ = e.ResumeStuck(ctx, b.id)
 	select {
 	case <-wait:
 		return nil
