@@ -303,16 +303,16 @@ func (s *Sandbox) killTask(ctx context.Context) error {
 		if s.watched {
 			select {
 			case <-s.Exited():
-			case <-time.After(5 * time.Second):
+			case <-time.After(rollout.StuckAfter):
 				// A kernel paused by a process that died before it
 				// marked the pause (rollout.OrphanedPause).
-				log.G(ctx).Warnf("gvx: close %s: the init did not exit 5 s after SIGKILL; resuming its kernel, perhaps paused by a process that died", s.id)
+				log.G(ctx).Warnf("gvx: close %s: the init did not exit %s after SIGKILL; resuming its kernel, perhaps paused by a process that died", s.id, rollout.StuckAfter)
 				if e, err := s.c.engine(); err == nil {
 					_ = e.ResumeStuck(ctx, s.container.ID())
 				}
 				select {
 				case <-s.Exited():
-				case <-time.After(25 * time.Second):
+				case <-time.After(20 * time.Second):
 					log.G(ctx).Warnf("gvx: close %s: the init did not exit 30 s after SIGKILL; deleting the task anyway", s.id)
 				}
 			}

@@ -109,6 +109,13 @@ func (e *Engine) ResumeStuck(ctx context.Context, id string) error {
 	b := &backing{id: id, paused: true}
 	err := e.resume(ctx, b)
 	e.closeControl(b)
+	// Which it was, for the record: gVisor answers a resume of a paused
+	// kernel, and ends the Sentry (the call fails) for one that was not.
+	if err == nil {
+		log.G(ctx).Warnf("gvx rollout: %s was paused, with no mark: resumed", id)
+	} else {
+		log.G(ctx).WithError(err).Warnf("gvx rollout: %s was not paused (or its sandbox is going): its resume failed", id)
+	}
 	return err
 }
 
@@ -255,8 +262,14 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 	return errors.Join(errs...)
 }
 
+// StuckAfter is how long a SIGKILL may take to end a task before its
+// kernel is taken for one paused by a process that died. Under load a
+// pool sandbox's task has taken more than 5 s to exit (its resume then
+// found the Sentry going), so not less than that.
+const StuckAfter = 10 * time.Second
+
 // kill kills b's task with SIGKILL and waits for it to exit. A kernel
-// that lets nothing die for a while is taken for one paused by an engine
+// that lets nothing die for StuckAfter is taken for one paused by an engine
 // that died before its mark was made: it is resumed — which, should it not
 // be paused after all, ends its Sentry, which ends it as well.
 func (e *Engine) kill(ctx context.Context, b *backing) error {
@@ -270,9 +283,9 @@ func (e *Engine) kill(ctx context.Context, b *backing) error {
 	select {
 	case <-wait:
 		return nil
-	case <-time.After(5 * time.Second):
+	case <-time.After(StuckAfter):
 	}
-	log.G(ctx).Warnf("gvx rollout: %s did not exit 5 s after SIGKILL: resuming its kernel, perhaps paused by a process that died", b.id)
+	log.G(ctx).Warnf("gvx rollout: %s did not exit %s after SIGKILL: resuming its kernel, perhaps paused by a process that died", b.id, StuckAfter)
 	_ = e.ResumeStuck(ctx, b.id)
 	select {
 	case <-wait:
