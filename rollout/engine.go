@@ -336,10 +336,8 @@ func (e *Engine) RemoveSuperseded(ctx context.Context, sb *Sandbox) error {
 			errs = append(errs, err)
 			continue
 		}
-		b := &backing{id: ct.ID(), container: ct, restored: l[LabelRole] != "", volDir: l[labelVolumes]}
-		if t, err := ct.Task(ctx, nil); err == nil {
-			b.task = t
-		} else if !errdefs.IsNotFound(err) {
+		b, err := found(ctx, ct, l)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -626,11 +624,21 @@ func (e *Engine) RemoveRestored(ctx context.Context, id string) error {
 	// Perhaps paused through its control socket (a spare): destroy
 	// resumes it first if the pause is marked (api.SentryRoot.EnginePaused),
 	// so that its tasks can die.
-	b := &backing{id: id, container: ctr, restored: true, volDir: labels[labelVolumes]}
-	if t, err := ctr.Task(ctx, nil); err == nil {
-		b.task = t
-	} else if !errdefs.IsNotFound(err) {
+	b, err := found(ctx, ctr, labels)
+	if err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	return e.destroy(ctx, b)
+}
+
+// found is the backing that container ct, with labels, is to a process
+// that did not make it: its task, if it has one.
+func found(ctx context.Context, ct client.Container, labels map[string]string) (*backing, error) {
+	b := &backing{id: ct.ID(), container: ct, restored: labels[LabelRole] != "", volDir: labels[labelVolumes]}
+	if t, err := ct.Task(ctx, nil); err == nil {
+		b.task = t
+	} else if !errdefs.IsNotFound(err) {
+		return nil, err
+	}
+	return b, nil
 }

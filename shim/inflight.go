@@ -67,11 +67,8 @@ func (c *inflight) abandon() {
 	}
 	c.abandoned = true
 	var held []int
-	for _, p := range c.outputs {
-		if st, err := os.Stat(p); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
-			continue // a file or a socket, which nothing waits on
-		}
-		if fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+	for _, p := range fifos(c.outputs...) {
+		if fd, err := openReader(p); err == nil {
 			held = append(held, fd)
 		}
 	}
@@ -83,6 +80,24 @@ func (c *inflight) abandon() {
 			}
 		}()
 	}
+}
+
+// fifos is those of paths that are named pipes (not files or sockets,
+// which nothing waits on).
+func fifos(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeNamedPipe != 0 && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// openReader opens the FIFO at p for reading without waiting for a
+// writer: the shim standing in for a reader that went away.
+func openReader(p string) (int, error) {
+	return unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 }
 
 // finishCreate ends create c of container id (once; later calls do

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -69,7 +68,7 @@ func (s *service) watchStart(ctx context.Context, t *gvxTask) (stop func()) {
 					left = append(left, p)
 					continue
 				}
-				fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+				fd, err := openReader(p)
 				if err != nil {
 					continue
 				}
@@ -86,17 +85,6 @@ func (s *service) watchStart(ctx context.Context, t *gvxTask) (stop func()) {
 		close(done)
 		<-finished
 	}
-}
-
-// fifos is those of paths that are named pipes.
-func fifos(paths ...string) []string {
-	var out []string
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeNamedPipe != 0 && !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // hasOpener says whether a process other than this one has the FIFO at
