@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -136,13 +137,13 @@ type Service struct {
 	stop   chan struct{}
 	done   chan struct{}
 	expiry sync.WaitGroup // expire calls under way
-	// leftovers are the backend sandboxes the start (restore) could not
-	// remove, which retryRemovals tries again.
+	// leftovers are the backend sandboxes the start (restore) does not
+	// adopt, which retryRemovals removes.
 	leftovers []string
 	retrying  sync.WaitGroup
 }
 
-// Removals a start could not do (a backend call timed out while a crash's
+// A start's removals that fail (a backend call timed out while a crash's
 // half-made sandbox settled) are tried again every removeRetryEvery, up to
 // removeRetries times, then left to the janitor.
 var (
@@ -151,8 +152,9 @@ var (
 )
 
 // New starts a service: it loads the sandbox table, re-adopts the
-// sandboxes that still run, removes the others (and any sandbox of the
-// backend the table does not know), and starts the reaper of end times.
+// sandboxes that still run, starts the removal of the others (and of any
+// sandbox of the backend the table does not know) in the background, and
+// starts the reaper of end times.
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.MaxTimeout == 0 {
 		cfg.MaxTimeout = 24 * time.Hour
@@ -181,28 +183,34 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// retryRemovals tries again to remove the backend sandboxes ids, which the
-// start could not, until they are gone, the service stops, or it has tried
+// retryRemovals removes the backend sandboxes ids the start found and
+// does not adopt — in the background, so that the service answers at once
+// however long a removal of a crash's leftovers takes — trying again every
+// removeRetryEvery until they are gone, the service stops, or it has tried
 // removeRetries times.
 func (s *Service) retryRemovals(ctx context.Context, ids []string) {
 	defer s.retrying.Done()
 	for try := 1; len(ids) > 0; try++ {
+		wait := removeRetryEvery
+		if try == 1 {
+			wait = 0
+		}
 		select {
 		case <-s.stop:
 			return
-		case <-time.After(removeRetryEvery):
+		case <-time.After(wait):
 		}
 		var left []string
 		for _, id := range ids {
 			if err := s.cfg.Backend.Destroy(ctx, id); err != nil {
 				if try >= removeRetries {
-					log.G(ctx).WithError(err).Warnf("gvx serve: sandbox %s of an earlier run could not be removed after %d tries; the janitor's sweep reclaims it", id, try+1)
+					log.G(ctx).WithError(err).Warnf("gvx serve: sandbox %s of an earlier run could not be removed after %d tries; the janitor's sweep reclaims it", id, try)
 					continue
 				}
 				left = append(left, id)
 				continue
 			}
-			log.G(ctx).Infof("gvx serve: removed sandbox %s of an earlier run (try %d)", id, try+1)
+			log.G(ctx).Infof("gvx serve: removed sandbox %s of an earlier run (try %d)", id, try)
 		}
 		ids = left
 	}
@@ -285,11 +293,8 @@ func (s *Service) restore(ctx context.Context) error {
 			err = fmt.Errorf("template %s is gone", r.Template)
 		}
 		if err != nil {
-			log.G(ctx).WithError(err).Infof("gvx serve: sandbox %s of the last run is not adopted; removing it", r.ID)
-			if err := s.cfg.Backend.Destroy(ctx, r.backing()); err != nil {
-				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s (tried again in the background)", r.ID)
-				s.leftovers = append(s.leftovers, r.backing())
-			}
+			log.G(ctx).WithError(err).Infof("gvx serve: sandbox %s of the last run is not adopted; removing it in the background", r.ID)
+			s.leftovers = append(s.leftovers, r.backing())
 			continue
 		}
 		known[r.backing()] = true
@@ -303,12 +308,9 @@ func (s *Service) restore(ctx context.Context) error {
 		return fmt.Errorf("list the backend's sandboxes: %w", err)
 	}
 	for _, id := range ids {
-		if !known[id] {
-			log.G(ctx).Infof("gvx serve: removing sandbox %s, which the table does not know", id)
-			if err := s.cfg.Backend.Destroy(ctx, id); err != nil {
-				log.G(ctx).WithError(err).Warnf("gvx serve: remove sandbox %s (tried again in the background)", id)
-				s.leftovers = append(s.leftovers, id)
-			}
+		if !known[id] && !slices.Contains(s.leftovers, id) {
+			log.G(ctx).Infof("gvx serve: removing sandbox %s, which the table does not know, in the background", id)
+			s.leftovers = append(s.leftovers, id)
 		}
 	}
 	if err := s.restoreCheckpoints(ctx); err != nil {

@@ -706,6 +706,34 @@ func TestSandboxPorts(t *testing.T) {
 	}
 }
 
+// TestRestartRemovesInBackground: a start answers at once, however long
+// the removal of an earlier run's sandbox takes (before, it removed them
+// before it returned: 17 s after a crash was seen).
+func TestRestartRemovesInBackground(t *testing.T) {
+	f := newFixture(t)
+	f.stop()
+	f.b.Create(context.Background(), "istray", f.svc.cfg.Templates.List()[0], backend.CreateOptions{})
+	f.b.DestroyDelay = time.Second
+	t0 := time.Now()
+	f.start()
+	if took := time.Since(t0); took > 500*time.Millisecond {
+		t.Errorf("the start took %s with a removal of 1 s to do", took)
+	}
+	if !f.b.Has("istray") {
+		t.Error("the stray sandbox was removed before the start returned")
+	}
+	if c, _ := f.do("GET", "/v2/sandboxes", f.key, "", nil); c != 200 {
+		t.Errorf("listing during the removal: %d", c)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.b.Has("istray") {
+		if time.Now().After(deadline) {
+			t.Fatal("the stray sandbox is still there 5 s after the start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestRestartRetriesRemovals: a sandbox the table does not know whose
 // removal fails at the start is removed by a later try.
 func TestRestartRetriesRemovals(t *testing.T) {

@@ -36,8 +36,10 @@ type Backend struct {
 	FailCheckpoint error
 	FailExec       error
 	FailNarrow     error
-	// FailDestroys is how many Destroy calls fail from now on.
+	// FailDestroys is how many Destroy calls fail from now on;
+	// DestroyDelay is how long each takes.
 	FailDestroys int
+	DestroyDelay time.Duration
 	// Ports are the fake guests' TCP ports: DialPort(port) connects to
 	// Ports[port] (an address of the test's).
 	Ports map[int]string
@@ -132,6 +134,10 @@ func (b *Backend) Attach(_ context.Context, id string, _ backend.Template) (back
 
 // Destroy removes a fake sandbox.
 func (b *Backend) Destroy(ctx context.Context, id string) error {
+	b.mu.Lock()
+	delay := b.DestroyDelay
+	b.mu.Unlock()
+	time.Sleep(delay)
 	b.mu.Lock()
 	s := b.boxes[id]
 	if b.FailDestroys > 0 {
