@@ -625,9 +625,20 @@ func TestSDKExecDuringRollback(t *testing.T) {
 			}
 		}()
 	}
+	// Back to back, a rollback kills every exec started since the last
+	// one unless the exec ends within the restore, which on a loaded
+	// 2-core machine it may not: after the 4th rollback the loop waits
+	// for an exec to complete in the restored backing before going on.
+	ranBy := func() int { mu.Lock(); defer mu.Unlock(); return ran }
 	for i := 0; i < 8; i++ {
 		if err := sb.Rollback(ctx, ck.ID); err != nil {
 			t.Error(err)
+		}
+		if i == 3 {
+			deadline := time.Now().Add(10 * time.Second)
+			for ranBy() == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 	}
 	close(stop)
