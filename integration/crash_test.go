@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -436,10 +437,109 @@ func TestShimIdleExit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if !waitLogged("gvx shim: no task since its last delete", 5*time.Second) {
+	if !waitLogged("gvx shim: no task for ", 5*time.Second) {
 		t.Error("the shim did not say why it exited")
 	}
 	_, _ = tk.Delete(ctx)
+}
+
+// TestShimIdleExitNoCreate: a shim server containerd started for a create
+// that never came exits by itself. Before, both stayed for good. The
+// server is started here as containerd's start command starts it: its
+// listening socket as fd 3, its bundle as cwd, where containerd holds the
+// "log" FIFO open.
+//   - its start went through (the client died before the create): the
+//     server serves with no task, and exits after its idle delay (here 2 s)
+//   - its start failed (the client died during it: containerd cancelled
+//     the start, closed its log FIFO and left the server the start had
+//     forked, which then waited for a reader of its log for good): the
+//     server exits at once and removes its socket.
+func TestShimIdleExitNoCreate(t *testing.T) {
+	if e == nil {
+		t.Skip(skipReason)
+	}
+	checkNoLeaks(t)
+	t.Run("idle", func(t *testing.T) {
+		dir := t.TempDir()
+		logR, exited := bareShim(t, dir, true)
+		defer logR.Close()
+		conn, err := net.Dial("unix", filepath.Join(dir, "s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := ttrpc.NewClient(conn)
+		_, serr := taskapi.NewTTRPCTaskClient(tc).State(context.Background(), &taskapi.StateRequest{ID: "shim-never-created"})
+		tc.Close()
+		if serr == nil {
+			t.Error("State of a container the shim never created answered")
+		}
+		select {
+		case err := <-exited:
+			t.Logf("the shim with no create exited (%v)", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a shim whose create never came still runs 20 s after its start")
+		}
+		logged, _ := io.ReadAll(logR)
+		if !strings.Contains(string(logged), "gvx shim: no task for 2s") {
+			t.Errorf("the shim did not say why it exited; its log:\n%s", logged)
+		}
+	})
+	t.Run("start failed", func(t *testing.T) {
+		dir := t.TempDir()
+		_, exited := bareShim(t, dir, false)
+		select {
+		case err := <-exited:
+			t.Logf("the shim whose log nobody reads exited (%v)", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a shim whose log nobody reads still runs 5 s after its start")
+		}
+		if _, err := os.Stat(filepath.Join(dir, "s")); !os.IsNotExist(err) {
+			t.Errorf("its socket: %v, want it removed", err)
+		}
+	})
+}
+
+// bareShim starts a shim server in bundle dir with its socket at dir/s
+// and its idle exit after 2 s, with a reader of its log FIFO (returned)
+// or with none; the channel reports its exit, and the test kills it if it
+// has not.
+func bareShim(t *testing.T, dir string, reader bool) (*os.File, <-chan error) {
+	t.Helper()
+	logPath := filepath.Join(dir, "log")
+	if err := unix.Mkfifo(logPath, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logR *os.File
+	if reader {
+		var err error
+		if logR, err = os.OpenFile(logPath, os.O_RDONLY|syscall.O_NONBLOCK, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "s"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	sockFile, err := l.File()
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sockFile.Close()
+	cmd := exec.Command(filepath.Join(e.gvxBin, "containerd-shim-gvx-v2"), "-namespace", testNS, "-id", "shim-never-created", "-address", e.Socket())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), shim.FaultsEnv+"=1", shim.IdleExitEnv+"=2s")
+	cmd.ExtraFiles = []*os.File{sockFile}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Once it has exited (and been waited for), the kill does nothing.
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return logR, exited
 }
 
 // unreadFIFOs is a cio.Creator of stdout and stderr FIFOs that nothing

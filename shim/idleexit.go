@@ -13,10 +13,13 @@ import (
 // which it does right after the Delete. A client that goes away during
 // its delete (its context cancelled: a crashed program) makes containerd
 // stop between the two — it has removed the task and never sends the
-// Shutdown — and the shim stayed for good with nothing to serve. So once
-// a delete leaves the shim with no task and no create under way, the shim
-// shuts itself down idleExitAfter later, unless a create came meanwhile
-// (a pod's shim serves the pod's next container).
+// Shutdown — and the shim stayed for good with nothing to serve. The same
+// holds for a shim containerd started for a create that never came or
+// failed while its client went away (a service SIGKILLed mid-restore). So
+// when the shim starts, and once a delete or a failed create leaves it
+// with no task and no create under way, it shuts itself down
+// idleExitAfter later, unless a create came meanwhile (a pod's shim
+// serves the pod's next container).
 
 // idleExitAfter is how long a shim left with no task waits for
 // containerd's Shutdown; IdleExitEnv (with FaultsEnv=1) sets another, for
@@ -37,7 +40,8 @@ func idleExitDelay() time.Duration {
 }
 
 // armIdleExit starts the wait for containerd's Shutdown if the shim has
-// no task and no create under way (after a delete).
+// no task and no create under way (at start, after a delete or a failed
+// create).
 func (s *service) armIdleExit(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,7 +74,7 @@ func (s *service) idleShutdown(ctx context.Context, d time.Duration) {
 	if busy {
 		return
 	}
-	log.G(ctx).Infof("gvx shim: no task since its last delete %s ago, and no shutdown from containerd: exiting", d)
+	log.G(ctx).Infof("gvx shim: no task for %s (since its start, last delete or failed create), and no shutdown from containerd: exiting", d)
 	if _, err := s.Shutdown(ctx, &task.ShutdownRequest{}); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: shut down with no task")
 	}

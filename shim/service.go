@@ -46,8 +46,9 @@ type service struct {
 	// trim returns the heap starting and deleting tasks and execs left,
 	// once the shim is quiet (trim.go).
 	trim trimmer
-	// idle, once a delete left no task, shuts the shim down if containerd
-	// does not (idleexit.go); s.mu.
+	// idle, while the shim has no task (at start, after a delete or a
+	// failed create), shuts it down if containerd does not (idleexit.go);
+	// s.mu.
 	idle *time.Timer
 }
 
@@ -67,6 +68,9 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	if s.oom, err = newOOMWatcher(ctx, publisher); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: no OOM events for containers inside a running sandbox")
 	}
+	// A create that never comes (its client died after containerd started
+	// the shim) leaves the shim with nothing to serve.
+	s.armIdleExit(ctx)
 	return s, nil
 }
 
@@ -90,6 +94,11 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 			s.finishCreate(r.ID, c, nil)
 		}
 		close(c.done)
+		if retErr != nil {
+			// containerd deletes a failed create and shuts the shim
+			// down, unless it stopped with the client that asked.
+			s.armIdleExit(ctx)
+		}
 	}()
 	// containerd's extraction of a checkpoint for a restore (restorecopy.go)
 	// is the task's to remove: also when newTask refuses the task before

@@ -24,5 +24,6 @@ func main() {
 	// setting is not in the environment, so the shim's children keep
 	// their own.
 	runtime.GOMAXPROCS(1)
+	shim.ExitIfUnwanted()
 	containerdshim.RunShim(context.Background(), shim.NewManager())
 }
