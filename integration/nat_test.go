@@ -214,6 +214,11 @@ func TestNATEgress(t *testing.T) {
 	other := startNATHTTP(t, "must-not-be-reached")
 	dns := startNATDNS(t, map[string]netip.Addr{"host.gvx.test.": api.NATGateway, "tcp.gvx.test.": api.NATGateway}, "tcp.gvx.test.")
 	tcpdns := buildTestdata(t, "tcpdns")
+	build := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(tcpdns), "icmpecho"), "./testdata/icmpecho")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/icmpecho: %v\n%s", err, b)
+	}
 	id := "nat-egress"
 	cleanupTask(t, id)
 	args := append([]string{"run", "-d", "--runtime", runtime}, natAnnotations(t, api.NAT{
@@ -274,10 +279,22 @@ func TestNATEgress(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("the refusal took %v: want an immediate RST, not a timeout", took)
 	}
+	// Echo requests from the guest's ping socket: the gateway answers
+	// itself; one the policy refuses (a private address) gets no reply
+	// (gVisor's ping sockets drop the gateway's "administratively
+	// prohibited") and opens no host socket.
+	r = ctrExec(t, id, "ping-gw", "/t/icmpecho", "10.0.2.2", "5s")
+	if r.code != 0 || r.stdout != "reply from 10.0.2.2 seq 7\n" {
+		t.Errorf("echo to the gateway: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = ctrExec(t, id, "ping", "/t/icmpecho", "10.9.9.9", "1s")
+	if r.code != 1 || r.stdout != "no reply\n" {
+		t.Errorf("echo to a private address: code %d stdout %q stderr %q; want no reply", r.code, r.stdout, r.stderr)
+	}
 	time.Sleep(100 * time.Millisecond) // the stats file's write delay
 	after := natStats(t, id)
-	if after.Refused <= before.Refused {
-		t.Errorf("NAT refusals %d → %d: the refusal was not counted", before.Refused, after.Refused)
+	if after.Refused < before.Refused+2 {
+		t.Errorf("NAT refusals %d → %d: the refused connection and echo were not both counted", before.Refused, after.Refused)
 	}
 	if after.HostSockets != before.HostSockets {
 		t.Errorf("NAT host sockets %d → %d: a refused flow opened a host socket", before.HostSockets, after.HostSockets)

@@ -213,45 +213,60 @@ func (n *NAT) relayUDP(guest, host net.Conn) {
 	<-done
 }
 
-// echoFilter drops ICMP echo requests to addresses other than the NAT's
-// own: promiscuous mode would otherwise answer a ping to any address
-// itself, a reply no host gave (the host's unprivileged ping sockets are
-// not assumed; docs/network.md).
+// echoFilter takes ICMP echo requests to addresses other than the NAT's
+// own out of the stack and hands them to forward (echo.go): promiscuous
+// mode would otherwise answer a ping to any address itself, a reply no
+// host gave.
 type echoFilter struct {
 	nested.Endpoint
+	forward func(req []byte)
 }
 
 var _ stack.NetworkDispatcher = (*echoFilter)(nil)
 
-func newEchoFilter(ep stack.LinkEndpoint) *echoFilter {
-	e := &echoFilter{}
+func newEchoFilter(ep stack.LinkEndpoint, forward func(req []byte)) *echoFilter {
+	e := &echoFilter{forward: forward}
 	e.Endpoint.Init(ep, e)
 	return e
 }
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher.
 func (e *echoFilter) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	if proto == header.IPv4ProtocolNumber && isForeignEcho(pkt) {
-		return
+	if proto == header.IPv4ProtocolNumber {
+		if req, ok := foreignEcho(pkt); ok {
+			if req != nil {
+				e.forward(req)
+			}
+			return
+		}
 	}
 	e.Endpoint.DeliverNetworkPacket(proto, pkt)
 }
 
-func isForeignEcho(pkt *stack.PacketBuffer) bool {
+// foreignEcho says whether pkt is an echo request to an address not the
+// NAT's, and returns a copy of its datagram if it is whole (nil: a
+// fragment or a malformed one, dropped).
+func foreignEcho(pkt *stack.PacketBuffer) ([]byte, bool) {
 	v := pkt.ToView()
 	defer v.Release()
 	b := v.AsSlice()
 	if len(b) < header.IPv4MinimumSize {
-		return false
+		return nil, false
 	}
 	ip := header.IPv4(b)
 	if ip.TransportProtocol() != header.ICMPv4ProtocolNumber {
-		return false
+		return nil, false
 	}
 	hl := int(ip.HeaderLength())
-	if len(b) < hl+header.ICMPv4MinimumSize || header.ICMPv4(b[hl:]).Type() != header.ICMPv4Echo {
-		return false
+	if hl < header.IPv4MinimumSize || len(b) < hl+header.ICMPv4MinimumSize || header.ICMPv4(b[hl:]).Type() != header.ICMPv4Echo {
+		return nil, false
 	}
 	dst := ip.DestinationAddress()
-	return dst != tcpip.AddrFrom4(api.NATGateway.As4()) && dst != tcpip.AddrFrom4(api.NATDNS.As4())
+	if dst == tcpip.AddrFrom4(api.NATGateway.As4()) || dst == tcpip.AddrFrom4(api.NATDNS.As4()) {
+		return nil, false
+	}
+	if !ip.IsValid(len(b)) || ip.More() || ip.FragmentOffset() != 0 {
+		return nil, true
+	}
+	return append([]byte(nil), b[:ip.TotalLength()]...), true
 }

@@ -58,6 +58,7 @@ type NAT struct {
 	closedCh chan struct{}
 	flows    atomic.Int64 // TCP flows being relayed (egress and published)
 	idle     *time.Timer  // releaseMemory once no flow is left; under mu
+	echo     echoes       // echo sessions to the host (echo.go)
 }
 
 // Options configure New.
@@ -80,6 +81,9 @@ type Options struct {
 	Dial Dialer
 	// MTU of the link; 0 is api.NATMTU (the guest's eth0 has the same).
 	MTU uint32
+	// Echo opens the host sockets of the guest's echo requests; nil is
+	// OpenEcho.
+	Echo EchoOpener
 }
 
 // New starts the NAT's stack and its forwarders and listeners.
@@ -103,7 +107,10 @@ func New(o Options) (*NAT, error) {
 	if o.Stats == nil {
 		o.Stats = &Stats{}
 	}
-	n := &NAT{policy: pol, dns: dns, dial: o.Dial, stats: o.Stats, lim: newLimits(o.Config), closedCh: make(chan struct{})}
+	if o.Echo == nil {
+		o.Echo = OpenEcho
+	}
+	n := &NAT{policy: pol, dns: dns, dial: o.Dial, stats: o.Stats, lim: newLimits(o.Config), closedCh: make(chan struct{}), echo: echoes{open: o.Echo}}
 	if o.MTU == 0 {
 		o.MTU = api.NATMTU
 	}
@@ -145,7 +152,7 @@ func (n *NAT) startStack(fd int, mtu uint32) error {
 	if err != nil {
 		return fmt.Errorf("nat link: %w", err)
 	}
-	if e := s.CreateNIC(nicID, newEchoFilter(ep)); e != nil {
+	if e := s.CreateNIC(nicID, newEchoFilter(ep, n.forwardEcho)); e != nil {
 		return fmt.Errorf("nat nic: %s", e)
 	}
 	for _, a := range []netip.Addr{api.NATGateway, api.NATDNS} {
@@ -207,13 +214,18 @@ func (n *NAT) Close() {
 	for i := len(closers) - 1; i >= 0; i-- {
 		closers[i]()
 	}
+	n.closeEchoes()
 	n.stack.Close()
 }
 
 // refuse logs and counts a flow the policy refused.
 func (n *NAT) refuse(proto string, dst netip.AddrPort, why string) {
 	n.stats.add(func(s *api.NATStats) { s.Refused++ })
-	log.Infof("nat: refused %s to %s: %s", proto, dst, why)
+	to := dst.String()
+	if dst.Port() == 0 {
+		to = dst.Addr().String()
+	}
+	log.Infof("nat: refused %s to %s: %s", proto, to, why)
 }
 
 // admit takes a flow slot of MaxConnections for a flow to dst; over the
