@@ -584,6 +584,55 @@ func TestGoneBundleLog(t *testing.T) {
 	}
 }
 
+// TestExecStartUnread: the start of an exec whose stdio FIFOs nobody
+// reads any more (its client died between the exec's create and its
+// start) returns, and a SIGKILL of the task then ends the task at once.
+// containerd's runc task service opens an exec's FIFOs for writing at its
+// start, waiting up to 30 s for a reader, and publishes the init's exit
+// only once every started exec has: before, the start failed after 30 s
+// and the killed task's exit waited as long (a gvx serve SIGKILLed during
+// a command made a restarted service's kill of that sandbox take 30 s).
+func TestExecStartUnread(t *testing.T) {
+	cl, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	id := "exec-unread"
+	cont := newContainer(t, cl, ctx, img, id, coci.WithProcessArgs("sleep", "600"))
+	task, exit := startTask(t, ctx, cont, cio.NullIO)
+	spec, err := cont.Spec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pspec := *spec.Process
+	pspec.Args = []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}
+	proc, err := task.Exec(ctx, "unread", &pspec, unreadFIFOs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := proc.Start(sctx); err != nil {
+		t.Fatalf("start the exec whose FIFOs nobody reads: %v (after %s)", err, time.Since(t0))
+	}
+	t.Logf("the exec started after %s", time.Since(t0))
+	t1 := time.Now()
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exit:
+		t.Logf("the task exited %s after its SIGKILL", time.Since(t1))
+	case <-time.After(10 * time.Second):
+		t.Errorf("the task did not exit within 10 s of its SIGKILL")
+	}
+	if _, err := proc.Delete(ctx, ctrd.WithProcessKill); err != nil {
+		t.Errorf("delete the exec: %v", err)
+	}
+	if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
+		t.Errorf("delete the task: %v", err)
+	}
+}
+
 // TestRestoreStartUnread: the start of a task restored from a containerd
 // checkpoint whose stdio FIFOs nobody reads any more (its client died
 // after the create) returns, and the task can then be killed and

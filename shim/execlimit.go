@@ -35,9 +35,19 @@ func (s *service) Exec(ctx context.Context, r *task.ExecProcessRequest) (*emptyp
 	resp, err := s.TTRPCTaskService.Exec(ctx, r)
 	if err != nil {
 		s.releaseExec(r.ID, r.ExecID)
+		return resp, err
 	}
-	return resp, err
+	s.mu.Lock()
+	if s.execOutputs == nil {
+		s.execOutputs = map[string][]string{}
+	}
+	s.execOutputs[execKey(r.ID, r.ExecID)] = []string{r.Stdout, r.Stderr}
+	s.mu.Unlock()
+	return resp, nil
 }
+
+// execKey names exec id of task in service.execOutputs.
+func execKey(task, id string) string { return task + "\x00" + id }
 
 // reserveExec counts exec id of task against limit and, when node has
 // slots, takes one of the node's.
@@ -76,12 +86,14 @@ func (s *service) releaseExec(task, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id == "" {
-		for _, sl := range s.execs[task] {
+		for x, sl := range s.execs[task] {
 			sl.Release()
+			delete(s.execOutputs, execKey(task, x))
 		}
 		delete(s.execs, task)
 		return
 	}
 	s.execs[task][id].Release()
 	delete(s.execs[task], id)
+	delete(s.execOutputs, execKey(task, id))
 }

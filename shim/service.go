@@ -37,6 +37,9 @@ type service struct {
 	// creating holds the creates under way, by container id (inflight.go).
 	creating map[string]*inflight
 	execs    map[string]map[string]*slots.Slot // live exec ids by container id, with their node slots (execlimit.go)
+	// execOutputs are the live execs' stdout and stderr paths (execKey),
+	// for the watch of their starts (startwatch.go).
+	execOutputs map[string][]string
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
@@ -154,9 +157,11 @@ func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartR
 			return nil, err
 		}
 	}
-	stop := func() {}
+	var stop func()
 	if r.ExecID == "" {
 		stop = s.watchStart(ctx, s.task(r.ID))
+	} else {
+		stop = s.watchExecStart(ctx, r.ID, r.ExecID)
 	}
 	resp, err := s.TTRPCTaskService.Start(ctx, r)
 	stop()

@@ -21,11 +21,16 @@ import (
 // client that created the task died before it, nobody reads them any
 // more, and the Start never returns: every State, Kill and Delete of the
 // task waits behind it (a gvx serve restarted after a crash could not
-// remove a pool sandbox's restore, whose shim stayed). So while such a
-// Start runs past startWatchAfter, the shim looks for a reader of each
-// FIFO among the host's processes and, finding none, opens it for
-// reading itself (as for an abandoned create, inflight.go) until the
-// Start returns. The output goes nowhere; its client is gone.
+// remove a pool sandbox's restore, whose shim stayed). An exec's Start
+// opens its FIFOs the same way, for up to 30 s, after its process has
+// started, and an init's exit is published only once every exec started
+// has: a client that died between an exec's create and its start (a gvx
+// serve SIGKILLed during a command) held the exit of a task it had
+// killed for 30 s. So while such a Start runs past startWatchAfter, the
+// shim looks for a reader of each FIFO among the host's processes and,
+// finding none, opens it for reading itself (as for an abandoned create,
+// inflight.go) until the Start returns. The output goes nowhere; its
+// client is gone.
 
 // startStandIns counts the FIFOs the shim has read for a Start.
 var startStandIns atomic.Int64
@@ -40,7 +45,23 @@ func (s *service) watchStart(ctx context.Context, t *gvxTask) (stop func()) {
 	if t == nil || t.restoring == nil || t.req == nil {
 		return func() {}
 	}
-	outputs := fifos(t.req.Stdout, t.req.Stderr)
+	return watchOutputs(ctx, "the start of "+t.rec.ID, t.req.Stdout, t.req.Stderr)
+}
+
+// watchExecStart watches the Start of exec id of task until the returned
+// stop is called.
+func (s *service) watchExecStart(ctx context.Context, task, id string) (stop func()) {
+	s.mu.Lock()
+	outputs := s.execOutputs[execKey(task, id)]
+	s.mu.Unlock()
+	return watchOutputs(ctx, "the start of exec "+id+" of "+task, outputs...)
+}
+
+// watchOutputs stands in for the reader of each of the FIFOs among paths
+// that a Start (what) has waited on past startWatchAfter and no process
+// has open, until the returned stop is called.
+func watchOutputs(ctx context.Context, what string, paths ...string) (stop func()) {
+	outputs := fifos(paths...)
 	if len(outputs) == 0 {
 		return func() {}
 	}
@@ -74,7 +95,7 @@ func (s *service) watchStart(ctx context.Context, t *gvxTask) (stop func()) {
 				}
 				held = append(held, fd)
 				startStandIns.Add(1)
-				log.G(ctx).Warnf("gvx shim: the start of %s waits to write to %s, which nothing reads (its client is gone): reading it", t.rec.ID, p)
+				log.G(ctx).Warnf("gvx shim: %s waits to write to %s, which nothing reads (its client is gone): reading it", what, p)
 			}
 			outputs = left
 			tick.Reset(time.Second)
