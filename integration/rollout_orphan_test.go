@@ -95,6 +95,26 @@ func TestOrphanedPause(t *testing.T) {
 	}
 }
 
+// TestResumeStuckNoMark: the blind resume of a kill that has not ended
+// its task (Engine.ResumeStuck) leaves no pause mark when it fails — here
+// on a kernel that was not paused, whose Sentry the resume ends. Before,
+// a failed resume marked the pause as this process's, and the next
+// process to find the sandbox took the mark for a pause it had to undo.
+func TestResumeStuckNoMark(t *testing.T) {
+	checkNoLeaks(t)
+	eng, ctx, _ := rolloutEnvWith(t, rollout.Options{})
+	id := "stucknomark"
+	cleanupTask(t, id)
+	mustCtr(t, "run", "-d", "--runtime", runtime, busybox, id, "sleep", "600")
+	mark := api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), testNS)).EnginePaused(id)
+	if err := eng.ResumeStuck(ctx, id); err == nil {
+		t.Fatal("the resume of a kernel that was not paused succeeded")
+	}
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Errorf("a pause mark after a failed resume: %v, want none", err)
+	}
+}
+
 // TestKillWithControlClient: a sandbox exits as soon as it is killed
 // while a client holds an idle connection to its control server — here
 // the rollout engine, after a checkpoint. (gVisor's control server waited

@@ -106,7 +106,11 @@ func (e *Engine) ResumeOrphaned(ctx context.Context, id string) error {
 // Should the kernel not be paused after all, its Sentry ends, which ends
 // the task as well.
 func (e *Engine) ResumeStuck(ctx context.Context, id string) error {
-	b := &backing{id: id, paused: true}
+	// Not taken for paused: a resume that fails (a Sentry going) must not
+	// leave a mark of a pause nobody knows of (resume marks again what it
+	// could not resume), which the next process would take for this one's
+	// and try again.
+	b := &backing{id: id}
 	err := e.resume(ctx, b)
 	e.closeControl(b)
 	// Which it was, for the record: gVisor answers a resume of a paused
