@@ -454,6 +454,9 @@ func TestShimIdleExit(t *testing.T) {
 //     the start, closed its log FIFO and left the server the start had
 //     forked, which then waited for a reader of its log for good): the
 //     server exits at once and removes its socket.
+//   - the same with the bundle already removed (no log FIFO): containerd's
+//     shim library failed to open the log and exited, leaving the socket
+//     (a leak TestServeChaosRestart found); now it goes too.
 func TestShimIdleExitNoCreate(t *testing.T) {
 	if e == nil {
 		t.Skip(skipReason)
@@ -484,19 +487,24 @@ func TestShimIdleExitNoCreate(t *testing.T) {
 			t.Errorf("the shim did not say why it exited; its log:\n%s", logged)
 		}
 	})
-	t.Run("start failed", func(t *testing.T) {
-		dir := t.TempDir()
-		_, exited := bareShim(t, dir, false)
-		select {
-		case err := <-exited:
-			t.Logf("the shim whose log nobody reads exited (%v)", err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("a shim whose log nobody reads still runs 5 s after its start")
-		}
-		if _, err := os.Stat(filepath.Join(dir, "s")); !os.IsNotExist(err) {
-			t.Errorf("its socket: %v, want it removed", err)
-		}
-	})
+	for _, c := range []struct {
+		name string
+		log  bool
+	}{{"start failed", true}, {"bundle gone", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, exited := bareShimLog(t, dir, false, c.log)
+			select {
+			case err := <-exited:
+				t.Logf("the shim whose log nobody reads exited (%v)", err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a shim whose log nobody reads still runs 5 s after its start")
+			}
+			if _, err := os.Stat(filepath.Join(dir, "s")); !os.IsNotExist(err) {
+				t.Errorf("its socket: %v, want it removed", err)
+			}
+		})
+	}
 }
 
 // bareShim starts a shim server in bundle dir with its socket at dir/s
@@ -504,10 +512,18 @@ func TestShimIdleExitNoCreate(t *testing.T) {
 // or with none; the channel reports its exit, and the test kills it if it
 // has not.
 func bareShim(t *testing.T, dir string, reader bool) (*os.File, <-chan error) {
+	return bareShimLog(t, dir, reader, true)
+}
+
+// bareShimLog is bareShim with or without (a bundle containerd removed)
+// the log FIFO.
+func bareShimLog(t *testing.T, dir string, reader, log bool) (*os.File, <-chan error) {
 	t.Helper()
 	logPath := filepath.Join(dir, "log")
-	if err := unix.Mkfifo(logPath, 0o600); err != nil {
-		t.Fatal(err)
+	if log {
+		if err := unix.Mkfifo(logPath, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var logR *os.File
 	if reader {

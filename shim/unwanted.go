@@ -2,6 +2,7 @@ package shim
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -13,16 +14,18 @@ import (
 // the start had already forked then found no reader: containerd's shim
 // library opens the log for writing before it serves, an open that waits
 // for a reader for good, so the server stayed, its socket unanswered
-// (seen after gvx serve was SIGKILLed mid-restore). ExitIfUnwanted ends
-// such a server before it waits.
+// (seen after gvx serve was SIGKILLed mid-restore). When containerd had
+// also removed the bundle by then, the library's open failed and the
+// server exited leaving its socket behind. ExitIfUnwanted ends such a
+// server, its socket removed, before the library runs.
 
 // listenFD is the shim server's listening socket, passed by the start.
 const listenFD = 3
 
 // ExitIfUnwanted exits the process, removing its socket, if it is a shim
-// server (not the start or delete command) whose log FIFO has no reader:
-// the containerd that started it has given it up. The shim's main calls it
-// before containerd's shim library runs.
+// server (not the start or delete command) whose log FIFO has no reader
+// or is gone with its bundle: the containerd that started it has given it
+// up. The shim's main calls it before containerd's shim library runs.
 func ExitIfUnwanted() {
 	if !isServer(os.Args) {
 		return
@@ -32,16 +35,16 @@ func ExitIfUnwanted() {
 		unix.Close(fd)
 		return
 	}
-	if !errors.Is(err, unix.ENXIO) {
-		// No log FIFO at all: containerd's library reports it.
-		return
-	}
 	if sa, err := unix.Getsockname(listenFD); err == nil {
 		if un, ok := sa.(*unix.SockaddrUnix); ok && un.Name != "" && un.Name[0] != '@' {
 			_ = os.Remove(un.Name)
 		}
 	}
-	os.Exit(0)
+	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
+		os.Exit(0)
+	}
+	fmt.Fprintf(os.Stderr, "containerd-shim-gvx-v2: the bundle's log FIFO: %v\n", err)
+	os.Exit(1)
 }
 
 // isServer says whether args (the process's) are a shim server's: no
