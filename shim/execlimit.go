@@ -38,16 +38,18 @@ func (s *service) Exec(ctx context.Context, r *task.ExecProcessRequest) (*emptyp
 		return resp, err
 	}
 	s.mu.Lock()
-	if s.execOutputs == nil {
-		s.execOutputs = map[string][]string{}
+	if x := s.execs[r.ID][r.ExecID]; x != nil {
+		x.outputs = []string{r.Stdout, r.Stderr}
 	}
-	s.execOutputs[execKey(r.ID, r.ExecID)] = []string{r.Stdout, r.Stderr}
 	s.mu.Unlock()
 	return resp, nil
 }
 
-// execKey names exec id of task in service.execOutputs.
-func execKey(task, id string) string { return task + "\x00" + id }
+// liveExec is an exec the shim counts until its delete.
+type liveExec struct {
+	slot    *slots.Slot // its node slot (nil: the node has none)
+	outputs []string    // its stdout and stderr paths, for the watch of its start (startwatch.go)
+}
 
 // reserveExec counts exec id of task against limit and, when node has
 // slots, takes one of the node's.
@@ -56,7 +58,7 @@ func (s *service) reserveExec(task, id string, limit int, node slots.Set) error 
 	defer s.mu.Unlock()
 	live := s.execs[task]
 	if live == nil {
-		live = map[string]*slots.Slot{}
+		live = map[string]*liveExec{}
 		s.execs[task] = live
 	}
 	if _, ok := live[id]; ok {
@@ -76,7 +78,7 @@ func (s *service) reserveExec(task, id string, limit int, node slots.Set) error 
 			return fmt.Errorf("exec %s in task %s: node exec slots: %w", id, task, err)
 		}
 	}
-	live[id] = slot
+	live[id] = &liveExec{slot: slot}
 	return nil
 }
 
@@ -86,14 +88,14 @@ func (s *service) releaseExec(task, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id == "" {
-		for x, sl := range s.execs[task] {
-			sl.Release()
-			delete(s.execOutputs, execKey(task, x))
+		for _, x := range s.execs[task] {
+			x.slot.Release()
 		}
 		delete(s.execs, task)
 		return
 	}
-	s.execs[task][id].Release()
+	if x := s.execs[task][id]; x != nil {
+		x.slot.Release()
+	}
 	delete(s.execs[task], id)
-	delete(s.execOutputs, execKey(task, id))
 }

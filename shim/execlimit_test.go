@@ -13,7 +13,7 @@ import (
 // an exec is refused with ResourceExhausted naming max_execs; a reused id
 // is not counted twice; a task's delete forgets its execs.
 func TestExecLimit(t *testing.T) {
-	s := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*slots.Slot{}}
+	s := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*liveExec{}}
 	for _, id := range []string{"a", "b", "a"} {
 		if err := s.reserveExec("t1", id, 2, slots.Set{}); err != nil {
 			t.Fatalf("exec %s: %v", id, err)
@@ -42,8 +42,8 @@ func TestExecLimit(t *testing.T) {
 // slots.
 func TestNodeExecLimit(t *testing.T) {
 	node := slots.Set{Dir: t.TempDir(), Size: 3}
-	a := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*slots.Slot{}}
-	b := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*slots.Slot{}}
+	a := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*liveExec{}}
+	b := &service{tasks: map[string]*gvxTask{}, execs: map[string]map[string]*liveExec{}}
 	for _, e := range []struct {
 		s          *service
 		task, exec string

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/gvxrun/gvx/api/procfs"
-	"github.com/gvxrun/gvx/internal/slots"
 	"github.com/gvxrun/gvx/volume"
 )
 
@@ -36,10 +35,7 @@ type service struct {
 	tasks map[string]*gvxTask // by container id
 	// creating holds the creates under way, by container id (inflight.go).
 	creating map[string]*inflight
-	execs    map[string]map[string]*slots.Slot // live exec ids by container id, with their node slots (execlimit.go)
-	// execOutputs are the live execs' stdout and stderr paths (execKey),
-	// for the watch of their starts (startwatch.go).
-	execOutputs map[string][]string
+	execs    map[string]map[string]*liveExec // live execs by container id and exec id (execlimit.go)
 	// oom reports OOM events of the sandboxes of containers that run
 	// inside one (see sandboxcg.go).
 	oom oom.Watcher
@@ -60,7 +56,7 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 	// The task service reaps every child of the shim: volume checks
 	// (e2fsck) wait through its reaper.
 	volume.Runner = runReaped
-	s := &service{tasks: map[string]*gvxTask{}, creating: map[string]*inflight{}, execs: map[string]map[string]*slots.Slot{}}
+	s := &service{tasks: map[string]*gvxTask{}, creating: map[string]*inflight{}, execs: map[string]map[string]*liveExec{}}
 	s.events = &oomPublisher{Publisher: publisher, task: s.task}
 	inner, err := runctask.NewTaskService(ctx, s.events, sd)
 	if err != nil {

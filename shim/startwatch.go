@@ -51,8 +51,11 @@ func (s *service) watchStart(ctx context.Context, t *gvxTask) (stop func()) {
 // watchExecStart watches the Start of exec id of task until the returned
 // stop is called.
 func (s *service) watchExecStart(ctx context.Context, task, id string) (stop func()) {
+	var outputs []string
 	s.mu.Lock()
-	outputs := s.execOutputs[execKey(task, id)]
+	if x := s.execs[task][id]; x != nil {
+		outputs = x.outputs
+	}
 	s.mu.Unlock()
 	return watchOutputs(ctx, "the start of exec "+id+" of "+task, outputs...)
 }
