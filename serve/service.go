@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -292,12 +291,13 @@ func (s *Service) restore(ctx context.Context) error {
 		} else {
 			err = fmt.Errorf("template %s is gone", r.Template)
 		}
+		// Known: adopted, or already to be removed.
+		known[r.backing()] = true
 		if err != nil {
 			log.G(ctx).WithError(err).Infof("gvx serve: sandbox %s of the last run is not adopted; removing it in the background", r.ID)
 			s.leftovers = append(s.leftovers, r.backing())
 			continue
 		}
-		known[r.backing()] = true
 		e := &entry{rec: r, tmpl: t, sb: sb}
 		e.envd = s.newEnvd(e, sb, r)
 		s.boxes[r.ID] = e
@@ -308,7 +308,7 @@ func (s *Service) restore(ctx context.Context) error {
 		return fmt.Errorf("list the backend's sandboxes: %w", err)
 	}
 	for _, id := range ids {
-		if !known[id] && !slices.Contains(s.leftovers, id) {
+		if !known[id] {
 			log.G(ctx).Infof("gvx serve: removing sandbox %s, which the table does not know, in the background", id)
 			s.leftovers = append(s.leftovers, id)
 		}
