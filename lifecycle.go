@@ -282,6 +282,11 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 
 // killTask kills the init (thawing a paused sandbox first), waits for it
 // and deletes the task.
+// killDeleteAfter is how long killTask waits for the init to exit of its
+// SIGKILL (and, past rollout.StuckAfter, of its kernel's resume) before it
+// deletes the task all the same.
+const killDeleteAfter = 30 * time.Second
+
 func (s *Sandbox) killTask(ctx context.Context) error {
 	if st, err := s.curTask().Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
 		_ = s.curTask().Resume(ctx)
@@ -312,8 +317,8 @@ func (s *Sandbox) killTask(ctx context.Context) error {
 				}
 				select {
 				case <-s.Exited():
-				case <-time.After(20 * time.Second):
-					log.G(ctx).Warnf("gvx: close %s: the init did not exit 30 s after SIGKILL; deleting the task anyway", s.id)
+				case <-time.After(killDeleteAfter - rollout.StuckAfter):
+					log.G(ctx).Warnf("gvx: close %s: the init did not exit %s after SIGKILL; deleting the task anyway", s.id, killDeleteAfter)
 				}
 			}
 		}
