@@ -106,13 +106,12 @@ func (n *NAT) forwardEcho(b []byte) {
 		return
 	}
 	// The kernel fills in the identifier (the socket's) and the checksum.
-	req := append([]byte(nil), icmp...)
 	s.last.Store(time.Now().UnixNano())
-	if _, err := s.conn.WriteTo(req, &net.UDPAddr{IP: dst.AsSlice()}); err != nil {
+	if _, err := s.conn.WriteTo(icmp, &net.UDPAddr{IP: dst.AsSlice()}); err != nil {
 		log.Debugf("nat: icmp echo to %s: %v", dst, err)
 		return
 	}
-	n.stats.bytesOut(int64(len(req)))
+	n.stats.bytesOut(int64(len(icmp)))
 }
 
 // echoSession is session k, opened (with its reader) if it is new; nil
@@ -177,7 +176,8 @@ func (n *NAT) echoReplies(k echoKey, s *echoSession) {
 			continue
 		}
 		s.last.Store(time.Now().UnixNano())
-		reply := header.ICMPv4(append([]byte(nil), buf[:m]...))
+		// Rewritten in place: icmpToGuest copies it into the datagram.
+		reply := header.ICMPv4(buf[:m])
 		reply.SetIdent(k.ident)
 		reply.SetChecksum(0)
 		reply.SetChecksum(^checksum.Checksum(reply, 0))

@@ -19,31 +19,16 @@ import (
 	"github.com/gvxrun/gvx/api"
 )
 
-// rawNAT starts a NAT with o whose guest is the test itself: it writes
-// and reads whole IPv4 datagrams on the returned end of the link.
+// rawNAT starts a NAT with o (startNAT; a DNS server if o has none)
+// whose guest is the test itself: it writes and reads whole IPv4
+// datagrams on the returned end of the link.
 func rawNAT(t *testing.T, o Options) (int, *NAT) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fds[0]) })
-	o.LinkFD = fds[1]
-	if o.Dial == nil {
-		o.Dial = (&dials{}).dial
-	}
-	if o.Echo == nil {
-		o.Echo = noEcho
-	}
 	if o.Config.DNS == nil {
 		o.Config.DNS = []string{"127.0.0.1:9"}
 	}
-	n, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	return fds[0], n
+	fd, n, _ := startNAT(t, o)
+	return fd, n
 }
 
 // sendEcho writes the guest's echo request to dst.

@@ -85,14 +85,24 @@ func setup(t *testing.T, cfg api.NAT) (*stack.Stack, *NAT, *dials) {
 	return setupWith(t, Options{Config: cfg})
 }
 
-// setupWith starts a NAT with o (its link and, unless o has one, a
-// fake dialer filled in) and the guest's stack on the other end.
+// setupWith starts a NAT with o (startNAT) and the guest's stack on the
+// other end of its link.
 func setupWith(t *testing.T, o Options) (*stack.Stack, *NAT, *dials) {
+	t.Helper()
+	fd, n, d := startNAT(t, o)
+	return guestStack(t, fd), n, d
+}
+
+// startNAT starts a NAT with o — its link and, unless o has them, a fake
+// dialer and no host echo sockets filled in — and returns the guest's end
+// of the link (closed when the test ends) and the dialer.
+func startNAT(t *testing.T, o Options) (int, *NAT, *dials) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { unix.Close(fds[0]) })
 	d := &dials{}
 	o.LinkFD = fds[1]
 	if o.Dial == nil {
@@ -106,7 +116,7 @@ func setupWith(t *testing.T, o Options) (*stack.Stack, *NAT, *dials) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	return guestStack(t, fds[0]), n, d
+	return fds[0], n, d
 }
 
 func full(a netip.Addr, port uint16) tcpip.FullAddress {
