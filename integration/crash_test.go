@@ -600,6 +600,20 @@ func TestGoneBundleLog(t *testing.T) {
 	}
 }
 
+// startUnread runs start, of what (a task or exec whose stdio FIFOs
+// nobody reads), failing the test if it does not return within 20 s, and
+// logs how long it took.
+func startUnread(t *testing.T, ctx context.Context, what string, start func(context.Context) error) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := start(sctx); err != nil {
+		t.Fatalf("start %s whose FIFOs nobody reads: %v (after %s)", what, err, time.Since(t0))
+	}
+	t.Logf("%s started after %s", what, time.Since(t0))
+}
+
 // TestExecStartUnread: the start of an exec whose stdio FIFOs nobody
 // reads any more (its client died between the exec's create and its
 // start) returns, and a SIGKILL of the task then ends the task at once.
@@ -624,13 +638,7 @@ func TestExecStartUnread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	if err := proc.Start(sctx); err != nil {
-		t.Fatalf("start the exec whose FIFOs nobody reads: %v (after %s)", err, time.Since(t0))
-	}
-	t.Logf("the exec started after %s", time.Since(t0))
+	startUnread(t, ctx, "the exec", proc.Start)
 	t1 := time.Now()
 	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -680,13 +688,7 @@ func TestRestoreStartUnread(t *testing.T) {
 			t.Errorf("delete the restored task: %v", err)
 		}
 	}()
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	if err := restored.Start(sctx); err != nil {
-		t.Fatalf("start the restored task whose FIFOs nobody reads: %v (after %s)", err, time.Since(t0))
-	}
-	t.Logf("started after %s", time.Since(t0))
+	startUnread(t, ctx, "the restored task", restored.Start)
 	stctx, cancel2 := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel2()
 	if st, err := restored.Status(stctx); err != nil || st.Status != ctrd.Running {

@@ -214,11 +214,7 @@ func TestNATEgress(t *testing.T) {
 	other := startNATHTTP(t, "must-not-be-reached")
 	dns := startNATDNS(t, map[string]netip.Addr{"host.gvx.test.": api.NATGateway, "tcp.gvx.test.": api.NATGateway}, "tcp.gvx.test.")
 	tcpdns := buildTestdata(t, "tcpdns")
-	build := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(tcpdns), "icmpecho"), "./testdata/icmpecho")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build testdata/icmpecho: %v\n%s", err, b)
-	}
+	buildTestdataIn(t, filepath.Dir(tcpdns), "icmpecho")
 	id := "nat-egress"
 	cleanupTask(t, id)
 	args := append([]string{"run", "-d", "--runtime", runtime}, natAnnotations(t, api.NAT{

@@ -384,7 +384,14 @@ func TestRunPublish(t *testing.T) {
 // buildTestdata builds the static program integration/testdata/NAME.
 func buildTestdata(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), name)
+	return buildTestdataIn(t, t.TempDir(), name)
+}
+
+// buildTestdataIn builds testdata/name as dir/name (dir is made readable
+// to all, for the sandbox's uid) and returns its path.
+func buildTestdataIn(t *testing.T, dir, name string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
