@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -37,11 +36,7 @@ func BenchmarkUpload(b *testing.B) {
 				c.Close()
 				done <- n
 			}()
-			fds, _ := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-			for _, fd := range fds {
-				unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20)
-				unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
-			}
+			fds, _ := LinkPair()
 			port := uint16(l.Addr().(*net.TCPAddr).Port)
 			n, err := New(Options{LinkFD: fds[1], MTU: mtu, Config: api.NAT{DNS: []string{"127.0.0.1:9"},
 				Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})
@@ -92,7 +87,7 @@ func BenchmarkConnect(b *testing.B) {
 			c.Close()
 		}
 	}()
-	fds, _ := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fds, _ := LinkPair()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
 	n, err := New(Options{LinkFD: fds[1], MTU: 65520, Config: api.NAT{DNS: []string{"127.0.0.1:9"},
 		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})

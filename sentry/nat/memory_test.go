@@ -48,13 +48,9 @@ func BenchmarkMemory(b *testing.B) {
 	defer l.Close()
 	go serveMemoryBench(l)
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := LinkPair()
 	if err != nil {
 		b.Fatal(err)
-	}
-	for _, fd := range fds {
-		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20)
-		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
 	}
 	natEnd := os.NewFile(uintptr(fds[1]), "nat")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryChild$")

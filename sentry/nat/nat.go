@@ -64,7 +64,9 @@ type NAT struct {
 // Options configure New.
 type Options struct {
 	// LinkFD is the NAT's end of the socketpair whose other end is the
-	// guest's eth0.
+	// guest's eth0. The caller keeps it: the NAT stops reading it when
+	// Close returns, and only then may it be closed (a reader still
+	// running would read whatever file is given that number next).
 	LinkFD int
 	// Config is the sandbox's NAT settings.
 	Config api.NAT
@@ -197,7 +199,8 @@ func (n *NAT) onClose(fn func()) {
 // Done is closed by Close.
 func (n *NAT) Done() <-chan struct{} { return n.closedCh }
 
-// Close stops the listeners and the stack.
+// Close stops the listeners and the stack, and returns once the stack's
+// link no longer reads LinkFD.
 func (n *NAT) Close() {
 	n.mu.Lock()
 	closers := n.closers
@@ -215,7 +218,9 @@ func (n *NAT) Close() {
 		closers[i]()
 	}
 	n.closeEchoes()
-	n.stack.Close()
+	// Destroy, not Close: Close aborts the endpoints but leaves the
+	// link's reader running on the fd number.
+	n.stack.Destroy()
 }
 
 // refuse logs and counts a flow the policy refused.

@@ -52,7 +52,10 @@ func guestStackMTU(t testing.TB, fd int, mtu uint32) *stack.Stack {
 		t.Fatal(e)
 	}
 	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(api.NATGateway.As4()), NIC: 1}})
-	t.Cleanup(s.Close)
+	// Destroy stops the link's reader before startNAT's cleanup closes
+	// the fd: a reader left running would read, and answer, the packets
+	// of the next test's link given the same fd number.
+	t.Cleanup(s.Destroy)
 	return s
 }
 
@@ -98,11 +101,11 @@ func setupWith(t *testing.T, o Options) (*stack.Stack, *NAT, *dials) {
 // of the link (closed when the test ends) and the dialer.
 func startNAT(t *testing.T, o Options) (int, *NAT, *dials) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := LinkPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fds[0]) })
+	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
 	d := &dials{}
 	o.LinkFD = fds[1]
 	if o.Dial == nil {

@@ -44,9 +44,6 @@ func Wants(spec *specs.Spec) bool {
 	return ok
 }
 
-// linkBuffer is each end's socket buffer: a burst of full-size packets.
-const linkBuffer = 4 << 20
-
 // Create is runsc's create of a sandbox with a NAT.
 type Create struct {
 	cmd.Create
@@ -146,20 +143,15 @@ func attach(conf *config.Config, id string, spec *specs.Spec, cfg api.NAT, liste
 // caller closes it once the Sentry has its copy.
 func startNAT(conf *config.Config, cont *container.Container, spec *specs.Spec, cfg api.NAT, listeners []*os.File) (*os.File, int, error) {
 	id := cont.ID
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := nat.LinkPair()
 	if err != nil {
-		return nil, 0, fmt.Errorf("socketpair: %w", err)
+		return nil, 0, err
 	}
 	guestEnd, natEnd := os.NewFile(uintptr(fds[0]), "eth0"), os.NewFile(uintptr(fds[1]), "nat")
 	defer natEnd.Close()
 	fail := func(err error) (*os.File, int, error) {
 		guestEnd.Close()
 		return nil, 0, err
-	}
-	for _, fd := range fds {
-		// As root: past net.core.wmem_max/rmem_max.
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, linkBuffer)
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, linkBuffer)
 	}
 	pid := int(cont.Sandbox.Pid.Load())
 	pidfd, err := unix.PidfdOpen(pid, 0)
