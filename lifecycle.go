@@ -280,13 +280,13 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 	return nil
 }
 
-// killTask kills the init (thawing a paused sandbox first), waits for it
-// and deletes the task.
 // killDeleteAfter is how long killTask waits for the init to exit of its
 // SIGKILL (and, past rollout.StuckAfter, of its kernel's resume) before it
 // deletes the task all the same.
 const killDeleteAfter = 30 * time.Second
 
+// killTask kills the init (thawing a paused sandbox first), waits for it
+// and deletes the task.
 func (s *Sandbox) killTask(ctx context.Context) error {
 	if st, err := s.curTask().Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
 		_ = s.curTask().Resume(ctx)
@@ -305,22 +305,15 @@ func (s *Sandbox) killTask(ctx context.Context) error {
 		if err := s.curTask().Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Debugf("gvx: close %s: kill", s.id)
 		}
-		if s.watched {
-			select {
-			case <-s.Exited():
-			case <-time.After(rollout.StuckAfter):
-				// A kernel paused by a process that died before it
-				// marked the pause (rollout.OrphanedPause).
-				log.G(ctx).Warnf("gvx: close %s: the init did not exit %s after SIGKILL; resuming its kernel, perhaps paused by a process that died", s.id, rollout.StuckAfter)
-				if e, err := s.c.engine(); err == nil {
-					_ = e.ResumeStuck(ctx, s.container.ID())
-				}
-				select {
-				case <-s.Exited():
-				case <-time.After(killDeleteAfter - rollout.StuckAfter):
-					log.G(ctx).Warnf("gvx: close %s: the init did not exit %s after SIGKILL; deleting the task anyway", s.id, killDeleteAfter)
-				}
+		// A kernel paused by a process that died before it marked the
+		// pause (rollout.OrphanedPause) is resumed past StuckAfter.
+		resume := func() {
+			if e, err := s.c.engine(); err == nil {
+				_ = e.ResumeStuck(ctx, s.container.ID())
 			}
+		}
+		if s.watched && !rollout.AwaitKill(ctx, "gvx: close "+s.id, s.Exited(), resume, killDeleteAfter-rollout.StuckAfter) {
+			log.G(ctx).Warnf("gvx: close %s: the init did not exit %s after SIGKILL; deleting the task anyway", s.id, killDeleteAfter)
 		}
 	}
 	// The FIFOs of a task made by a process that died (this one

@@ -272,10 +272,7 @@ func (e *Engine) destroy(ctx context.Context, b *backing) error {
 // found the Sentry going), so not less than that.
 const StuckAfter = 10 * time.Second
 
-// kill kills b's task with SIGKILL and waits for it to exit. A kernel
-// that lets nothing die for StuckAfter is taken for one paused by an engine
-// that died before its mark was made: it is resumed — which, should it not
-// be paused after all, ends its Sentry, which ends it as well.
+// kill kills b's task with SIGKILL and waits for it to exit (AwaitKill).
 func (e *Engine) kill(ctx context.Context, b *backing) error {
 	wait, werr := b.task.Wait(ctx)
 	if err := b.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
@@ -284,18 +281,33 @@ func (e *Engine) kill(ctx context.Context, b *backing) error {
 	if werr != nil {
 		return nil
 	}
+	resume := func() { _ = e.ResumeStuck(ctx, b.id) }
+	if !AwaitKill(ctx, "gvx rollout: "+b.id, wait, resume, 5*time.Second) {
+		return fmt.Errorf("%s did not exit after SIGKILL", b.id)
+	}
+	return nil
+}
+
+// AwaitKill waits for a task sent SIGKILL to exit (exited yields or is
+// closed). A kernel that lets nothing die for StuckAfter is taken for one
+// paused by a process that died before it marked the pause: resume
+// resumes it (Engine.ResumeStuck) — which, should it not be paused after
+// all, ends its Sentry, which ends the task as well — and the task gets
+// last more. It reports whether the task exited; name says whose task in
+// the log.
+func AwaitKill[T any](ctx context.Context, name string, exited <-chan T, resume func(), last time.Duration) bool {
 	select {
-	case <-wait:
-		return nil
+	case <-exited:
+		return true
 	case <-time.After(StuckAfter):
 	}
-	log.G(ctx).Warnf("gvx rollout: %s did not exit %s after SIGKILL: resuming its kernel, perhaps paused by a process that died", b.id, StuckAfter)
-	_ = e.ResumeStuck(ctx, b.id)
+	log.G(ctx).Warnf("%s: the task did not exit %s after SIGKILL; resuming its kernel, perhaps paused by a process that died", name, StuckAfter)
+	resume()
 	select {
-	case <-wait:
-		return nil
-	case <-time.After(5 * time.Second):
-		return fmt.Errorf("%s did not exit after SIGKILL", b.id)
+	case <-exited:
+		return true
+	case <-time.After(last):
+		return false
 	}
 }
 
