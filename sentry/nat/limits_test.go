@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 
@@ -118,18 +117,10 @@ func TestBandwidth(t *testing.T) {
 		}
 	}()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	fds, err := LinkPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
-	n, err := New(Options{LinkFD: fds[1], Config: api.NAT{DNS: []string{"127.0.0.1:9"}, Bandwidth: rate,
-		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	g := guestStack(t, fds[0])
+	// Real host sockets: New's own dialer.
+	g, n, _ := setupWith(t, Options{Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		Config: api.NAT{DNS: []string{"127.0.0.1:9"}, Bandwidth: rate,
+			Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	within := func(what string, took time.Duration) {
