@@ -7,6 +7,8 @@ package hostcreds
 
 import (
 	"fmt"
+	"os/exec"
+	"runtime"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -40,6 +42,36 @@ func Drop(uid, gid int) error {
 	if uid == 0 {
 		return nil
 	}
+	if !hasIDs(uid, gid) {
+		if err := setIDs(uid, gid); err != nil {
+			return err
+		}
+	}
+	// no_new_privs is per thread: set it on all of them.
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 {
+		return fmt.Errorf("no_new_privs: %w", errno)
+	}
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	return nil
+}
+
+// hasIDs reports whether the calling process already has exactly host uid
+// and gid and no supplementary group (started by Start): then changing
+// them would need privileges it no longer has.
+func hasIDs(uid, gid int) bool {
+	if r, e, s := unix.Getresuid(); r != uid || e != uid || s != uid {
+		return false
+	}
+	if r, e, s := unix.Getresgid(); r != gid || e != gid || s != gid {
+		return false
+	}
+	groups, err := syscall.Getgroups()
+	return err == nil && len(groups) == 0
+}
+
+// setIDs leaves the calling process (a privileged one) with host uid and
+// gid only.
+func setIDs(uid, gid int) error {
 	if err := syscall.Setgroups(nil); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
 	}
@@ -49,10 +81,36 @@ func Drop(uid, gid int) error {
 	if err := syscall.Setresuid(uid, uid, uid); err != nil {
 		return fmt.Errorf("setresuid: %w", err)
 	}
-	// no_new_privs is per thread: set it on all of them.
-	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 {
-		return fmt.Errorf("no_new_privs: %w", errno)
-	}
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	return nil
+}
+
+// Start starts cmd (run by a privileged process) with host uid and gid
+// only from its first instruction: no supplementary groups, no
+// capabilities (a uid ≠ 0 loses them at the switch), no_new_privs. So no
+// instant of it is privileged, unlike a child that drops after exec
+// (Drop). The binary is run through /proc/self/exe when it is this
+// process's own, so the directories above it need not be searchable by
+// uid. uid 0 starts cmd unchanged.
+func Start(cmd *exec.Cmd, uid, gid int) error {
+	if uid == 0 {
+		return cmd.Start()
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	// no_new_privs is a thread's attribute, inherited by what it forks:
+	// set it on a thread of its own, which forks cmd and then ends with
+	// its goroutine (never unlocked; the Go runtime parks the main thread
+	// instead), so no other goroutine runs there.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			errc <- fmt.Errorf("no_new_privs: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/sentry/internal/contractroot"
 )
@@ -48,7 +50,23 @@ func TestContract(t *testing.T) {
 		t.Errorf("kill of a task whose monitor is gone: %v, want %q", err, c.Name("not_running"))
 	}
 
-	if got := waitMain([]string{t.TempDir(), "t1", "7", "0", "0"}); got != c.ExitKilled {
-		t.Errorf("waiter without a monitor exits %d; contract.json says %d", got, c.ExitKilled)
+	// The monitor's ends of the waiter's connections close: it went away.
+	var conns [2]*net.UnixConn
+	for i := range conns {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fds[1])
+		if conns[i], err = fileConnOf(os.NewFile(uintptr(fds[0]), "waiter")); err != nil {
+			t.Fatal(err)
+		}
+		defer conns[i].Close()
+	}
+	if got := waitMonitor(conns[0], conns[1], 7, 0, 0); got != c.ExitKilled {
+		t.Errorf("waiter whose monitor is gone exits %d; contract.json says %d", got, c.ExitKilled)
+	}
+	if got := waitMain([]string{t.TempDir(), "t1", "7", "0", "0"}); got != 2 {
+		t.Errorf("waiter without its mode argument exits %d, want 2 (usage)", got)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -18,52 +19,68 @@ import (
 // waitCommand is the waiter's internal subcommand.
 const waitCommand = api.RuntimeWaitCommand
 
-// spawnWaiter starts the waiter of exec'd guest process reply.Pid, with a
-// connection to the sandbox's control socket opened here (as root) for it;
-// it drops to host uid and gid.
+// spawnWaiter starts the waiter of exec'd guest process reply.Pid with
+// two connections to the task's monitor opened here (as root: the
+// monitor's socket is root's), the first already asked to wait for the
+// process; the waiter runs as host uid and gid from its start
+// (hostcreds.Start).
 func spawnWaiter(root, id string, reply *monitor.Reply, uid, gid int) (*os.Process, error) {
-	conn, err := monitor.DialPath(reply.Control)
+	var conns []*net.UnixConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := monitor.Dial(root, id)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	sandbox, err := monitor.DialPath(reply.Control)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox control %w", err)
 	}
-	ctl, err := conn.File()
-	conn.Close()
+	ctl, err := sandbox.File()
+	sandbox.Close()
 	if err != nil {
 		return nil, err
 	}
-	defer ctl.Close()
-	self, err := os.Executable()
+	err = monitor.Write(conns[0], monitor.Request{Op: monitor.OpWait, Pid: reply.Pid}, ctl)
+	ctl.Close()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ask monitor of %s to wait for %d: %w", id, reply.Pid, err)
 	}
-	w := exec.Command(self, waitCommand, root, id, strconv.Itoa(int(reply.Pid)), strconv.Itoa(uid), strconv.Itoa(gid))
-	w.ExtraFiles = []*os.File{ctl}
-	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := w.Start(); err != nil {
-		return nil, fmt.Errorf("start waiter: %w", err)
-	}
-	return w.Process, nil
+	return startWaiter(conns, root, id, reply.Pid, uid, gid, monitorMode)
 }
 
-// directMode is the waiter's last argument when it waits over control
-// connections of its own (a sandbox's root container, which has no
-// monitor): fd 3 for the wait, fd 4 for the signals it forwards.
-const directMode = "direct"
+// The waiter's last argument: whom its connections (fd 3 for the wait,
+// fd 4 for the signals it forwards) go to.
+const (
+	// monitorMode: the task's monitor (a task adopted from a pool).
+	monitorMode = "monitor"
+	// directMode: the sandbox's control socket (a sandbox's root
+	// container, which has no monitor).
+	directMode = "direct"
+)
 
-// spawnDirectWaiter starts the waiter of process pid of root container id
-// with two control connections, wait and sig, opened here (as root); it
-// drops to host uid and gid.
-func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlclient.Client) (*os.Process, error) {
+// conn is a connection the waiter inherits.
+type conn interface{ File() (*os.File, error) }
+
+// startWaiter starts the waiter of process pid of container id, in mode,
+// with conns as its fds 3 and 4, as host uid and gid from its start.
+func startWaiter[C conn](conns []C, root, id string, pid int32, uid, gid int, mode string) (*os.Process, error) {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for _, c := range []*ctlclient.Client{wait, sig} {
+	for _, c := range conns {
 		f, err := c.File()
 		if err != nil {
-			return nil, fmt.Errorf("waiter's control connection: %w", err)
+			return nil, fmt.Errorf("waiter's connection: %w", err)
 		}
 		files = append(files, f)
 	}
@@ -71,18 +88,28 @@ func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlc
 	if err != nil {
 		return nil, err
 	}
-	w := exec.Command(self, waitCommand, root, id, strconv.Itoa(int(pid)), strconv.Itoa(uid), strconv.Itoa(gid), directMode)
+	// /proc/self/exe: the binary, whether or not uid may search the
+	// directories above it.
+	w := exec.Command("/proc/self/exe", waitCommand, root, id, strconv.Itoa(int(pid)), strconv.Itoa(uid), strconv.Itoa(gid), mode)
+	w.Args[0] = self
 	w.ExtraFiles = files
 	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := w.Start(); err != nil {
+	if err := hostcreds.Start(w, uid, gid); err != nil {
 		return nil, fmt.Errorf("start waiter: %w", err)
 	}
 	return w.Process, nil
 }
 
+// spawnDirectWaiter starts the waiter of process pid of root container id
+// with two control connections, wait and sig, opened here (as root); it
+// runs as host uid and gid from its start.
+func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlclient.Client) (*os.Process, error) {
+	return startWaiter([]*ctlclient.Client{wait, sig}, root, id, pid, uid, gid, directMode)
+}
+
 // waitDirect is the waiter of process pid of root container id over the
-// control connections it was given: it drops to the sandbox's host uid,
-// forwards the signals it receives to the process and exits with its
+// control connections it was given: it drops what is left of its
+// privileges (hostcreds.Drop: not dumpable), forwards the signals it receives to the process and exits with its
 // status (api.ExitKilled if the sandbox goes away first).
 func waitDirect(id string, pid int32, uid, gid int) int {
 	wait, err1 := ctlclient.FromFile(os.NewFile(3, "sandbox control"))
@@ -122,18 +149,17 @@ func forwardSignals(send func(syscall.Signal) error) {
 	}()
 }
 
-// waitMain is the waiter (gvx-runtime-wait root id pid uid gid, the
-// sandbox connection as fd 3): it asks the task's monitor to wait for the
-// exec'd process over that connection, drops to the sandbox's host uid,
-// forwards the signals it receives to the process and exits with its
-// status (api.ExitCode; api.ExitKilled if the monitor goes away first: the
-// task's process exited and the sandbox is being torn down).
+// waitMain is the waiter (gvx-runtime-wait root id pid uid gid mode, its
+// connections as fds 3 and 4): it forwards the signals it receives to the
+// process and exits with its status (api.ExitCode; api.ExitKilled if the
+// monitor or sandbox goes away first: the task's process exited and the
+// sandbox is being torn down).
 func waitMain(args []string) int {
-	if len(args) != 5 && (len(args) != 6 || args[5] != directMode) {
-		fmt.Fprintf(os.Stderr, "usage: %s root id pid uid gid [%s]\n", waitCommand, directMode)
+	if len(args) != 6 || (args[5] != monitorMode && args[5] != directMode) {
+		fmt.Fprintf(os.Stderr, "usage: %s root id pid uid gid %s|%s\n", waitCommand, monitorMode, directMode)
 		return 2
 	}
-	root, id := args[0], args[1]
+	id := args[1]
 	pid, err1 := strconv.Atoi(args[2])
 	uid, err2 := strconv.Atoi(args[3])
 	gid, err3 := strconv.Atoi(args[4])
@@ -141,28 +167,26 @@ func waitMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", waitCommand, err)
 		return 2
 	}
-	if len(args) == 6 {
+	if args[5] == directMode {
 		return waitDirect(id, int32(pid), uid, gid)
 	}
-	waitConn, err := monitor.Dial(root, id)
-	if err != nil {
+	waitConn, err1 := fileConn(3)
+	sigConn, err2 := fileConn(4)
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", waitCommand, err)
 		return api.ExitKilled
 	}
-	ctl := os.NewFile(3, "sandbox")
-	err = monitor.Write(waitConn, monitor.Request{Op: monitor.OpWait, Pid: int32(pid)}, ctl)
-	ctl.Close()
-	if err != nil {
-		return api.ExitKilled
-	}
-	sigConn, err := monitor.Dial(root, id)
-	if err != nil {
-		return api.ExitKilled
-	}
+	return waitMonitor(waitConn, sigConn, int32(pid), uid, gid)
+}
+
+// waitMonitor is the waiter of exec'd process pid over connections to the
+// task's monitor: waitConn, whose wait the monitor answers, and sigConn.
+func waitMonitor(waitConn, sigConn *net.UnixConn, pid int32, uid, gid int) int {
 	if err := hostcreds.Drop(uid, gid); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: keeps its privileges: %v\n", waitCommand, err)
 	}
 	forwardSignals(func(s syscall.Signal) error {
-		_, err := monitor.Send(sigConn, monitor.Request{Op: monitor.OpSignal, Pid: int32(pid), Signal: int(s)})
+		_, err := monitor.Send(sigConn, monitor.Request{Op: monitor.OpSignal, Pid: pid, Signal: int(s)})
 		return err
 	})
 	reply, err := monitor.Read(waitConn)
@@ -170,4 +194,28 @@ func waitMain(args []string) int {
 		return api.ExitKilled
 	}
 	return api.ExitCode(syscall.WaitStatus(reply.Status))
+}
+
+// fileConn is the unix connection this process inherited as fd.
+func fileConn(fd uintptr) (*net.UnixConn, error) {
+	c, err := fileConnOf(os.NewFile(fd, "monitor"))
+	if err != nil {
+		return nil, fmt.Errorf("monitor connection (fd %d): %w", fd, err)
+	}
+	return c, nil
+}
+
+// fileConnOf is the unix connection of f, which it closes.
+func fileConnOf(f *os.File) (*net.UnixConn, error) {
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	u, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("not a unix socket")
+	}
+	return u, nil
 }
