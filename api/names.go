@@ -21,6 +21,10 @@ const (
 // host process that stands for a task's exec in an image pool's sandbox.
 const RuntimeWaitCommand = "gvx-runtime-wait"
 
+// SentryWaitCommand is gvx-sentry's own subcommand (argv[1]) for the host
+// process that stands for an exec gvx-sentry ran (a pod's container).
+const SentryWaitCommand = "gvx-exec-wait"
+
 // FlagsEnv carries the global gvx-sentry flags (space separated, each
 // --name or --name=value) that a caller wants on every call of a sandbox.
 const FlagsEnv = "GVX_SENTRY_FLAGS"

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 // TestCRIExecSyncTimeout: an ExecSync with a 1 s timeout (what kubelet's
@@ -16,7 +18,7 @@ import (
 // timeout passes, not when the command ends, and the command it started is
 // dead afterwards: containerd's CRI kills it with SIGKILL, which must reach
 // the process inside the sandbox, not just the host process standing for
-// it.
+// it (gvx-runtime's waiter, which holds no privilege from its start).
 func TestCRIExecSyncTimeout(t *testing.T) {
 	x := newCRIEnv(t)
 	checkNoLeaks(t)
@@ -24,9 +26,17 @@ func TestCRIExecSyncTimeout(t *testing.T) {
 	app := x.createContainer(t, pod, podCfg, "app", []string{"sleep", "600"}, nil)
 	x.must(t, "start", app)
 
+	// The exec of a pod's container goes through its monitor; the waiter
+	// gvx-runtime leaves for it holds no privilege from the moment it is
+	// seen.
+	seen := make(chan bool, 1)
+	go func() { seen <- checkWaiter(t, api.RuntimeWaitCommand, app) }()
 	t0 := time.Now()
 	r := x.run(t, "exec", "--sync", "--timeout", "1", app, "sleep", "247")
 	took := time.Since(t0)
+	if !<-seen {
+		t.Errorf("exec in %s: no %s on the host stood for it", app, api.RuntimeWaitCommand)
+	}
 	t.Logf("ExecSync with a 1 s timeout returned after %s: exit %d %q", took.Round(time.Millisecond), r.code, strings.TrimSpace(r.stderr))
 	if r.code == 0 || !strings.Contains(r.stderr, "timeout 1s exceeded") {
 		t.Errorf("ExecSync past its timeout: exit %d stderr %q, want containerd's \"timeout 1s exceeded\"", r.code, r.stderr)

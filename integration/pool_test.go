@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,7 +149,8 @@ func checkAdoptedTask(t *testing.T, id, sb string) {
 // checkExecWaiter: an exec in running task id (adopted from a pool, so
 // its monitor serves execs, or a sandbox's root container, exec'd over its
 // control socket) is stood for on the host by gvx-runtime's waiter, not by
-// a gvx-sentry of its own, and the waiter has dropped its privileges.
+// a gvx-sentry of its own, and the waiter holds no privilege from the
+// moment it is seen.
 func checkExecWaiter(t *testing.T, id string) {
 	t.Helper()
 	done := make(chan error, 1)
@@ -156,26 +158,33 @@ func checkExecWaiter(t *testing.T, id string) {
 		_, _, err := e.ctr(context.Background(), "task", "exec", "--exec-id", "waiter", id, "sleep", "3")
 		done <- err
 	}()
-	pid, deadline := 0, time.Now().Add(10*time.Second)
-	for pid == 0 && time.Now().Before(deadline) {
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, c := range procs {
-			data, err := os.ReadFile(c)
-			args := strings.Split(string(data), "\x00")
-			if err == nil && len(args) > 3 && args[1] == api.RuntimeWaitCommand && args[3] == id {
-				pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(c)))
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if pid == 0 {
+	if !checkWaiter(t, api.RuntimeWaitCommand, id) {
 		t.Errorf("exec in %s: no %s on the host stands for it (did the exec start a gvx-sentry?)", id, api.RuntimeWaitCommand)
-	} else {
-		checkDropped(t, "exec waiter", pid)
 	}
 	if err := <-done; err != nil {
 		t.Errorf("exec sleep 3 in %s: %v", id, err)
 	}
+}
+
+// checkWaiter waits up to 10 s for the waiter (its subcommand command, in
+// argv[1]) of an exec in container id and checks, as soon as it is seen,
+// that it holds no privilege (checkDropped); it reports whether it saw
+// one.
+func checkWaiter(t *testing.T, command, id string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, c := range procs {
+			data, err := os.ReadFile(c)
+			args := strings.Split(string(data), "\x00")
+			if err == nil && len(args) > 3 && args[1] == command && slices.Contains(args[2:4], id) {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+				checkDropped(t, command, pid)
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkPoolCredentials: the task's init on the host is the monitor, left

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 
@@ -23,6 +24,8 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/hostcreds"
+	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
 // Exec is runsc's exec with a faster detached mode.
@@ -54,7 +57,7 @@ func (ex *Exec) Execute(ctx context.Context, f *flag.FlagSet, args ...any) subco
 		}
 		return ex.Exec.Execute(ctx, f, args...)
 	}
-	waiter, pipe, err := spawnWaiter(id)
+	waiter, pipe, err := spawnWaiter(c)
 	if err != nil {
 		return util.Errorf("exec: %v", err)
 	}
@@ -173,20 +176,51 @@ func ExecArgs(p *specs.Process, containerProc *specs.Process, enableRaw bool) (*
 	}, nil
 }
 
-// spawnWaiter starts the waiter for container id with this process's
+// spawnWaiter starts the waiter for container c with this process's
 // global flags; it returns the process and the pipe to send it the pid.
-func spawnWaiter(id string) (*os.Process, *os.File, error) {
+// The waiter gets two control connections opened here (as root: the
+// control socket is root's) and runs as the sandbox's host uid and gid
+// from its start (hostcreds.Start).
+func spawnWaiter(c *container.Container) (*os.Process, *os.File, error) {
+	conns, err := sandboxctl.ConnectN(c, 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make([]*os.File, 0, 3)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Close()
+			}
+		}
+	}()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	defer r.Close()
-	c := argv.Self(WaitCommand, id)
-	c.ExtraFiles = []*os.File{r}
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
+	files = append(files, r)
+	for i, conn := range conns {
+		// Released, not closed: urpc's Close shuts the socket down, for
+		// the waiter too.
+		fd, err := conn.Socket.Release()
+		conns[i] = nil
+		if err != nil {
+			w.Close()
+			return nil, nil, fmt.Errorf("waiter's control connection: %w", err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), "sandbox control"))
+	}
+	cmd := exec.Command("/proc/self/exe", WaitCommand, c.ID)
+	cmd.Args[0] = os.Args[0]
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	uid, gid := sandboxctl.HostRoot(c.Spec)
+	if err := hostcreds.Start(cmd, uid, gid); err != nil {
 		w.Close()
 		return nil, nil, fmt.Errorf("start waiter: %w", err)
 	}
-	return c.Process, w, nil
+	return cmd.Process, w, nil
 }

@@ -68,7 +68,6 @@ var table = map[string]map[kind]handler{
 
 	subcontainer.MonitorCommand: {kindHelper: gvx(new(subcontainer.Monitor))},
 	exectask.MonitorCommand:     {kindHelper: gvx(new(exectask.Monitor))},
-	fastexec.WaitCommand:        {kindHelper: gvx(new(fastexec.Wait))},
 	api.NATCommand:              {kindHelper: gvx(new(natsandbox.Serve))},
 	"boot":                      {kindHelper: before(bootSetup, runsc)},  // the Sentry runs in this process
 	"gofer":                     {kindHelper: before(goferSetup, runsc)}, // the sandbox's file server
@@ -95,7 +94,8 @@ const (
 	// with gvx's userspace NAT (package natsandbox).
 	kindNAT
 	// kindHelper is an internal command gvx-sentry runs itself as: a
-	// monitor, an exec's waiter, gVisor's boot and gofer.
+	// monitor, gVisor's boot and gofer. (An exec's waiter is run before any
+	// of this: main.)
 	kindHelper
 	// kindTarget is the start of a restore target the shim named a
 	// checkpoint for (target.go).
@@ -109,7 +109,7 @@ const (
 // sentry root, and a delete also at gVisor's state of it.
 func kindOf(c argv.Command) kind {
 	switch c.Sub {
-	case subcontainer.MonitorCommand, exectask.MonitorCommand, fastexec.WaitCommand, api.NATCommand, "boot", "gofer":
+	case subcontainer.MonitorCommand, exectask.MonitorCommand, api.NATCommand, "boot", "gofer":
 		return kindHelper
 	case "create":
 		spec, err := c.CreateSpec()

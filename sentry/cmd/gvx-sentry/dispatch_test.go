@@ -15,7 +15,6 @@ import (
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/exectask"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
-	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/internal/statetest"
 	"github.com/gvxrun/gvx/sentry/subcontainer"
 )
@@ -97,7 +96,6 @@ func TestKindOf(t *testing.T) {
 		{[]string{"state", "other"}, kindPlain},
 		{[]string{subcontainer.MonitorCommand, "c1"}, kindHelper},
 		{[]string{exectask.MonitorCommand, "task1"}, kindHelper},
-		{[]string{fastexec.WaitCommand, "c2"}, kindHelper},
 		{[]string{"boot", "--bundle", own, "sb"}, kindHelper},
 		{[]string{"gofer", "--bundle", sub}, kindHelper},
 		{[]string{"list"}, kindPlain},

@@ -37,6 +37,7 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/hostbind"
 	"github.com/gvxrun/gvx/sentry/launcher"
 	"github.com/gvxrun/gvx/sentry/maskpaths"
@@ -49,6 +50,9 @@ import (
 var _ = version.Version()
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == fastexec.WaitCommand {
+		os.Exit(fastexec.WaitMain(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == oomwatch.WatchCommand {
 		if err := oomwatch.Watch(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "gvx-sentry: %v\n", err)
