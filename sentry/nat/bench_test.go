@@ -16,6 +16,13 @@ import (
 	"github.com/gvxrun/gvx/api"
 )
 
+// benchOptions is a NAT at mtu whose guest may reach the host's loopback
+// port (10.0.2.2:port) only, with real host sockets.
+func benchOptions(mtu uint32, port uint16) Options {
+	return Options{MTU: mtu, Dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		Config: api.NAT{DNS: []string{"127.0.0.1:9"}, Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}}
+}
+
 // BenchmarkUpload sends b.N × 1 MiB from a guest stack through the NAT to a
 // real server on 127.0.0.1 (the NAT's data path without the Sentry).
 func BenchmarkUpload(b *testing.B) {
@@ -36,15 +43,8 @@ func BenchmarkUpload(b *testing.B) {
 				c.Close()
 				done <- n
 			}()
-			fds, _ := LinkPair()
 			port := uint16(l.Addr().(*net.TCPAddr).Port)
-			n, err := New(Options{LinkFD: fds[1], MTU: mtu, Config: api.NAT{DNS: []string{"127.0.0.1:9"},
-				Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer n.Close()
-			g := guestStackMTU(b, fds[0], mtu)
+			g, _, _ := setupWith(b, benchOptions(mtu, port))
 			moderate := tcpip.TCPModerateReceiveBufferOption(true)
 			g.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -87,15 +87,8 @@ func BenchmarkConnect(b *testing.B) {
 			c.Close()
 		}
 	}()
-	fds, _ := LinkPair()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	n, err := New(Options{LinkFD: fds[1], MTU: 65520, Config: api.NAT{DNS: []string{"127.0.0.1:9"},
-		Egress: &api.Egress{Allow: []string{fmt.Sprintf("10.0.2.2:%d", port)}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	g := guestStackMTU(b, fds[0], 65520)
+	g, _, _ := setupWith(b, benchOptions(65520, port))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -88,18 +88,22 @@ func setup(t *testing.T, cfg api.NAT) (*stack.Stack, *NAT, *dials) {
 	return setupWith(t, Options{Config: cfg})
 }
 
-// setupWith starts a NAT with o (startNAT) and the guest's stack on the
-// other end of its link.
-func setupWith(t *testing.T, o Options) (*stack.Stack, *NAT, *dials) {
+// setupWith starts a NAT with o (startNAT) and the guest's stack, at o's
+// MTU, on the other end of its link.
+func setupWith(t testing.TB, o Options) (*stack.Stack, *NAT, *dials) {
 	t.Helper()
 	fd, n, d := startNAT(t, o)
-	return guestStack(t, fd), n, d
+	mtu := o.MTU
+	if mtu == 0 {
+		mtu = api.NATMTU
+	}
+	return guestStackMTU(t, fd, mtu), n, d
 }
 
 // startNAT starts a NAT with o — its link and, unless o has them, a fake
 // dialer and no host echo sockets filled in — and returns the guest's end
 // of the link (closed when the test ends) and the dialer.
-func startNAT(t *testing.T, o Options) (int, *NAT, *dials) {
+func startNAT(t testing.TB, o Options) (int, *NAT, *dials) {
 	t.Helper()
 	fds, err := LinkPair()
 	if err != nil {
