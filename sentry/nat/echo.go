@@ -75,43 +75,38 @@ type echoSession struct {
 	last atomic.Int64 // unix nanoseconds of the last request or reply
 }
 
-// forwardEcho sends the guest's echo request b (a whole IPv4 datagram,
-// ICMP echo, to an address not the NAT's) to the host, or answers it with
-// a refusal.
-func (n *NAT) forwardEcho(b []byte) {
-	ip := header.IPv4(b)
-	hl := int(ip.HeaderLength())
-	icmp := header.ICMPv4(b[hl:])
-	src := netip.AddrFrom4(ip.SourceAddress().As4())
-	dst := netip.AddrFrom4(ip.DestinationAddress().As4())
+// forwardEcho sends the guest's echo request req to the host, or answers
+// it with a refusal.
+func (n *NAT) forwardEcho(req *echoRequest) {
+	dst := req.dst
 	to := netip.AddrPortFrom(dst, 0)
 	if d := n.policy.Decide(dst, 0); !d.Allow {
 		n.refuse("icmp echo", to, d.Reason)
-		n.prohibited(b)
+		n.prohibited(req.datagram)
 		return
 	}
-	k := echoKey{src: src, dst: dst, ident: icmp.Ident()}
+	k := echoKey{src: req.src, dst: dst, ident: req.icmp.Ident()}
 	s, err := n.echoSession(k)
 	if err != nil {
 		if n.echo.warned.CompareAndSwap(false, true) {
 			log.Warningf("nat: echo requests cannot leave this host (%v): the host's net.ipv4.ping_group_range must hold the sandbox's group %d; each is refused", err, os.Getgid())
 		}
 		n.refuse("icmp echo", to, "the host allows no ping socket")
-		n.prohibited(b)
+		n.prohibited(req.datagram)
 		return
 	}
 	if s == nil {
 		// Over max_connections: refused and counted by admit.
-		n.prohibited(b)
+		n.prohibited(req.datagram)
 		return
 	}
 	// The kernel fills in the identifier (the socket's) and the checksum.
 	s.last.Store(time.Now().UnixNano())
-	if _, err := s.conn.WriteTo(icmp, &net.UDPAddr{IP: dst.AsSlice()}); err != nil {
+	if _, err := s.conn.WriteTo(req.icmp, &net.UDPAddr{IP: dst.AsSlice()}); err != nil {
 		log.Debugf("nat: icmp echo to %s: %v", dst, err)
 		return
 	}
-	n.stats.bytesOut(int64(len(icmp)))
+	n.stats.bytesOut(int64(len(req.icmp)))
 }
 
 // echoSession is session k, opened (with its reader) if it is new; nil

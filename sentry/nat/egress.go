@@ -219,12 +219,12 @@ func (n *NAT) relayUDP(guest, host net.Conn) {
 // host gave.
 type echoFilter struct {
 	nested.Endpoint
-	forward func(req []byte)
+	forward func(req *echoRequest)
 }
 
 var _ stack.NetworkDispatcher = (*echoFilter)(nil)
 
-func newEchoFilter(ep stack.LinkEndpoint, forward func(req []byte)) *echoFilter {
+func newEchoFilter(ep stack.LinkEndpoint, forward func(req *echoRequest)) *echoFilter {
 	e := &echoFilter{forward: forward}
 	e.Endpoint.Init(ep, e)
 	return e
@@ -243,10 +243,19 @@ func (e *echoFilter) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt
 	e.Endpoint.DeliverNetworkPacket(proto, pkt)
 }
 
+// echoRequest is an ICMP echo request of the guest's to an address not
+// the NAT's: a copy of its whole IPv4 datagram and the fields the NAT
+// forwards it by.
+type echoRequest struct {
+	datagram []byte
+	icmp     header.ICMPv4 // within datagram
+	src, dst netip.Addr
+}
+
 // foreignEcho says whether pkt is an echo request to an address not the
-// NAT's, and returns a copy of its datagram if it is whole (nil: a
-// fragment or a malformed one, dropped).
-func foreignEcho(pkt *stack.PacketBuffer) ([]byte, bool) {
+// NAT's, and returns it if it is whole (nil: a fragment or a malformed
+// one, dropped).
+func foreignEcho(pkt *stack.PacketBuffer) (*echoRequest, bool) {
 	v := pkt.ToView()
 	defer v.Release()
 	b := v.AsSlice()
@@ -268,5 +277,7 @@ func foreignEcho(pkt *stack.PacketBuffer) ([]byte, bool) {
 	if !ip.IsValid(len(b)) || ip.More() || ip.FragmentOffset() != 0 {
 		return nil, true
 	}
-	return append([]byte(nil), b[:ip.TotalLength()]...), true
+	d := append([]byte(nil), b[:ip.TotalLength()]...)
+	return &echoRequest{datagram: d, icmp: header.ICMPv4(d[hl:]),
+		src: netip.AddrFrom4(ip.SourceAddress().As4()), dst: netip.AddrFrom4(dst.As4())}, true
 }
