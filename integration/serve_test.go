@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -32,6 +34,14 @@ type served struct {
 	cmd    *exec.Cmd
 	addr   string
 	stderr *syncBuffer
+	client *http.Client // trusts the service's certificate, if it serves HTTPS
+}
+
+// serveTLS is what makes gvx serve serve HTTPS: its certificate and key
+// files, and a pool that trusts the certificate.
+type serveTLS struct {
+	cert, key string
+	roots     *x509.CertPool
 }
 
 // writeServeFiles writes gvx serve's keys file (two new keys, of owners a
@@ -59,7 +69,13 @@ func startGvxServe(t *testing.T, dir string) *served {
 // if it has none yet) listening on addr ("": a free port).
 func restartGvxServe(t *testing.T, dir, addr string) *served {
 	t.Helper()
-	s := &served{t: t, dir: dir}
+	return launchGvxServe(t, dir, addr, nil)
+}
+
+// launchGvxServe is restartGvxServe serving HTTPS with tl (nil: HTTP).
+func launchGvxServe(t *testing.T, dir, addr string, tl *serveTLS) *served {
+	t.Helper()
+	s := &served{t: t, dir: dir, client: http.DefaultClient}
 	if _, err := os.Stat(filepath.Join(dir, "keys")); os.IsNotExist(err) {
 		tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %q\n\n[[template]]\nname = \"swebench\"\nimage = %q\n",
 			filepath.Join(e.images, "e2b-base.tar"), filepath.Join(e.images, "swebench.tar"))
@@ -78,11 +94,17 @@ func restartGvxServe(t *testing.T, dir, addr string) *served {
 		l.Close()
 	}
 	s.url = "http://" + s.addr
-	s.stderr = &syncBuffer{}
-	s.cmd = exec.Command(filepath.Join(e.gvxBin, "gvx"), "serve", "--listen", "tcp://"+s.addr,
+	args := []string{"serve", "--listen", "tcp://" + s.addr,
 		"--state-dir", filepath.Join(dir, "state"), "--keys", filepath.Join(dir, "keys"),
 		"--templates", filepath.Join(dir, "templates.toml"), "--containerd", e.Socket(),
-		"--checkpoint-dir", filepath.Join(dir, "checkpoints"))
+		"--checkpoint-dir", filepath.Join(dir, "checkpoints")}
+	if tl != nil {
+		s.url = "https://" + s.addr
+		args = append(args, "--tls-cert", tl.cert, "--tls-key", tl.key)
+		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tl.roots}}}
+	}
+	s.stderr = &syncBuffer{}
+	s.cmd = exec.Command(filepath.Join(e.gvxBin, "gvx"), args...)
 	s.cmd.Env = append(os.Environ(), "PATH="+e.path())
 	s.cmd.Stdout, s.cmd.Stderr = s.stderr, s.stderr
 	if err := s.cmd.Start(); err != nil {
@@ -90,7 +112,7 @@ func restartGvxServe(t *testing.T, dir, addr string) *served {
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := http.Get(s.url + "/healthz")
+		resp, err := s.client.Get(s.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			break
@@ -133,7 +155,7 @@ func (s *served) call(method, path, key, body string, out any) int {
 		req.Header.Set("X-API-KEY", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -180,7 +202,7 @@ func (s *served) run(sb e2bSandbox, cmd string) (int, string, error) {
 	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
 	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
 	req.Header.Set("Connect-Timeout-Ms", "60000")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return -1, "", err
 	}

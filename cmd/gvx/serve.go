@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -31,10 +32,13 @@ func serveCommand() *cli.Command {
 		Description: "One HTTP listener serves E2B's control plane, E2B's in-sandbox protocol (envd)\n" +
 			"and gvx's routes (/gvx/v1/…). Point the e2b SDKs at it with\n" +
 			"  E2B_API_URL=http://127.0.0.1:7820 E2B_SANDBOX_URL=http://127.0.0.1:7820 E2B_API_KEY=<a key of --keys>\n" +
+			"(https:// with --tls-cert/--tls-key; Node trusts a private CA through NODE_EXTRA_CA_CERTS).\n" +
 			"Sandboxes outlive a restart of the service: it re-adopts them. See docs/serve.md.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Usage: "unix:///path (made 0600) or tcp://127.0.0.1:PORT (default unix://<state-dir>/serve.sock)"},
 			&cli.BoolFlag{Name: "allow-remote", Usage: "allow a TCP listener on a non-loopback address"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (chain) and --tls-key, both read again when they change"},
+			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
 			&cli.StringFlag{Name: "state-dir", Value: defaultServeDir, Usage: "the sandbox table, API templates, the default socket"},
 			&cli.StringFlag{Name: "keys", Usage: "API keys file, mode 0600 (default <state-dir>/keys, made with one key if missing)"},
 			&cli.StringFlag{Name: "templates", Usage: "templates TOML file ([[template]] name, image, pool_size, …)"},
@@ -95,6 +99,16 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	if err := log.SetLevel(cmd.String("log-level")); err != nil {
 		return usageError(cmd, "--log-level: "+err.Error())
 	}
+	if (cmd.String("tls-cert") == "") != (cmd.String("tls-key") == "") {
+		return usageError(cmd, "--tls-cert and --tls-key go together: give both (HTTPS) or neither (HTTP)")
+	}
+	var tlsFiles *serve.TLS
+	if cmd.String("tls-cert") != "" {
+		var err error
+		if tlsFiles, err = serve.LoadTLS(cmd.String("tls-cert"), cmd.String("tls-key")); err != nil {
+			return err
+		}
+	}
 	dir := cmd.String("state-dir")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -123,6 +137,10 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer l.Close()
+	scheme := "http"
+	if tlsFiles != nil {
+		l, scheme = tls.NewListener(l, tlsFiles.Config()), "https"
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if cmd.Int("spares") < 0 {
@@ -168,7 +186,7 @@ func runServe(ctx context.Context, cmd *cli.Command) error {
 	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	log.G(ctx).Infof("gvx serve: listening on %s (%d templates)", addr, len(templates.List()))
+	log.G(ctx).Infof("gvx serve: listening on %s, %s (%d templates)", addr, scheme, len(templates.List()))
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
