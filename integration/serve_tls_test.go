@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,7 +17,8 @@ import (
 
 // TestServeTLS: gvx serve with --tls-cert/--tls-key serves HTTPS only: the
 // official e2b SDK, trusting the certificate through NODE_EXTRA_CA_CERTS,
-// drives it end to end over https:// (control plane and envd); plain HTTP
+// drives it end to end over https:// (control plane and envd), and so does
+// gvx's Python client (SSL_CERT_FILE); plain HTTP
 // and clients that do not trust the certificate get nothing; a renewed
 // certificate is served from the next connection, without a restart.
 func TestServeTLS(t *testing.T) {
@@ -40,6 +42,22 @@ func TestServeTLS(t *testing.T) {
 	t.Logf("e2b SDK over https:\n%s", out)
 	if err != nil || !strings.Contains(out, "13 passed, 0 failed") {
 		t.Fatalf("the e2b SDK's steps over https: %v\ngvx serve's log:\n%s", err, s.stderr)
+	}
+
+	// gvx's Python client, trusting it through SSL_CERT_FILE.
+	py := exec.Command("python3", "-c", `
+from gvx_client import Client
+c = Client()
+sb = c.create("base")
+try:
+    r = sb.run("echo over-$((40+2))")
+    print("exit", r.exit_code, r.stdout.strip())
+finally:
+    sb.kill()
+`)
+	py.Env = append(os.Environ(), "GVX_API_URL="+s.url, "E2B_API_KEY="+s.key, "SSL_CERT_FILE="+cert, "PYTHONPATH=../clients/python")
+	if pout, err := py.CombinedOutput(); err != nil || strings.TrimSpace(string(pout)) != "exit 0 over-42" {
+		t.Errorf("the Python client over https: %v\n%s", err, pout)
 	}
 
 	plain := "http://" + s.addr + "/healthz"

@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import struct
 import urllib.parse
 import uuid
@@ -54,9 +55,11 @@ class CommandResult:
 class Client:
     """A connection to gvx serve.
 
-    api_url is http://host:port or unix:///path (default: $GVX_API_URL,
-    else $E2B_API_URL, else unix:///run/gvx/serve/serve.sock); api_key
-    defaults to $E2B_API_KEY.
+    api_url is http://host:port, https://host:port (gvx serve --tls-cert;
+    the certificate is checked against the system's CAs, or those of
+    $SSL_CERT_FILE) or unix:///path (default: $GVX_API_URL, else
+    $E2B_API_URL, else unix:///run/gvx/serve/serve.sock); api_key defaults
+    to $E2B_API_KEY.
     """
 
     def __init__(self, api_url=None, api_key=None, timeout=120.0):
@@ -68,16 +71,19 @@ class Client:
         u = urllib.parse.urlsplit(self.api_url)
         if u.scheme == "unix":
             self._unix = u.path
-        elif u.scheme == "http":
+        elif u.scheme in ("http", "https"):
             self._unix = None
             self._netloc = u.netloc
+            self._tls = ssl.create_default_context() if u.scheme == "https" else None
         else:
-            raise ValueError("api_url %r: give http://host:port or unix:///path" % self.api_url)
+            raise ValueError("api_url %r: give http://host:port, https://host:port or unix:///path" % self.api_url)
 
     def _conn(self, timeout=None):
         t = timeout if timeout is not None else self.timeout
         if self._unix:
             return _UnixConnection(self._unix, t)
+        if self._tls:
+            return http.client.HTTPSConnection(self._netloc, timeout=t, context=self._tls)
         return http.client.HTTPConnection(self._netloc, timeout=t)
 
     def _request(self, method, path, body=None, headers=None, timeout=None, raw=False):
