@@ -35,7 +35,11 @@ func TestServeTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	roots.AppendCertsFromPEM(pem)
-	s := launchGvxServe(t, filepath.Join(dir, "serve"), "", &serveTLS{cert: cert, key: key, roots: roots})
+	served := filepath.Join(dir, "serve")
+	if err := os.Mkdir(served, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := launchGvxServe(t, served, "", &serveTLS{cert: cert, key: key, roots: roots})
 	defer s.stop(syscall.SIGTERM)
 
 	out, err := s.node(t, "e2b/sdk.mjs", "NODE_EXTRA_CA_CERTS="+cert)
