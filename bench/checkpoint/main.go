@@ -61,7 +61,8 @@ type env struct {
 }
 
 func run(runs int, mems string, steps int, think time.Duration, nat bool) error {
-	ctx := namespaces.WithNamespace(context.Background(), "gvxckbench")
+	ctx, stop := harness.Interruptible(namespaces.WithNamespace(context.Background(), "gvxckbench"), "bench")
+	defer stop()
 	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err

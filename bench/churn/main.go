@@ -24,13 +24,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -85,7 +83,7 @@ func run(dur time.Duration, workers, poolSize int) error {
 	// Ctrl-C or SIGTERM stops the churn after the cycles in flight (they
 	// finish on ctx) and returns through the clean-ups below: the private
 	// containerd, its shims and sandboxes, the pool servers.
-	interrupted, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	interrupted, stop := harness.Interruptible(ctx, "bench")
 	defer stop()
 	b, err := harness.StartBench(ctx)
 	if err != nil {

@@ -66,7 +66,8 @@ func main() {
 }
 
 func runDensity(n, conc int) error {
-	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
+	ctx, stop := harness.Interruptible(namespaces.WithNamespace(context.Background(), "gvxbench"), "bench")
+	defer stop()
 	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err
@@ -76,7 +77,8 @@ func runDensity(n, conc int) error {
 }
 
 func run(runs, conc, burst, poolSize int) error {
-	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
+	ctx, stop := harness.Interruptible(namespaces.WithNamespace(context.Background(), "gvxbench"), "bench")
+	defer stop()
 	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err

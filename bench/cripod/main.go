@@ -77,7 +77,8 @@ func main() {
 }
 
 func run(runs, poolSize int, withRunsc bool) error {
-	ctx := namespaces.WithNamespace(context.Background(), criNS)
+	ctx, stop := harness.Interruptible(namespaces.WithNamespace(context.Background(), criNS), "bench")
+	defer stop()
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
 	if bins.GVX == "" || bins.Containerd == "" || bins.Runsc == "" || images == "" {

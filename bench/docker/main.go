@@ -86,7 +86,8 @@ func run(runs, conc int, only string) error {
 	if bins.GVX == "" || bins.Containerd == "" || images == "" {
 		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, IMAGES)")
 	}
-	ctx := namespaces.WithNamespace(context.Background(), "gvxbench")
+	ctx, stop := harness.Interruptible(namespaces.WithNamespace(context.Background(), "gvxbench"), "bench")
+	defer stop()
 	ctrd, err := harness.Start(ctx, bins)
 	if err != nil {
 		return err

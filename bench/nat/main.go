@@ -71,7 +71,8 @@ func main() {
 }
 
 func run(size int64, connects, runs int) error {
-	ctx := namespaces.WithNamespace(context.Background(), ns)
+	ctx, stop := harness.Interruptible(namespaces.WithNamespace(context.Background(), ns), "bench")
+	defer stop()
 	b, err := harness.StartBench(ctx)
 	if err != nil {
 		return err

@@ -66,7 +66,8 @@ type sdkResult struct {
 }
 
 func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
-	ctx := context.Background()
+	ctx, stop := harness.Interruptible(context.Background(), "bench")
+	defer stop()
 	bins := harness.BinsFromEnv()
 	images := os.Getenv("IMAGES")
 	if bins.GVX == "" || bins.Containerd == "" || images == "" {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/internal/testfs"
 )
 
@@ -65,7 +66,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "snapbench: %v\n", err)
 		os.Exit(1)
 	}
-	ctx := namespaces.WithNamespace(context.Background(), "snapbench")
+	// Ctrl-C: the benchmark of the filesystem under way stops and cleans
+	// up; os.Exit below skips stop, which only releases the signals.
+	ctx, _ := harness.Interruptible(namespaces.WithNamespace(context.Background(), "snapbench"), "snapbench")
 	fmt.Printf("$ %s\n", command())
 	for _, fs := range o.filesystems {
 		if err := benchFS(ctx, fs, o); err != nil {

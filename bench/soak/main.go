@@ -46,7 +46,9 @@ func run(cycles int, seed int64, limit time.Duration, verbose bool) error {
 	if bins.GVX == "" || bins.Containerd == "" || images == "" {
 		return fmt.Errorf("run through `make bench` (needs GVX_BIN, CONTAINERD_BIN, IMAGES)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ictx, stop := harness.Interruptible(context.Background(), "bench")
+	defer stop()
+	ctx, cancel := context.WithTimeout(ictx, limit)
 	defer cancel()
 	// The last cycle starts early enough for the teardown to fit.
 	o := harness.SoakOptions{Cycles: cycles, Seed: seed, Until: time.Now().Add(limit - 2*time.Minute)}

@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/shim"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/mountinfo"
@@ -120,12 +123,14 @@ func (c *Containerd) launch(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(c.Bins.Containerd, "containerd"), "--config", filepath.Join(c.Dir, "config.toml"))
 	cmd.Env = append(append(os.Environ(), "PATH="+c.Bins.Path()), c.Bins.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = ownGroup()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
+	started(cmd.Process)
 	done := make(chan struct{})
 	c.cmd, c.done = cmd, done
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); ended(cmd.Process); close(done) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		// The socket file appears at bind, before containerd accepts on
@@ -187,6 +192,7 @@ func (c *Containerd) Close() {
 			<-c.done
 		}
 	}
+	c.stopShims()
 	for _, m := range MountsUnder(c.Dir + "/") {
 		_ = exec.Command("umount", "-l", m).Run()
 	}
@@ -230,6 +236,57 @@ func (c *Containerd) removeTasks() {
 				_, _ = task.Delete(nctx, client.WithProcessKill)
 			}
 			_ = cont.Delete(nctx, client.WithSnapshotCleanup)
+		}
+	}
+}
+
+// stopShims ends the shim servers this containerd left (a create that
+// finished after removeTasks had looked, while containerd stopped: a
+// benchmark interrupted mid-cycle): for each, the shim's delete action —
+// what containerd runs for a shim it lost, which ends the task's sandbox
+// and unmounts its rootfs — in its bundle, then SIGKILL to the server.
+func (c *Containerd) stopShims() {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		flags := map[string]string{}
+		for i := 1; i+1 < len(args); i++ {
+			if strings.HasPrefix(args[i], "-") {
+				flags[args[i]] = args[i+1]
+			}
+		}
+		if flags["-address"] != c.Socket() || flags["-id"] == "" || flags["-namespace"] == "" || args[len(args)-1] == "delete" {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "harness: ending shim %d of %s/%s, left serving after containerd stopped\n", pid, flags["-namespace"], flags["-id"])
+		del := exec.Command(exe, "-namespace", flags["-namespace"], "-id", flags["-id"], "-address", c.Socket(), "delete")
+		del.Dir = filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", flags["-namespace"], flags["-id"])
+		del.Env = append(append(os.Environ(), "PATH="+c.Bins.Path()), c.Bins.Env...)
+		if out, err := del.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "harness: %s delete: %v: %s\n", filepath.Base(exe), err, out)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err != nil {
+				break
+			}
+		}
+		// Its listening socket, which containerd removes with a shim.
+		nsctx := namespaces.WithNamespace(context.Background(), flags["-namespace"])
+		if addr, err := shim.SocketAddress(nsctx, c.Socket(), flags["-id"], false); err == nil {
+			_ = shim.RemoveSocket(addr)
 		}
 	}
 }

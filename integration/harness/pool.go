@@ -100,9 +100,11 @@ func (p *Pool) serve(ctx context.Context) error {
 	p.mu.Lock()
 	mark := p.log.Len()
 	p.mu.Unlock()
+	cmd.SysProcAttr = ownGroup()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start gvx pool serve: %w", err)
 	}
+	started(cmd.Process)
 	p.cmd = cmd
 	// The server lists its socket once it has removed what a previous
 	// server left behind; only then do ready sandboxes count.
@@ -186,6 +188,7 @@ func (p *Pool) Kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
+	ended(p.cmd.Process)
 }
 
 // Stop sends SIGTERM and waits; the server destroys what is still ready.
@@ -193,6 +196,7 @@ func (p *Pool) Stop() error {
 	if p.cmd.ProcessState != nil {
 		return nil
 	}
+	defer ended(p.cmd.Process)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
