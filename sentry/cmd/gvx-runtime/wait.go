@@ -109,8 +109,9 @@ func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlc
 
 // waitDirect is the waiter of process pid of root container id over the
 // control connections it was given: it drops what is left of its
-// privileges (hostcreds.Drop: not dumpable), forwards the signals it receives to the process and exits with its
-// status (api.ExitKilled if the sandbox goes away first).
+// privileges (hostcreds.Drop: not dumpable), forwards the signals it
+// receives to the process and exits with its status (api.ExitKilled if
+// the sandbox goes away first).
 func waitDirect(id string, pid int32, uid, gid int) int {
 	wait, err1 := ctlclient.FromFile(os.NewFile(3, "sandbox control"))
 	sig, err2 := ctlclient.FromFile(os.NewFile(4, "sandbox control"))
