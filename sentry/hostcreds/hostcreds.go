@@ -88,12 +88,30 @@ func setIDs(uid, gid int) error {
 // only from its first instruction: no supplementary groups, no
 // capabilities (a uid ≠ 0 loses them at the switch), no_new_privs. So no
 // instant of it is privileged, unlike a child that drops after exec
-// (Drop). The binary is run through /proc/self/exe when it is this
-// process's own, so the directories above it need not be searchable by
-// uid. uid 0 starts cmd unchanged.
+// (Drop). The binary is executed through a descriptor this process opens
+// (or /proc/self/exe, this process's own), so the directories above it
+// need not be searchable by uid; it must be executable by uid. uid 0
+// starts cmd unchanged.
 func Start(cmd *exec.Cmd, uid, gid int) error {
 	if uid == 0 {
 		return cmd.Start()
+	}
+	if cmd.Path != "/proc/self/exe" {
+		path := cmd.Path
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		defer unix.Close(fd)
+		// Above every descriptor the fork moves cmd's files through on
+		// their way to 0, 1, 2, 3, … (at most twice their number).
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 2*(3+len(cmd.ExtraFiles)))
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		defer unix.Close(high)
+		cmd.Path = fmt.Sprintf("/proc/self/fd/%d", high)
+		defer func() { cmd.Path = path }()
 	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -3,6 +3,7 @@ package hostcreds
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -65,6 +66,34 @@ func TestStart(t *testing.T) {
 	if n := kept.Load(); n > 0 {
 		t.Errorf("%d goroutines started after Start ran with no_new_privs (or could not tell)", n)
 	}
+	// A binary in a directory uid may not search.
+	dir := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("/bin/cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cat"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(filepath.Join(dir, "cat"), "/proc/self/status")
+	out.Reset()
+	cmd.Stdout = &out
+	if err := Start(cmd, 65534, 65533); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s as uid 65534: %v", cmd.Path, err)
+	}
+	if st := status(out.String()); st["Uid"] != "65534 65534 65534 65534" {
+		t.Errorf("a binary below a private directory: Uid %q", st["Uid"])
+	}
+	if want := filepath.Join(dir, "cat"); cmd.Path != want {
+		t.Errorf("cmd.Path after Start: %q, want %q", cmd.Path, want)
+	}
+
 	// uid 0 starts the command unchanged.
 	cmd = exec.Command("/bin/cat", "/proc/self/status")
 	out.Reset()

@@ -33,6 +33,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
+	"github.com/gvxrun/gvx/sentry/hostcreds"
 	"github.com/gvxrun/gvx/sentry/nat"
 	"github.com/gvxrun/gvx/sentry/natproc"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
@@ -183,11 +184,18 @@ func startNAT(conf *config.Config, cont *container.Container, spec *specs.Spec, 
 		return fail(err)
 	}
 	defer ctl.Close()
-	m := natCommand(conf.RootDir, args)
+	m, own := natCommand(conf.RootDir, args)
 	m.ExtraFiles = append([]*os.File{natEnd, pidFile, stats, ctl}, listeners...)
 	m.Stdout, m.Stderr = logf, logf
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := startInCgroup(cont, m); err != nil {
+	start := m.Start
+	if own {
+		// gvx-nat runs as the sandbox's uid from its first instruction;
+		// gvx-sentry's command line (the fallback) needs root to start
+		// and drops to it itself.
+		start = func() error { return hostcreds.Start(m, uid, gid) }
+	}
+	if err := startInCgroup(cont, start); err != nil {
 		os.Remove(root.NATControl(id))
 		return fail(err)
 	}
@@ -197,24 +205,25 @@ func startNAT(conf *config.Config, cont *container.Container, spec *specs.Spec, 
 }
 
 // natCommand is the NAT process with args: gvx-nat beside this
-// gvx-sentry, or where an install lacks it this gvx-sentry's
+// gvx-sentry (own), or where an install lacks it this gvx-sentry's
 // api.NATCommand (the same process, with gVisor's ≈ 2 MiB of start-up
 // memory; package natproc).
-func natCommand(root string, args []string) *exec.Cmd {
+func natCommand(root string, args []string) (_ *exec.Cmd, own bool) {
 	if self, err := os.Executable(); err == nil {
 		bin := filepath.Join(filepath.Dir(self), api.NATBinary)
 		if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return exec.Command(bin, natproc.Command(root, args)...)
+			return exec.Command(bin, natproc.Command(root, args)...), true
 		}
 		log.Warningf("nat: %s not installed beside %s: the NAT runs as %s %s", bin, self, api.SentryBinary, api.NATCommand)
 	}
-	return argv.Self(append([]string{api.NATCommand}, args...)...)
+	return argv.Self(append([]string{api.NATCommand}, args...)...), false
 }
 
-// startInCgroup starts the NAT process in the sandbox's cgroup, so that
-// its memory counts against the sandbox's limit and the cgroup's teardown
-// ends it: this process joins the cgroup for the fork and leaves again.
-func startInCgroup(cont *container.Container, m *exec.Cmd) error {
+// startInCgroup starts the NAT process (start) in the sandbox's cgroup,
+// so that its memory counts against the sandbox's limit and the cgroup's
+// teardown ends it: this process joins the cgroup for the fork and
+// leaves again.
+func startInCgroup(cont *container.Container, start func() error) error {
 	if cg := cont.Sandbox.CgroupJSON.Cgroup; cg != nil {
 		restore, err := cg.Join()
 		if err != nil {
@@ -222,7 +231,7 @@ func startInCgroup(cont *container.Container, m *exec.Cmd) error {
 		}
 		defer restore()
 	}
-	if err := m.Start(); err != nil {
+	if err := start(); err != nil {
 		return fmt.Errorf("start the NAT process: %w", err)
 	}
 	return nil
