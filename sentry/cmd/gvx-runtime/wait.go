@@ -88,8 +88,9 @@ func startWaiter[C conn](conns []C, root, id string, pid int32, uid, gid int, mo
 	if err != nil {
 		return nil, err
 	}
-	// /proc/self/exe: the binary, whether or not uid may search the
-	// directories above it.
+	// /proc/self/exe: this very binary, even if an upgrade replaced the
+	// file since (the waiter must speak this process's fd and argument
+	// layout).
 	w := exec.Command("/proc/self/exe", waitCommand, root, id, strconv.Itoa(int(pid)), strconv.Itoa(uid), strconv.Itoa(gid), mode)
 	w.Args[0] = self
 	w.ExtraFiles = files
