@@ -248,6 +248,16 @@ func (r SentryRoot) RestoreTarget(id string) string {
 	return filepath.Join(string(r), "gvx-restore-"+id)
 }
 
+// RestoreTargetVolumes is where the shim lists (the JSON of a []Volume,
+// each with its Destination) the ext4lite volumes restore target id
+// mounts at its start: the checkpoint's copies, put in place and checked
+// once the checkpoint was named. gvx-sentry mounts them inside the
+// target's gofer before gVisor's restore (whose gofer, booted before the
+// checkpoint was known, bind-mounted empty staging directories there).
+func (r SentryRoot) RestoreTargetVolumes(id string) string {
+	return filepath.Join(string(r), "gvx-volumes-"+id+".json")
+}
+
 // NATStats is where the NAT of sandbox id keeps its counters (NATStats,
 // JSON), rewritten as they change.
 func (r SentryRoot) NATStats(id string) string {

@@ -83,7 +83,7 @@ type Engine struct {
 	spares  map[string][]*backing    // ready spares by handle id
 	filling map[string]int           // spares being restored, by handle id
 	dedupes map[string]chan struct{} // dedupes under way, by handle id: closed when done
-	filled  *sync.Cond               // signalled as restores of spares, and uses of handles, end (on mu)
+	filled  *sync.Cond               // signalled as restores of spares and targets, and uses of handles, end (on mu)
 	// using counts the rollbacks, forks and restores reading a handle's
 	// image, by handle id; releasing, the handles whose Release waits
 	// for them (use).
@@ -467,6 +467,7 @@ func (e *Engine) use(id string) (h *Handle, done func(), _ error) {
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
+	e.filled.Broadcast()
 	e.mu.Unlock()
 	e.bg.Wait()
 	e.mu.Lock()

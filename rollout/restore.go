@@ -137,18 +137,8 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
 	spec.Annotations[api.AnnotationRestoreFrom] = e.store.ImageDir(h.ID)
-	n := 0
-	for i, m := range spec.Mounts {
-		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
-			spec.Mounts[i].Type = "ext4"
-			spec.Mounts[i].Source = filepath.Join(e.store.volumeDir(id), strconv.Itoa(n)+".ext4")
-			n++
-		}
-	}
-	if n > 0 {
-		if err := os.MkdirAll(e.store.volumeDir(id), 0o755); err != nil {
-			return nil, err
-		}
+	if err := e.ownVolumes(ctx, spec, id); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", h.ID, err)
 	}
 	role := "sandbox"
 	if spare {
@@ -172,6 +162,24 @@ func (e *Engine) restore(ctx context.Context, h *Handle, id string, spare bool) 
 		}
 	}
 	return b, nil
+}
+
+// ownVolumes points the ext4lite volumes of spec, a new backing's (id),
+// at images of its own in the store, which the shim fills from the
+// checkpoint's copies (rollbacks and forks never share a volume).
+func (e *Engine) ownVolumes(ctx context.Context, spec *specs.Spec, id string) error {
+	n := 0
+	for i, m := range spec.Mounts {
+		if isVol, _, err := oci.VolumeMount(ctx, m); err == nil && isVol {
+			spec.Mounts[i].Type = "ext4"
+			spec.Mounts[i].Source = filepath.Join(e.store.volumeDir(id), strconv.Itoa(n)+".ext4")
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return os.MkdirAll(e.store.volumeDir(id), 0o755)
 }
 
 // backingSpec is handle h's checkpointed spec for a new backing, container

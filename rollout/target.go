@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
@@ -24,25 +25,30 @@ import (
 // restore into the booted sandbox. Unlike a spare, a target does not wait
 // for a save and serves whichever handle of the lineage comes next; it
 // costs an idle sandbox's memory, not a restored one's. Targets are for
-// sandboxes of their own without ext4lite volumes or docker mode
-// (targetable; a NAT sandbox's target gets its NAT and eth0 at its
-// create); other lineages restore on demand.
+// sandboxes of their own not in docker mode (targetable; a NAT sandbox's
+// target gets its NAT and eth0 at its create; its read-write ext4lite
+// volumes are staged empty, and the shim puts the checkpoint's copies in
+// place when the target is named a checkpoint, which gvx-sentry mounts in
+// the booted sandbox before gVisor's restore); other lineages restore on
+// demand.
 
 // targetRole is LabelRole's value on a restore target.
 const targetRole = "target"
 
 // targetable says why handle h's sandbox cannot be restored into a
 // target ("" if it can): what the shim puts in place from the checkpoint
-// before the sandbox boots (volume copies, docker mode, a pool's root
-// container) a target's early boot cannot have.
+// before the sandbox boots (an ext4 root filesystem, docker mode, a
+// pool's root container) a target's early boot cannot have. Read-write
+// ext4lite volumes are mounted into the booted target at its start
+// instead; a read-only one is the original image, not a copy.
 func (e *Engine) targetable(h *Handle) (string, error) {
 	m, err := checkpoint.ReadManifest(e.store.ImageDir(h.ID))
 	if err != nil {
 		return "", err
 	}
 	switch {
-	case len(m.Volumes) > 0:
-		return "it has ext4lite volumes", nil
+	case slices.ContainsFunc(m.Volumes, func(v checkpoint.Volume) bool { return v.File == "" || v.Destination == "/" }):
+		return "it has a read-only ext4lite volume or an ext4 root filesystem", nil
 	case m.Docker:
 		return "it runs in docker mode", nil
 	case m.Root != nil:
@@ -83,6 +89,7 @@ func (e *Engine) fillTarget(ctx context.Context, h *Handle) {
 			if why != "" {
 				e.untargetable[l] = true
 			}
+			e.filled.Broadcast() // takeTarget may wait for it
 			e.mu.Unlock()
 			switch {
 			case why != "":
@@ -118,7 +125,10 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 			_ = e.destroy(ctx, b)
 		}
 	}()
-	if err := e.create(ctx, h, b, spec, map[string]string{LabelRole: targetRole, labelLineage: h.Lineage, LabelOwner: owner}); err != nil {
+	if err := e.ownVolumes(ctx, spec, id); err != nil {
+		return nil, "", fmt.Errorf("restore target %s: %w", id, err)
+	}
+	if err := e.create(ctx, h, b, spec, map[string]string{LabelRole: targetRole, labelLineage: h.Lineage, LabelOwner: owner, labelVolumes: b.volDir}); err != nil {
 		if errdefs.IsFailedPrecondition(err) {
 			// The shim refuses what it cannot restore into a target (a
 			// runtime configuration with a warm pool, …): it says why.
@@ -132,10 +142,22 @@ func (e *Engine) makeTarget(ctx context.Context, h *Handle, id string) (_ *backi
 	return b, "", nil
 }
 
-// takeTarget takes a ready restore target of lineage (nil if none is).
-func (e *Engine) takeTarget(lineage string) *backing {
+// takeTarget takes a ready restore target of lineage; while none is ready
+// but one is being made, it waits for that one (a restore on demand would
+// do the same work from the start, competing with it for the CPU); nil if
+// none is ready or coming, or ctx ends first.
+func (e *Engine) takeTarget(ctx context.Context, lineage string) *backing {
+	stop := context.AfterFunc(ctx, func() {
+		e.mu.Lock()
+		e.filled.Broadcast()
+		e.mu.Unlock()
+	})
+	defer stop()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for len(e.targets[lineage]) == 0 && e.targeting[lineage] > 0 && !e.closed && ctx.Err() == nil {
+		e.filled.Wait()
+	}
 	list := e.targets[lineage]
 	if len(list) == 0 {
 		return nil
@@ -170,7 +192,7 @@ func (e *Engine) aimTarget(ctx context.Context, b *backing, h *Handle) error {
 // or the target failed: the caller restores on demand then); it has a new
 // target made.
 func (e *Engine) fromTarget(ctx context.Context, h *Handle) *backing {
-	b := e.takeTarget(h.Lineage)
+	b := e.takeTarget(ctx, h.Lineage)
 	if b == nil {
 		return nil
 	}

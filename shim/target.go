@@ -3,6 +3,9 @@ package shim
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/containerd/containerd/api/runtime/task/v3"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
+	"github.com/gvxrun/gvx/volume"
 )
 
 // target is a restore target's state (api.AnnotationRestoreTarget): a task
@@ -26,21 +30,27 @@ import (
 type target struct {
 	mu      sync.Mutex
 	started bool
+	// vols are its ext4lite volumes, staged (each with its destination
+	// and the image the checkpoint's copy goes to) but not mounted: its
+	// gofer bound their empty staging directories at its boot, and
+	// gvx-sentry mounts the checkpoint's copies on them at its start.
+	vols []api.Volume
 }
 
 // checkTarget refuses a restore target gvx cannot restore into: its
 // sandbox must be its own, booted by its create, with nothing a restore
-// puts in place before the sandbox boots (volumes cloned from the
-// checkpoint's copies, docker mode's relay and bridges). A NAT sandbox's
-// create starts its NAT and gives it its eth0, which its restore keeps.
+// puts in place before the sandbox boots (an ext4 root filesystem,
+// docker mode's relay and bridges). A NAT sandbox's create starts its NAT
+// and gives it its eth0, which its restore keeps; its ext4lite volumes
+// are staged empty and mounted at its start (aimVolumes).
 func (t *gvxTask) checkTarget(context.Context) error {
 	if t.target == nil {
 		return nil
 	}
 	why := ""
 	switch {
-	case t.vols != nil || t.rootVol != nil:
-		why = "it has ext4lite volumes or an ext4 root filesystem, which a restore clones from the checkpoint before the sandbox boots"
+	case t.rootVol != nil:
+		why = "it has an ext4 root filesystem, which a restore clones from the checkpoint before the sandbox boots"
 	case t.rec.Docker:
 		why = "it runs in docker mode"
 	case t.cfg.Pool.Size != 0:
@@ -76,8 +86,9 @@ func (s *service) Update(ctx context.Context, r *task.UpdateTaskRequest) (*empty
 
 // aim has restore target t restore the checkpoint in image directory dir
 // at its Start: the checkpoint must be one the target's sandbox can hold
-// (saved with the same gvx-sentry flags, of a sandbox of its own, without
-// volumes or docker mode — what checkTarget allowed at create).
+// (saved with the same gvx-sentry flags, of a sandbox of its own, not in
+// docker mode, with the volumes the target staged — what checkTarget
+// allowed at create); its volumes are put in place now (aimVolumes).
 func (t *gvxTask) aim(ctx context.Context, dir string) error {
 	t.target.mu.Lock()
 	defer t.target.mu.Unlock()
@@ -95,8 +106,8 @@ func (t *gvxTask) aim(ctx context.Context, dir string) error {
 		why = fmt.Sprintf("it was saved by a sandbox with gvx-sentry flags %q, and the target's are %q", m.Flags, t.flagString())
 	case m.Root != nil:
 		why = "it holds a warm pool sandbox's task, which restores into a pool-shaped sandbox"
-	case len(m.Volumes) > 0:
-		why = "it holds ext4lite volumes"
+	case !sameDestinations(m.Volumes, t.target.vols):
+		why = fmt.Sprintf("it holds ext4lite volumes at %s, and the target has them at %s", volumePaths(m.Volumes), targetPaths(t.target.vols))
 	case m.Docker:
 		why = "it holds a docker-mode sandbox"
 	}
@@ -105,6 +116,9 @@ func (t *gvxTask) aim(ctx context.Context, dir string) error {
 	}
 	if t.rec.Sandbox == nil {
 		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore target %s has no sandbox of its own", id))
+	}
+	if err := t.aimVolumes(ctx, m, dir); err != nil {
+		return err
 	}
 	if err := api.WriteFile(t.rec.Sandbox.Root.RestoreTarget(id), []byte(dir+"\n"), 0o600); err != nil {
 		return fmt.Errorf("restore target %s: %w", id, err)
@@ -127,4 +141,91 @@ func (t *gvxTask) startTarget() error {
 	}
 	t.target.started = true
 	return nil
+}
+
+// aimVolumes puts restore target t's volumes in place from checkpoint m
+// in image directory dir: each staged volume's image becomes a copy of
+// the checkpoint's (reflinked where the filesystem can), is leased —
+// checked, as every image is before the host kernel mounts it — and
+// listed (api.SentryRoot.RestoreTargetVolumes) for gvx-sentry to mount
+// inside the target's gofer at its start. A later aim replaces them.
+func (t *gvxTask) aimVolumes(ctx context.Context, m *checkpoint.Manifest, dir string) (retErr error) {
+	if len(t.target.vols) == 0 {
+		return nil
+	}
+	id := t.rec.ID
+	t.vols.release(ctx) // an earlier aim's
+	t.vols, t.mounted = nil, nil
+	tv := &taskVolumes{}
+	defer func() {
+		if retErr != nil {
+			tv.release(ctx)
+		}
+	}()
+	list := make([]api.Volume, 0, len(t.target.vols))
+	var mounted []checkpoint.Mounted
+	for _, v := range t.target.vols {
+		cv, _ := m.Volume(v.Destination)
+		if err := checkpoint.RestoreVolume(ctx, filepath.Join(dir, cv.File), v.Image); err != nil {
+			return fmt.Errorf("restore target %s: %w", id, err)
+		}
+		lease, err := volume.Acquire(ctx, v.Image, volume.AcquireOptions{})
+		if err != nil {
+			return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore target %s: volume for %s: %w", id, v.Destination, err))
+		}
+		tv.leases = append(tv.leases, lease)
+		list = append(list, api.Volume{Image: lease.Path(), Open: lease.OpenPath(), Staging: v.Staging, Destination: v.Destination})
+		mounted = append(mounted, checkpoint.Mounted{Image: lease.Path(), Destination: v.Destination})
+	}
+	if err := api.WriteJSON(t.rec.Sandbox.Root.RestoreTargetVolumes(id), list); err != nil {
+		return fmt.Errorf("restore target %s: %w", id, err)
+	}
+	t.vols, t.mounted = tv, mounted
+	return nil
+}
+
+// sameDestinations says whether checkpoint volumes saved are, one for one,
+// the copies of a restore target's staged volumes: at the same
+// destinations, each copied (not read-only).
+func sameDestinations(saved []checkpoint.Volume, staged []api.Volume) bool {
+	if len(saved) != len(staged) {
+		return false
+	}
+	for _, v := range staged {
+		i := slices.IndexFunc(saved, func(s checkpoint.Volume) bool { return s.Destination == v.Destination })
+		if i < 0 || saved[i].File == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// volumePaths lists the destinations of a checkpoint's volumes ("none"
+// if it has none), read-only ones marked.
+func volumePaths(vols []checkpoint.Volume) string {
+	var out []string
+	for _, v := range vols {
+		if v.ReadOnly {
+			out = append(out, v.Destination+" (read-only)")
+		} else {
+			out = append(out, v.Destination)
+		}
+	}
+	return pathList(out)
+}
+
+// targetPaths lists the destinations of a target's staged volumes.
+func targetPaths(vols []api.Volume) string {
+	var out []string
+	for _, v := range vols {
+		out = append(out, v.Destination)
+	}
+	return pathList(out)
+}
+
+func pathList(paths []string) string {
+	if len(paths) == 0 {
+		return "none"
+	}
+	return strings.Join(paths, ", ")
 }

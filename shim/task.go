@@ -235,12 +235,18 @@ func (t *gvxTask) prepareVolumes(ctx context.Context) error {
 	if t.restoring != nil {
 		restore = func(destination, image string) error { return t.restoreVolume(ctx, destination, image) }
 	}
-	vols, mounted, err := prepareVolumes(ctx, t.spec, t.layout.Volumes(r.Namespace, r.ID), mkdir, t.rootVol, restore)
+	var later *[]api.Volume
+	if t.target != nil && t.restoring == nil {
+		// A restore target's volumes come from the checkpoint it will be
+		// named (aimVolumes).
+		later = &t.target.vols
+	}
+	vols, mounted, err := prepareVolumes(ctx, t.spec, t.layout.Volumes(r.Namespace, r.ID), mkdir, t.rootVol, restore, later)
 	if err != nil {
 		return grpcError(errdefs.ErrInvalidArgument, err)
 	}
 	t.vols, t.mounted = vols, mounted
-	if vols != nil || t.rootVol != nil {
+	if vols != nil || t.rootVol != nil || later != nil && len(*later) > 0 {
 		// The sandbox leases its volumes exclusively (containerd its
 		// snapshots), so gVisor may cache their contents without
 		// revalidating against the host.

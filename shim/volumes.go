@@ -48,9 +48,12 @@ func (v *taskVolumes) release(ctx context.Context) {
 // mount the same way. A task restored from a checkpoint first has each
 // image put back as the checkpoint holds it (restore, if set, is called
 // with each volume's destination and image). It returns the leases (nil
-// when the task leases no volume) and every volume mounted.
+// when the task leases no volume) and every volume mounted. With later
+// set (a restore target's, whose images the checkpoint it will be named
+// fills in), the volumes are staged but neither leased nor listed for
+// gvx-sentry: each is appended to *later with its destination instead.
 func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(string) error, root *api.Volume,
-	restore func(destination, image string) error) (_ *taskVolumes, mounted []checkpoint.Mounted, retErr error) {
+	restore func(destination, image string) error, later *[]api.Volume) (_ *taskVolumes, mounted []checkpoint.Mounted, retErr error) {
 	// The annotation is gvx's own: gvx-sentry mounts what it lists on the
 	// host's kernel, so only images this function leased and checked may
 	// be in it.
@@ -92,16 +95,14 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 		if !isVol {
 			continue
 		}
+		if later != nil && ro {
+			return nil, nil, fmt.Errorf("volume for %s: a restore target's volumes are the checkpoint's copies, and a read-only volume is not copied", m.Destination)
+		}
 		if restore != nil && !ro {
 			if err := restore(m.Destination, m.Source); err != nil {
 				return nil, nil, err
 			}
 		}
-		lease, err := volume.Acquire(ctx, m.Source, volume.AcquireOptions{})
-		if err != nil {
-			return nil, nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
-		}
-		tv.leases = append(tv.leases, lease)
 		if n == 0 {
 			if err := mkdir(dir); err != nil {
 				return nil, nil, fmt.Errorf("volume staging dir: %w", err)
@@ -116,9 +117,18 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 		if ro {
 			opts = []string{"rbind", "ro"}
 		}
+		s.Mounts[i] = specs.Mount{Destination: m.Destination, Type: "bind", Source: staging, Options: opts}
+		if later != nil {
+			*later = append(*later, api.Volume{Image: m.Source, Staging: staging, Destination: m.Destination})
+			continue
+		}
+		lease, err := volume.Acquire(ctx, m.Source, volume.AcquireOptions{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
+		}
+		tv.leases = append(tv.leases, lease)
 		list = append(list, api.Volume{Image: lease.Path(), Open: lease.OpenPath(), Staging: staging, ReadOnly: ro})
 		mounted = append(mounted, checkpoint.Mounted{Image: lease.Path(), Destination: m.Destination, ReadOnly: ro})
-		s.Mounts[i] = specs.Mount{Destination: m.Destination, Type: "bind", Source: staging, Options: opts}
 	}
 	if len(list) == 0 {
 		return nil, nil, nil

@@ -19,7 +19,7 @@ func TestUserVolumesAnnotationRefused(t *testing.T) {
 			api.AnnotationVolumes: `[{"image":"/dev/vda","staging":"/run/x"}]`,
 		}}
 		staged := false
-		vols, mounted, err := prepareVolumes(context.Background(), s, t.TempDir(), func(string) error { staged = true; return nil }, nil, nil)
+		vols, mounted, err := prepareVolumes(context.Background(), s, t.TempDir(), func(string) error { staged = true; return nil }, nil, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), api.AnnotationVolumes) || !strings.Contains(err.Error(), "type ext4") {
 			t.Fatalf("prepareVolumes with a user-set %s: %v", api.AnnotationVolumes, err)
 		}

@@ -139,32 +139,47 @@ func UserNS(uidMap, gidMap []specs.LinuxIDMapping) (*os.File, error) {
 // With v.Open it opens that instead: the shim's descriptor of the image
 // it checked (a rename of v.Image since then changes nothing).
 func Mount(v api.Volume, userns *os.File) error {
+	mfd, err := detached(v, userns)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, v.Staging, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("volume %s: attach at %s: %w", v.Image, v.Staging, err)
+	}
+	return nil
+}
+
+// detached returns v's ext4 filesystem as a mount attached nowhere yet
+// (a descriptor), on an auto-clearing loop device, idmapped through userns
+// when it is set.
+func detached(v api.Volume, userns *os.File) (int, error) {
 	open := v.Image
 	if v.Open != "" {
 		open = v.Open
 	}
 	loop, err := attachLoop(open, v.ReadOnly)
 	if err != nil {
-		return fmt.Errorf("volume %s: %w", v.Image, err)
+		return -1, fmt.Errorf("volume %s: %w", v.Image, err)
 	}
 	// The mount holds the loop device; closing our fd lets autoclear
 	// detach it when the (last) mount goes.
 	defer loop.Close()
 	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("volume %s: fsopen ext4: %w", v.Image, err)
+		return -1, fmt.Errorf("volume %s: fsopen ext4: %w", v.Image, err)
 	}
 	defer unix.Close(fsfd)
 	if err := unix.FsconfigSetString(fsfd, "source", loop.Name()); err != nil {
-		return fmt.Errorf("volume %s: %w", v.Image, err)
+		return -1, fmt.Errorf("volume %s: %w", v.Image, err)
 	}
 	if v.ReadOnly {
 		if err := unix.FsconfigSetFlag(fsfd, "ro"); err != nil {
-			return fmt.Errorf("volume %s: %w", v.Image, err)
+			return -1, fmt.Errorf("volume %s: %w", v.Image, err)
 		}
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return fmt.Errorf("volume %s: mount ext4 (is it a clean ext4 image? try `gvx volume check`): %w", v.Image, err)
+		return -1, fmt.Errorf("volume %s: mount ext4 (is it a clean ext4 image? try `gvx volume check`): %w", v.Image, err)
 	}
 	attrs := unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID
 	if v.ReadOnly {
@@ -172,19 +187,113 @@ func Mount(v api.Volume, userns *os.File) error {
 	}
 	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, attrs)
 	if err != nil {
-		return fmt.Errorf("volume %s: fsmount: %w", v.Image, err)
+		return -1, fmt.Errorf("volume %s: fsmount: %w", v.Image, err)
 	}
-	defer unix.Close(mfd)
 	if userns != nil {
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())}
 		if err := unix.MountSetattr(mfd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			return fmt.Errorf("volume %s: idmap to the sandbox's user namespace: %w", v.Image, err)
+			unix.Close(mfd)
+			return -1, fmt.Errorf("volume %s: idmap to the sandbox's user namespace: %w", v.Image, err)
 		}
 	}
-	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, v.Staging, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("volume %s: attach at %s: %w", v.Image, v.Staging, err)
+	return mfd, nil
+}
+
+// MountInto mounts each of vols at its Destination inside process pid's
+// mount namespace — a booted sandbox's gofer, whose root is the
+// container's root filesystem — idmapped to pid's user namespace (unless
+// that is this process's). A restore target's volumes are mounted so:
+// the gofer serves a mount point by opening it when the Sentry first asks
+// for it (a restore does), so it serves the volume mounted on top of the
+// empty staging directory it bound there at its start. Destinations
+// resolve inside pid's root (symbolic links in the image cannot lead out
+// of it); the mounts exist in that namespace alone and go with it.
+func MountInto(pid int, vols []api.Volume) error {
+	proc := fmt.Sprintf("/proc/%d", pid)
+	mntns, err := os.Open(proc + "/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("the gofer's mount namespace: %w", err)
 	}
-	return nil
+	defer mntns.Close()
+	userns, err := foreignUserNS(proc)
+	if err != nil {
+		return err
+	}
+	if userns != nil {
+		defer userns.Close()
+	}
+	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the gofer's root: %w", err)
+	}
+	defer unix.Close(root)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, v := range vols {
+		if v.Destination == "" {
+			return fmt.Errorf("volume %s: no destination to mount it at", v.Image)
+		}
+		at, err := unix.Openat2(root, v.Destination, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return fmt.Errorf("volume %s: its mount point %s in the sandbox: %w", v.Image, v.Destination, err)
+		}
+		fds = append(fds, at)
+		mfd, err := detached(v, userns)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, mfd)
+	}
+	// move_mount attaches only in the caller's mount namespace; a thread
+	// may enter another once it shares no filesystem attributes. This
+	// one does and then ends (it stays locked, so Go never reuses it).
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare filesystem attributes: %w", err)
+			return
+		}
+		if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
+			errc <- fmt.Errorf("enter the gofer's mount namespace: %w", err)
+			return
+		}
+		for i, v := range vols {
+			if err := unix.MoveMount(fds[2*i+1], "", fds[2*i], "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+				errc <- fmt.Errorf("volume %s: attach at %s in the sandbox: %w", v.Image, v.Destination, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// foreignUserNS opens the user namespace of process proc (/proc/PID), or
+// returns nil if it is this process's own.
+func foreignUserNS(proc string) (*os.File, error) {
+	var own, theirs unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/user", &own); err != nil {
+		return nil, fmt.Errorf("user namespace: %w", err)
+	}
+	if err := unix.Stat(proc+"/ns/user", &theirs); err != nil {
+		return nil, fmt.Errorf("the gofer's user namespace: %w", err)
+	}
+	if own.Ino == theirs.Ino && own.Dev == theirs.Dev {
+		return nil, nil
+	}
+	f, err := os.Open(proc + "/ns/user")
+	if err != nil {
+		return nil, fmt.Errorf("the gofer's user namespace: %w", err)
+	}
+	return f, nil
 }
 
 // attachLoop binds image to a free loop device with autoclear set.

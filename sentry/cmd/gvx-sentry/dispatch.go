@@ -33,10 +33,10 @@ var table = map[string]map[kind]handler{
 	},
 	"start": {
 		kindPlain:        runsc,
-		kindSubcontainer: gvx(new(subcontainer.Start)),                        // asks its monitor, on the start socket
-		kindTask:         gvx(new(subcontainer.Start)),                        // the same, to the task's monitor
-		kindNAT:          gvx(new(natsandbox.Start)),                          // runsc's, keeping the NAT's eth0
-		kindTarget:       rewrite(targetRestore, before(watchRestore, runsc)), // runsc's restore into the created container
+		kindSubcontainer: gvx(new(subcontainer.Start)),                       // asks its monitor, on the start socket
+		kindTask:         gvx(new(subcontainer.Start)),                       // the same, to the task's monitor
+		kindNAT:          gvx(new(natsandbox.Start)),                         // runsc's, keeping the NAT's eth0
+		kindTarget:       rewrite(targetRestore, before(targetSetup, runsc)), // its volumes mounted, runsc's restore into the created container
 	},
 	"kill": {
 		kindPlain: gvx(new(Kill)), // runsc's, saying api.NotRunning when gone

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 
+	"gvisor.dev/gvisor/runsc/cmd/util"
+	"gvisor.dev/gvisor/runsc/container"
+
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/natsandbox"
+	"github.com/gvxrun/gvx/sentry/volmount"
 )
 
 // isTarget says whether container id of sentry root root is a restore
@@ -47,4 +52,43 @@ func targetRestore(c argv.Command) ([]string, bool) {
 		globals = append(globals, "--network=host")
 	}
 	return append(globals, "restore", "--detach", "--image-path="+image, ids[0]), true
+}
+
+// targetSetup runs before gVisor's restore into a restore target:
+// watchRestore, and the target's volumes mounted (mountTargetVolumes).
+func targetSetup() {
+	watchRestore()
+	if err := mountTargetVolumes(os.Args); err != nil {
+		util.Fatalf("%v", err)
+	}
+}
+
+// mountTargetVolumes mounts the ext4lite volumes the shim listed for the
+// restore target that restore command line args restores into
+// (api.SentryRoot.RestoreTargetVolumes: the checkpoint's copies, checked)
+// inside the target's gofer, at their destinations, before the restore
+// has the Sentry ask the gofer for them. A target without volumes has no
+// list.
+func mountTargetVolumes(args []string) error {
+	c, ok := argv.Parse(args)
+	if !ok || len(c.Args()) != 1 {
+		return nil
+	}
+	id := c.Args()[0]
+	vols, err := api.ReadVolumes(api.SentryRoot(c.Root).RestoreTargetVolumes(id))
+	if err != nil || len(vols) == 0 {
+		return err
+	}
+	cont, err := container.Load(c.Root, container.FullID{ContainerID: id}, container.LoadOpts{SkipCheck: true})
+	if err != nil {
+		return fmt.Errorf("restore target %s: %w", id, err)
+	}
+	gofer := cont.GoferPid.Load()
+	if gofer <= 0 {
+		return fmt.Errorf("restore target %s: its gofer is gone; its volumes cannot be mounted", id)
+	}
+	if err := volmount.MountInto(gofer, vols); err != nil {
+		return fmt.Errorf("restore target %s: %w", id, err)
+	}
+	return nil
 }
