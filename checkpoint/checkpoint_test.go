@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,5 +280,69 @@ func TestManifestFiles(t *testing.T) {
 	}
 	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("a state file gone: %v", err)
+	}
+}
+
+// TestRestoreVolumeChecksCopyOnce: restores of one checkpoint copy into
+// new images check the copy once (e2fsck runs once, counted by a wrapper
+// on PATH) and the leases of every clone then need no check; a damaged
+// copy is refused, naming it, and nothing is made.
+func TestRestoreVolumeChecksCopyOnce(t *testing.T) {
+	testfs.RequireRoot(t)
+	testfs.RequireTools(t, "mkfs.ext4", "e2fsck")
+	ctx := context.Background()
+	dir := testfs.LoopFS(t, "xfs", "1G")
+	img := filepath.Join(dir, "v.ext4")
+	if _, err := volume.Create(ctx, img, volume.CreateOptions{Size: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	// A copy made outside gvx carries no verified mark, as a checkpoint's
+	// copy of a volume a sandbox wrote does not.
+	copyPath := filepath.Join(dir, "copy.ext4")
+	testfs.Sh(t, "cp", "--sparse=always", img, copyPath)
+	real, err := exec.LookPath("e2fsck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, count := t.TempDir(), filepath.Join(t.TempDir(), "count")
+	wrapper := "#!/bin/sh\necho run >> " + count + "\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "e2fsck"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	runs := func() int {
+		data, _ := os.ReadFile(count)
+		return strings.Count(string(data), "run")
+	}
+	for i := 0; i < 3; i++ {
+		dst := filepath.Join(dir, fmt.Sprintf("r%d.ext4", i))
+		if err := RestoreVolume(ctx, copyPath, dst); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := volume.Acquire(ctx, dst, volume.AcquireOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease.Release()
+	}
+	if n := runs(); n != 1 {
+		t.Errorf("e2fsck ran %d times for three restores of one copy and their leases, want once (the copy's)", n)
+	}
+	// A copy damaged after it was checked loses its mark (its state
+	// changed) and is refused.
+	f, err := os.OpenFile(copyPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x01, 0x00, 0x01, 0x00}, 1024+0x60); err != nil { // unknown incompat features
+		t.Fatal(err)
+	}
+	f.Close()
+	bad := filepath.Join(dir, "bad.ext4")
+	if err := RestoreVolume(ctx, copyPath, bad); err == nil || !strings.Contains(err.Error(), "checkpoint's copy") {
+		t.Errorf("restore of a damaged copy: %v, want it refused naming the checkpoint's copy", err)
+	}
+	if _, err := os.Lstat(bad); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused restore left %s (%v)", bad, err)
 	}
 }

@@ -138,9 +138,16 @@ func backedBy(dev string, image *unix.Stat_t) bool {
 // RestoreVolume makes the image at dst the volume copy src (of a
 // checkpoint), keeping dst's mode and owner: it holds dst's lease
 // meanwhile, so a volume a sandbox uses is refused (volume.ErrInUse). A
-// dst that does not exist yet is made a clone of src.
+// dst that does not exist yet is made a clone of src, after src itself
+// passed the check every image gets before the host kernel mounts it
+// (volume.Verify): src is then marked verified, and so is each clone of
+// it, which a lease then takes without checking again — one check per
+// checkpoint copy, not one per rollback or fork to it.
 func RestoreVolume(ctx context.Context, src, dst string) error {
 	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		if err := volume.Verify(ctx, src); err != nil {
+			return fmt.Errorf("restore volume %s: the checkpoint's copy: %w", dst, err)
+		}
 		if _, err := volume.Clone(ctx, src, dst, volume.CloneOptions{}); err != nil {
 			return fmt.Errorf("restore volume %s: %w", dst, err)
 		}
