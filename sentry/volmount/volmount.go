@@ -201,8 +201,7 @@ func detached(v api.Volume, userns *os.File) (int, error) {
 
 // MountInto mounts each of vols at its Destination inside process pid's
 // mount namespace — a booted sandbox's gofer, whose root is the
-// container's root filesystem — idmapped to pid's user namespace (unless
-// that is this process's). A restore target's volumes are mounted so:
+// container's root filesystem — idmapped to pid's user namespace. A restore target's volumes are mounted so:
 // the gofer serves a mount point by opening it when the Sentry first asks
 // for it (a restore does), so it serves the volume mounted on top of the
 // empty staging directory it bound there at its start. Destinations
@@ -210,18 +209,19 @@ func detached(v api.Volume, userns *os.File) (int, error) {
 // of it); the mounts exist in that namespace alone and go with it.
 func MountInto(pid int, vols []api.Volume) error {
 	proc := fmt.Sprintf("/proc/%d", pid)
-	mntns, err := os.Open(proc + "/ns/mnt")
-	if err != nil {
-		return fmt.Errorf("the gofer's mount namespace: %w", err)
-	}
-	defer mntns.Close()
-	userns, err := foreignUserNS(proc)
+	// A gofer has a mount and a user namespace of its own; a process
+	// with either of this one's is no gofer (its pid reused, say), and
+	// nothing is mounted where the host would see it.
+	mntns, err := foreignNS(proc, "mnt")
 	if err != nil {
 		return err
 	}
-	if userns != nil {
-		defer userns.Close()
+	defer mntns.Close()
+	userns, err := foreignNS(proc, "user")
+	if err != nil {
+		return err
 	}
+	defer userns.Close()
 	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("the gofer's root: %w", err)
@@ -276,22 +276,26 @@ func MountInto(pid int, vols []api.Volume) error {
 	return <-errc
 }
 
-// foreignUserNS opens the user namespace of process proc (/proc/PID), or
-// returns nil if it is this process's own.
-func foreignUserNS(proc string) (*os.File, error) {
+// foreignNS opens namespace kind (mnt, user) of process proc (/proc/PID),
+// which must not be this process's own.
+func foreignNS(proc, kind string) (*os.File, error) {
 	var own, theirs unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/user", &own); err != nil {
-		return nil, fmt.Errorf("user namespace: %w", err)
+	if err := unix.Stat("/proc/self/ns/"+kind, &own); err != nil {
+		return nil, fmt.Errorf("%s namespace: %w", kind, err)
 	}
-	if err := unix.Stat(proc+"/ns/user", &theirs); err != nil {
-		return nil, fmt.Errorf("the gofer's user namespace: %w", err)
+	f, err := os.Open(proc + "/ns/" + kind)
+	if err == nil {
+		err = unix.Fstat(int(f.Fd()), &theirs)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("the gofer's %s namespace: %w", kind, err)
 	}
 	if own.Ino == theirs.Ino && own.Dev == theirs.Dev {
-		return nil, nil
-	}
-	f, err := os.Open(proc + "/ns/user")
-	if err != nil {
-		return nil, fmt.Errorf("the gofer's user namespace: %w", err)
+		f.Close()
+		return nil, fmt.Errorf("process %s shares this process's %s namespace: it is no sandbox's gofer; nothing was mounted", strings.TrimPrefix(proc, "/proc/"), kind)
 	}
 	return f, nil
 }

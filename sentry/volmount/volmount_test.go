@@ -1,6 +1,7 @@
 package volmount
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -43,5 +44,19 @@ func TestFromSpec(t *testing.T) {
 		if _, err := FromSpec(s); err == nil || !strings.Contains(err.Error(), api.AnnotationVolumes) {
 			t.Errorf("FromSpec(%q): err = %v, want one naming the annotation", bad, err)
 		}
+	}
+}
+
+// TestMountIntoRefusesNonGofer: MountInto mounts only into a process with
+// a mount and a user namespace of its own — this test's process has
+// neither — and names why; a missing process is an error too.
+func TestMountIntoRefusesNonGofer(t *testing.T) {
+	vols := []api.Volume{{Image: "/nonexistent.ext4", Destination: "/work"}}
+	err := MountInto(os.Getpid(), vols)
+	if err == nil || !strings.Contains(err.Error(), "no sandbox's gofer") {
+		t.Errorf("MountInto this process: %v, want a refusal saying it is no sandbox's gofer", err)
+	}
+	if err := MountInto(1<<22+1, vols); err == nil {
+		t.Error("MountInto a process that does not exist: no error")
 	}
 }
