@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
 	sdk "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/rollout"
 )
 
 // ckDockerRunner is a dind runner whose SDK client keeps its checkpoints
@@ -81,9 +84,11 @@ func ckEpisode(t *testing.T, ctx context.Context, r *dind.Runner, dir, id string
 
 // TestDockerCheckpointRollback: a docker-mode sandbox checkpointed with
 // dockerd up (an image tagged, a container created and one running) and
-// rolled back after changes: dockerd answers on the same host socket, the
-// image is back, the container made after the checkpoint is gone, the
-// ones made before are there, and `docker run` works.
+// rolled back after changes — into a spare, or without one into the
+// restore target the engine made after the checkpoint: dockerd answers on
+// the same host socket, the image is back, the container made after the
+// checkpoint is gone, the ones made before are there, and `docker run`
+// works.
 func TestDockerCheckpointRollback(t *testing.T) {
 	_, ctx := dindEnv(t)
 	checkNoLeaks(t)
@@ -105,8 +110,15 @@ docker run -d --name running-before gvx.test/busybox:latest sleep 100000 >/dev/n
 docker run -d --name made-after gvx.test/busybox:latest sleep 100000 >/dev/null
 docker rm made-before >/dev/null
 docker rmi gvx-test/before:1 >/dev/null`)
+		t0 := time.Now()
 		if err := ep.SDK.Rollback(ctx, ck.ID); err != nil {
 			t.Fatalf("rollback of %s: %v", id, err)
+		}
+		t.Logf("%s: rollback (spares=%d) took %s", id, spares, time.Since(t0))
+		if spares == 0 && !intoTargetBacking(t, ctx, ep.SDK.ID()) {
+			// Without a spare the rollback restores into the restore
+			// target made after the checkpoint (waiting for it).
+			t.Errorf("%s: the rollback without a spare did not restore into a restore target", id)
 		}
 		if got := ep.SDK.DockerSocket(); got != sock {
 			t.Errorf("docker socket after the rollback %s, want %s", got, sock)
@@ -403,4 +415,21 @@ func TestDockerCheckpointInnerNetworks(t *testing.T) {
 	if err := closeEp(); err != nil {
 		t.Errorf("close %s: %v", id, err)
 	}
+}
+
+// intoTargetBacking says whether sandbox id's backing (the container the
+// rollout engine labelled as id's) was restored into a restore target:
+// its containerd spec keeps the target annotation from its create.
+func intoTargetBacking(t *testing.T, ctx context.Context, id string) bool {
+	t.Helper()
+	c := mustClient(t)
+	cts, err := c.Containers(namespaces.WithNamespace(ctx, testNS), fmt.Sprintf("labels.%q==%s", rollout.LabelSandbox, id))
+	if err != nil || len(cts) != 1 {
+		t.Fatalf("sandbox %s's backing: %d containers, %v", id, len(cts), err)
+	}
+	spec, err := cts[0].Spec(namespaces.WithNamespace(ctx, testNS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec.Annotations[api.AnnotationRestoreTarget] == "true"
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/api/procfs"
@@ -363,11 +364,11 @@ func TestRestoreTargetRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newTask := func(id string, annotations map[string]string) (client.Container, client.Task, error) {
+	newTask := func(id string, annotations map[string]string, opts ...oci.SpecOpts) (client.Container, client.Task, error) {
 		t.Helper()
 		cleanupTask(t, id)
-		ct, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithRuntime(runtime, nil),
-			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000"), oci.WithAnnotations(annotations)))
+		opts = append([]oci.SpecOpts{oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000"), oci.WithAnnotations(annotations)}, opts...)
+		ct, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithRuntime(runtime, nil), client.WithNewSpec(opts...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,9 +396,13 @@ func TestRestoreTargetRefused(t *testing.T) {
 	if err := plain.Update(ctx, client.WithAnnotations(map[string]string{api.AnnotationRestoreImage: "/nonexistent"})); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), api.AnnotationRestoreTarget) {
 		t.Errorf("update of a plain task naming a checkpoint: %v, want FailedPrecondition naming %s", err, api.AnnotationRestoreTarget)
 	}
-	// A target the shim cannot restore into: docker mode.
-	if _, _, err := newTask("tgdocker", map[string]string{api.AnnotationRestoreTarget: "true", api.AnnotationDocker: "true"}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "docker mode") {
-		t.Errorf("a docker-mode target: %v, want FailedPrecondition saying docker mode", err)
+	// A target the shim cannot restore into: one with a read-only volume
+	// (not copied into a checkpoint, so not a target's to fill in).
+	ro := filepath.Join(t.TempDir(), "ro.ext4")
+	gvx(t, "volume", "create", "--size", "16M", ro)
+	roMount := oci.WithMounts([]specs.Mount{{Type: "ext4", Source: ro, Destination: "/ro", Options: []string{"ro"}}})
+	if _, _, err := newTask("tgro", map[string]string{api.AnnotationRestoreTarget: "true"}, roMount); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "read-only volume") {
+		t.Errorf("a target with a read-only volume: %v, want FailedPrecondition saying read-only volume", err)
 	}
 }
 

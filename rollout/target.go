@@ -18,27 +18,27 @@ import (
 // creates a containerd container and task, boots a sandbox and then loads
 // the checkpoint into it; the boot does not depend on the checkpoint. So
 // once a sandbox has a checkpoint, the engine keeps restore targets for
-// its lineage (Options.Targets, default one): a container and task created from the lineage's spec whose
-// sandbox has booted, created but not started (the shim's
-// api.AnnotationRestoreTarget). A rollback or fork without a ready spare
-// takes it, names the handle (a task Update) and starts it: gVisor's
-// restore into the booted sandbox. Unlike a spare, a target does not wait
-// for a save and serves whichever handle of the lineage comes next; it
-// costs an idle sandbox's memory, not a restored one's. Targets are for
-// sandboxes of their own not in docker mode (targetable; a NAT sandbox's
-// target gets its NAT and eth0 at its create; its read-write ext4lite
-// volumes are staged empty, and the shim puts the checkpoint's copies in
-// place when the target is named a checkpoint, which gvx-sentry mounts in
-// the booted sandbox before gVisor's restore); other lineages restore on
-// demand.
+// its lineage (Options.Targets, default one): a container and task
+// created from the lineage's spec whose sandbox has booted, created but
+// not started (the shim's api.AnnotationRestoreTarget). A rollback or
+// fork without a ready spare takes it, names the handle (a task Update)
+// and starts it: gVisor's restore into the booted sandbox. Unlike a
+// spare, a target does not wait for a save and serves whichever handle
+// of the lineage comes next; it costs an idle sandbox's memory, not a
+// restored one's. Targets are for sandboxes of their own (targetable): a
+// NAT sandbox's target gets its NAT and eth0 at its create, a docker-mode
+// one its gvx-relay and docker socket; read-write ext4lite volumes are
+// staged empty, and the shim puts the checkpoint's copies in place when
+// the target is named a checkpoint, which gvx-sentry mounts in the booted
+// sandbox before gVisor's restore. Other lineages restore on demand.
 
 // targetRole is LabelRole's value on a restore target.
 const targetRole = "target"
 
 // targetable says why handle h's sandbox cannot be restored into a
 // target ("" if it can): what the shim puts in place from the checkpoint
-// before the sandbox boots (an ext4 root filesystem, docker mode, a
-// pool's root container) a target's early boot cannot have. Read-write
+// before the sandbox boots (an ext4 root filesystem, a pool's root
+// container) a target's early boot cannot have. Read-write
 // ext4lite volumes are mounted into the booted target at its start
 // instead; a read-only one is the original image, not a copy.
 func (e *Engine) targetable(h *Handle) (string, error) {
@@ -49,8 +49,6 @@ func (e *Engine) targetable(h *Handle) (string, error) {
 	switch {
 	case slices.ContainsFunc(m.Volumes, func(v checkpoint.Volume) bool { return v.File == "" || v.Destination == "/" }):
 		return "it has a read-only ext4lite volume or an ext4 root filesystem", nil
-	case m.Docker:
-		return "it runs in docker mode", nil
 	case m.Root != nil:
 		return "it ran in a warm pool's sandbox", nil
 	}

@@ -39,10 +39,12 @@ type target struct {
 
 // checkTarget refuses a restore target gvx cannot restore into: its
 // sandbox must be its own, booted by its create, with nothing a restore
-// puts in place before the sandbox boots (an ext4 root filesystem,
-// docker mode's relay and bridges). A NAT sandbox's create starts its NAT
-// and gives it its eth0, which its restore keeps; its ext4lite volumes
-// are staged empty and mounted at its start (aimVolumes).
+// puts in place before the sandbox boots (an ext4 root filesystem). A
+// NAT sandbox's create starts its NAT and gives it its eth0, which its
+// restore keeps; its ext4lite volumes are staged empty and mounted at its
+// start (aimVolumes); in docker mode its create mounts the host's
+// gvx-relay (the checkpoint must name the same) and publishes dockerd's
+// socket, and its start makes dockerd's bridges again, as any restore's.
 func (t *gvxTask) checkTarget(context.Context) error {
 	if t.target == nil {
 		return nil
@@ -51,8 +53,6 @@ func (t *gvxTask) checkTarget(context.Context) error {
 	switch {
 	case t.rootVol != nil:
 		why = "it has an ext4 root filesystem, which a restore clones from the checkpoint before the sandbox boots"
-	case t.rec.Docker:
-		why = "it runs in docker mode"
 	case t.cfg.Pool.Size != 0:
 		why = "its runtime configuration has a warm pool, and a target boots a sandbox of its own"
 	}
@@ -86,9 +86,10 @@ func (s *service) Update(ctx context.Context, r *task.UpdateTaskRequest) (*empty
 
 // aim has restore target t restore the checkpoint in image directory dir
 // at its Start: the checkpoint must be one the target's sandbox can hold
-// (saved with the same gvx-sentry flags, of a sandbox of its own, not in
-// docker mode, with the volumes the target staged — what checkTarget
-// allowed at create); its volumes are put in place now (aimVolumes).
+// (saved with the same gvx-sentry flags, of a sandbox of its own, in the
+// same docker mode with the same gvx-relay, with the volumes the target
+// staged — what checkTarget allowed at create); its volumes are put in
+// place now (aimVolumes).
 func (t *gvxTask) aim(ctx context.Context, dir string) error {
 	t.target.mu.Lock()
 	defer t.target.mu.Unlock()
@@ -108,8 +109,10 @@ func (t *gvxTask) aim(ctx context.Context, dir string) error {
 		why = "it holds a warm pool sandbox's task, which restores into a pool-shaped sandbox"
 	case !sameDestinations(m.Volumes, t.target.vols):
 		why = fmt.Sprintf("it holds ext4lite volumes at %s, and the target has them at %s", volumePaths(m.Volumes), targetPaths(t.target.vols))
-	case m.Docker:
-		why = "it holds a docker-mode sandbox"
+	case m.Docker && !t.rec.Docker:
+		why = "it holds a docker-mode sandbox, and the target is not in docker mode"
+	case m.Relay != "" && m.Relay != t.relay:
+		why = fmt.Sprintf("its guest runs gvx-relay %.12s, and the target mounted %.12s (the host's gvx-relay changed since)", m.Relay, t.relay)
 	}
 	if why != "" {
 		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore target %s cannot hold checkpoint %s: %s; restore it on demand (%s)", id, dir, why, api.AnnotationRestoreFrom))

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -242,6 +243,9 @@ func (t *gvxTask) prepareVolumes(ctx context.Context) error {
 		later = &t.target.vols
 	}
 	vols, mounted, err := prepareVolumes(ctx, t.spec, t.layout.Volumes(r.Namespace, r.ID), mkdir, t.rootVol, restore, later)
+	if errors.Is(err, errTargetReadOnly) {
+		return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("task %s cannot be a restore target (%s=true): %w", r.ID, api.AnnotationRestoreTarget, err))
+	}
 	if err != nil {
 		return grpcError(errdefs.ErrInvalidArgument, err)
 	}

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -96,7 +97,7 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 			continue
 		}
 		if later != nil && ro {
-			return nil, nil, fmt.Errorf("volume for %s: a restore target's volumes are the checkpoint's copies, and a read-only volume is not copied", m.Destination)
+			return nil, nil, fmt.Errorf("volume for %s: %w", m.Destination, errTargetReadOnly)
 		}
 		if restore != nil && !ro {
 			if err := restore(m.Destination, m.Source); err != nil {
@@ -138,6 +139,9 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 	}
 	return tv, mounted, nil
 }
+
+// errTargetReadOnly refuses a read-only volume in a restore target.
+var errTargetReadOnly = errors.New("a restore target's volumes are the checkpoint's copies, and a read-only volume is not copied (restore such a sandbox on demand)")
 
 // setVolumes lists vols in the spec for gvx-sentry to mount.
 func setVolumes(s *specs.Spec, vols []api.Volume) error {
