@@ -200,6 +200,11 @@ func goldenCheckpoint(t *testing.T, ctx context.Context, network string) {
 	if !strings.Contains(out, "checkpoint") {
 		t.Errorf("golden build --checkpoint printed %q, want the checkpoint", out)
 	}
+	// The command closed what it made: no spare or restore target of a
+	// process that has exited.
+	if left := orphanedBackings(t, ctx); len(left) > 0 {
+		t.Errorf("golden build --checkpoint left restored containers of its exited process: %v", left)
+	}
 	t.Cleanup(func() {
 		c, err := sdk.Connect(context.Background(), sdk.Options{Containerd: e.Socket(), Namespace: testNS, CheckpointDir: ckDir})
 		if err != nil {
@@ -442,4 +447,23 @@ func intoTargetBacking(t *testing.T, ctx context.Context, id string) bool {
 		t.Fatal(err)
 	}
 	return spec.Annotations[api.AnnotationRestoreTarget] == "true"
+}
+
+// orphanedBackings lists the containers a rollout engine restored (spares,
+// restore targets) whose engine's process is gone (rollout.Orphaned).
+func orphanedBackings(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	c := mustClient(t)
+	nctx := namespaces.WithNamespace(ctx, testNS)
+	cts, err := c.Containers(nctx, fmt.Sprintf("labels.%q", rollout.LabelRole))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ct := range cts {
+		if labels, err := ct.Labels(nctx); err == nil && rollout.Orphaned(labels) {
+			out = append(out, ct.ID())
+		}
+	}
+	return out
 }

@@ -284,9 +284,14 @@ func TestRolloutTargetsFork(t *testing.T) {
 	}
 	waitFor(t, "two restore targets", func() bool { return eng.Targets(sb.Lineage()) == 2 })
 	c := mustClient(t)
-	targets, err := c.Containers(ctx, `labels."`+rollout.LabelRole+`"==target`)
+	targets, err := c.Containers(ctx, `labels."`+rollout.LabelRole+`"==target,labels."dev.gvx.rollout.lineage"==`+sb.Lineage())
 	if err != nil || len(targets) != 2 {
-		t.Fatalf("restore targets in containerd: %d, %v; want 2", len(targets), err)
+		var names []string
+		for _, ct := range targets {
+			labels, _ := ct.Labels(ctx)
+			names = append(names, ct.ID()+" "+fmt.Sprint(labels))
+		}
+		t.Fatalf("restore targets in containerd: %d, %v; want 2:\n%s", len(targets), err, strings.Join(names, "\n"))
 	}
 	forks, err := eng.Fork(ctx, h.ID, 2)
 	if err != nil {

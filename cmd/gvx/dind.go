@@ -40,6 +40,9 @@ func runnerWithStore(ctx context.Context, cmd *cli.Command, ckDir string) (*dind
 		RuntimeConfig: cmd.String("runtime-config"),
 		Progress:      os.Stderr,
 		CheckpointDir: ckDir,
+		// A one-shot command: a restore target made in its background
+		// would only be destroyed at its exit.
+		NoRestoreTargets: true,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +77,9 @@ func goldenCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				defer done()
+				// The client at return: the checkpoint's, below, replaces
+				// the build's.
+				defer func() { done() }()
 				t0 := time.Now()
 				res, err := r.BuildGolden(ctx, dind.GoldenOptions{Out: args[0], Size: size, Image: cmd.String("image"), Load: cmd.StringSlice("load")})
 				if err != nil {
