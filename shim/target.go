@@ -3,7 +3,6 @@ package shim
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
-	"github.com/gvxrun/gvx/volume"
 )
 
 // target is a restore target's state (api.AnnotationRestoreTarget): a task
@@ -168,17 +166,16 @@ func (t *gvxTask) aimVolumes(ctx context.Context, m *checkpoint.Manifest, dir st
 	list := make([]api.Volume, 0, len(t.target.vols))
 	var mounted []checkpoint.Mounted
 	for _, v := range t.target.vols {
-		cv, _ := m.Volume(v.Destination)
-		if err := checkpoint.RestoreVolume(ctx, filepath.Join(dir, cv.File), v.Image); err != nil {
+		if err := restoreVolume(ctx, m, dir, v.Destination, v.Image); err != nil {
 			return fmt.Errorf("restore target %s: %w", id, err)
 		}
-		lease, err := volume.Acquire(ctx, v.Image, volume.AcquireOptions{})
+		vol, mnt, err := tv.lease(ctx, v.Image, v.Staging, v.Destination, false)
 		if err != nil {
-			return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore target %s: volume for %s: %w", id, v.Destination, err))
+			return grpcError(errdefs.ErrFailedPrecondition, fmt.Errorf("restore target %s: %w", id, err))
 		}
-		tv.leases = append(tv.leases, lease)
-		list = append(list, api.Volume{Image: lease.Path(), Open: lease.OpenPath(), Staging: v.Staging, Destination: v.Destination})
-		mounted = append(mounted, checkpoint.Mounted{Image: lease.Path(), Destination: v.Destination})
+		vol.Destination = v.Destination
+		list = append(list, vol)
+		mounted = append(mounted, mnt)
 	}
 	if err := api.WriteJSON(t.rec.Sandbox.Root.RestoreTargetVolumes(id), list); err != nil {
 		return fmt.Errorf("restore target %s: %w", id, err)

@@ -574,14 +574,20 @@ func (t *gvxTask) restoreCgroup() {
 // restoreVolume puts the volume at destination (image) back as the
 // checkpoint the task restores from holds it.
 func (t *gvxTask) restoreVolume(ctx context.Context, destination, image string) error {
-	v, ok := t.restoring.Volume(destination)
+	return restoreVolume(ctx, t.restoring, t.checkpointDir, destination, image)
+}
+
+// restoreVolume puts the volume at destination (image) back as checkpoint
+// m, in image directory dir, holds it.
+func restoreVolume(ctx context.Context, m *checkpoint.Manifest, dir, destination, image string) error {
+	v, ok := m.Volume(destination)
 	if !ok {
-		return fmt.Errorf("restore from %s: the checkpoint has no volume at %s; restore into a task with the volumes it was checkpointed with", t.checkpointDir, destination)
+		return fmt.Errorf("restore from %s: the checkpoint has no volume at %s; restore into a task with the volumes it was checkpointed with", dir, destination)
 	}
 	if v.File == "" {
 		return nil // read-only then
 	}
-	return checkpoint.RestoreVolume(ctx, filepath.Join(t.checkpointDir, v.File), image)
+	return checkpoint.RestoreVolume(ctx, filepath.Join(dir, v.File), image)
 }
 
 // flagString is the task's gvx-sentry global flags as gvx-sentry reads

@@ -41,6 +41,19 @@ func (v *taskVolumes) release(ctx context.Context) {
 	v.leases = nil
 }
 
+// lease leases (and so checks) image, the volume staged at staging for
+// destination, keeping the lease in v: it returns what gvx-sentry mounts
+// (the leased descriptor) and what a checkpoint copies.
+func (v *taskVolumes) lease(ctx context.Context, image, staging, destination string, ro bool) (api.Volume, checkpoint.Mounted, error) {
+	l, err := volume.Acquire(ctx, image, volume.AcquireOptions{})
+	if err != nil {
+		return api.Volume{}, checkpoint.Mounted{}, fmt.Errorf("volume for %s: %w", destination, err)
+	}
+	v.leases = append(v.leases, l)
+	return api.Volume{Image: l.Path(), Open: l.OpenPath(), Staging: staging, ReadOnly: ro},
+		checkpoint.Mounted{Image: l.Path(), Destination: destination, ReadOnly: ro}, nil
+}
+
 // prepareVolumes finds the spec's ext4lite volumes — mounts of type ext4,
 // and bind mounts whose source is an ext4 image file — leases each image,
 // and rewrites the mount into a bind mount of a staging directory below
@@ -123,13 +136,12 @@ func prepareVolumes(ctx context.Context, s *specs.Spec, dir string, mkdir func(s
 			*later = append(*later, api.Volume{Image: m.Source, Staging: staging, Destination: m.Destination})
 			continue
 		}
-		lease, err := volume.Acquire(ctx, m.Source, volume.AcquireOptions{})
+		vol, mnt, err := tv.lease(ctx, m.Source, staging, m.Destination, ro)
 		if err != nil {
-			return nil, nil, fmt.Errorf("volume for %s: %w", m.Destination, err)
+			return nil, nil, err
 		}
-		tv.leases = append(tv.leases, lease)
-		list = append(list, api.Volume{Image: lease.Path(), Open: lease.OpenPath(), Staging: staging, ReadOnly: ro})
-		mounted = append(mounted, checkpoint.Mounted{Image: lease.Path(), Destination: m.Destination, ReadOnly: ro})
+		list = append(list, vol)
+		mounted = append(mounted, mnt)
 	}
 	if len(list) == 0 {
 		return nil, nil, nil

@@ -201,10 +201,11 @@ func detached(v api.Volume, userns *os.File) (int, error) {
 
 // MountInto mounts each of vols at its Destination inside process pid's
 // mount namespace — a booted sandbox's gofer, whose root is the
-// container's root filesystem — idmapped to pid's user namespace. A restore target's volumes are mounted so:
-// the gofer serves a mount point by opening it when the Sentry first asks
-// for it (a restore does), so it serves the volume mounted on top of the
-// empty staging directory it bound there at its start. Destinations
+// container's root filesystem — idmapped to pid's user namespace. A
+// restore target's volumes are mounted so: the gofer serves a mount point
+// by opening it when the Sentry first asks for it (a restore does), so it
+// serves the volume mounted on top of the empty staging directory it
+// bound there at its start. Destinations
 // resolve inside pid's root (symbolic links in the image cannot lead out
 // of it); the mounts exist in that namespace alone and go with it.
 func MountInto(pid int, vols []api.Volume) error {
