@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -546,6 +547,95 @@ func TestSDKExecAcrossRollback(t *testing.T) {
 			if ps := sh(t, sb, "ps -o args"); strings.Contains(ps, "while true") {
 				t.Errorf("the restored sandbox runs a copy of the command:\n%s", ps)
 			}
+		})
+	}
+}
+
+// bgLoop is a script that counts in a shell variable (state only in
+// memory), writing each count to /tmp/bg.
+const bgLoop = `i=0; while :; do i=$((i+1)); echo $i > /tmp/bg; sleep 0.05; done`
+
+// TestSDKBackgroundAcrossRollback: what a command left running in the
+// background (a process it started, adopted by init once the command
+// exited) is part of the sandbox's state: a rollback and a fork restore
+// it running, counting on from the checkpoint's count in its memory,
+// while the command still running at the checkpoint is not restored.
+func TestSDKBackgroundAcrossRollback(t *testing.T) {
+	checkNoLeaks(t)
+	for _, spares := range []int{0, 1} {
+		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
+			c, _ := ckClient(t, spares)
+			ctx := context.Background()
+			sb, err := c.New(ctx, sdk.Config{ID: fmt.Sprintf("bgrb%d", spares), Image: busyboxArchive(), Cmd: []string{"sleep", "3600"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := sb.Close(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			count := func(sb *sdk.Sandbox) int { // -1 until the loop writes
+				n, err := strconv.Atoi(sh(t, sb, "cat /tmp/bg 2>/dev/null; true"))
+				if err != nil {
+					return -1
+				}
+				return n
+			}
+			loops := func(sb *sdk.Sandbox) int {
+				return strings.Count(sh(t, sb, "ps -o args"), "sh /tmp/bgloop.sh")
+			}
+			sh(t, sb, "echo '"+bgLoop+"' > /tmp/bgloop.sh; sh /tmp/bgloop.sh </dev/null >/dev/null 2>&1 &")
+			waitFor(t, "the background loop to count", func() bool { return count(sb) >= 5 })
+			running, err := sb.Start(ctx, []string{"sh", "-c", "while true; do sleep 0.05; done"}, sdk.ExecOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the running command", func() bool { return strings.Contains(sh(t, sb, "ps -o args"), "while true") })
+			ck, err := sb.Checkpoint(ctx, sdk.CheckpointOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			atCheckpoint := count(sb)
+			waitFor(t, "the loop to count on", func() bool { return count(sb) >= atCheckpoint+40 })
+			if spares > 0 {
+				time.Sleep(time.Second) // the spare's restore
+			}
+			before := count(sb)
+			if err := sb.Rollback(ctx, ck.ID); err != nil {
+				t.Fatal(err)
+			}
+			if n := loops(sb); n != 1 {
+				t.Fatalf("after the rollback %d background loops run, want the one started before the checkpoint", n)
+			}
+			after := count(sb)
+			if after >= before {
+				t.Errorf("the loop's count after the rollback %d, before it %d (at the checkpoint %d): want it counting on from the checkpoint's", after, before, atCheckpoint)
+			}
+			waitFor(t, "the restored loop to count", func() bool { return count(sb) > after })
+			if res, err := running.Wait(ctx); err != nil || res.ExitCode != 137 {
+				t.Errorf("the command running at the checkpoint: %+v, %v; want it killed (137) at the rollback", res, err)
+			}
+			if ps := sh(t, sb, "ps -o args"); strings.Contains(ps, "while true") {
+				t.Errorf("the restored sandbox runs a copy of the command running at the checkpoint:\n%s", ps)
+			}
+			if spares > 0 {
+				return
+			}
+			forks, err := c.Fork(ctx, ck.ID, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := forks[0].Close(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			if n := loops(forks[0]); n != 1 {
+				t.Errorf("a fork runs %d background loops, want 1", n)
+			}
+			first := count(forks[0])
+			waitFor(t, "the fork's loop to count", func() bool { return count(forks[0]) > first })
 		})
 	}
 }

@@ -33,9 +33,10 @@ var restartableOpens = map[string]bool{
 
 // wrappers are the system calls Install patches, by name, and how:
 // restartOnSignal for the opens; for ioctl, bridgeIoctl (bridge.go) and
-// innerTCPIoctl (innertcp.go). Each of
-// them, and the calls that make network namespaces, first takes the
-// kernel under guard (guarding, saveguard.go).
+// innerTCPIoctl (innertcp.go); for the calls that make processes,
+// keepChildren (execorigin.go). Each of them, and the calls that make
+// network namespaces, first takes the kernel under guard (guarding,
+// saveguard.go).
 var wrappers = func() map[string]func(kernel.SyscallFn) kernel.SyscallFn {
 	w := map[string]func(kernel.SyscallFn) kernel.SyscallFn{
 		"ioctl": func(fn kernel.SyscallFn) kernel.SyscallFn {
@@ -45,8 +46,12 @@ var wrappers = func() map[string]func(kernel.SyscallFn) kernel.SyscallFn {
 	for name := range restartableOpens {
 		w[name] = func(fn kernel.SyscallFn) kernel.SyscallFn { return guarding(restartOnSignal(fn)) }
 	}
-	for _, name := range []string{"unshare", "setns", "clone", "clone3"} {
+	for _, name := range []string{"unshare", "setns"} {
 		w[name] = guarding
+	}
+	for _, name := range []string{"clone", "clone3", "fork", "vfork"} {
+		keep := keepChildren(name)
+		w[name] = func(fn kernel.SyscallFn) kernel.SyscallFn { return guarding(keep(fn)) }
 	}
 	return w
 }()
