@@ -34,6 +34,12 @@ const FlagsEnv = "GVX_SENTRY_FLAGS"
 // task's own link to gvx-sentry with its flags beside it.
 const FlagsFile = "gvx-sentry-flags"
 
+// RelayDigestFile, next to FlagsFile, holds the sha256 of the gvx-relay
+// copy a proxied docker-mode task's guest runs (Layout.Relay): the shim
+// writes it at create, and the rollout engine's checkpoints of the task
+// keep that copy, as the shim's do.
+const RelayDigestFile = "gvx-relay.sha256"
+
 // MaskedFile, next to FlagsFile, is the empty read-only file gvx-sentry
 // bind-mounts over each masked file of a task's spec (linux.maskedPaths),
 // which gVisor does not apply itself.

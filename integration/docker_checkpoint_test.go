@@ -14,8 +14,10 @@ import (
 
 	sdk "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/dind"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/internal/digest"
 	"github.com/gvxrun/gvx/rollout"
 )
 
@@ -113,10 +115,25 @@ docker run -d --name running-before gvx.test/busybox:latest sleep 100000 >/dev/n
 			t.Fatalf("checkpoint of docker-mode %s: %v", id, err)
 		}
 		t.Logf("%s: checkpoint paused %s", id, ck.Paused)
+		// The image keeps the gvx-relay the guest runs, and its manifest
+		// says so, as the shim's checkpoints do: a restore after an
+		// upgrade runs the relay process on its own code.
+		image := filepath.Join(dir, "store", "handles", ck.ID, "image")
+		if m, err := checkpoint.ReadManifest(image); err != nil || !m.Docker || !digest.Valid(m.Relay) {
+			t.Errorf("%s: the checkpoint's manifest %+v, %v; want docker mode and the relay's digest", id, m, err)
+		} else if sum, err := digest.File(filepath.Join(image, checkpoint.RelayFile)); err != nil || sum != m.Relay {
+			t.Errorf("%s: the image's %s: %s, %v; want the manifest's %s", id, checkpoint.RelayFile, sum, err, m.Relay)
+		}
 		sbRun(t, ctx, ep.Sandbox, `set -e
 docker run -d --name made-after gvx.test/busybox:latest sleep 100000 >/dev/null
 docker rm made-before >/dev/null
 docker rmi gvx-test/before:1 >/dev/null`)
+		if o.Spares > 0 {
+			// A rollback that comes before the spare is ready restores
+			// into the restore target instead (≈ 1 s after the save on
+			// a busy machine).
+			waitFor(t, "a spare of "+ck.ID, func() bool { return spareReady(t, ctx, ck.ID) })
+		}
 		t0 := time.Now()
 		if err := ep.SDK.Rollback(ctx, ck.ID); err != nil {
 			t.Fatalf("rollback of %s: %v", id, err)
@@ -445,6 +462,26 @@ func intoTargetBacking(t *testing.T, ctx context.Context, id string) bool {
 		t.Fatal(err)
 	}
 	return spec.Annotations[api.AnnotationRestoreTarget] == "true"
+}
+
+// spareReady says whether a spare the rollout engine restored of
+// checkpoint ck is ready: restored, and its kernel paused by the engine
+// (its pause mark written; the engine pauses through the control socket,
+// so containerd still calls the task running).
+func spareReady(t *testing.T, ctx context.Context, ck string) bool {
+	t.Helper()
+	nctx := namespaces.WithNamespace(ctx, testNS)
+	cts, err := mustClient(t).Containers(nctx, fmt.Sprintf("labels.%q==spare,labels.%q==%s", rollout.LabelRole, "dev.gvx.rollout.handle", ck))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range cts {
+		mark := api.SentryRoot(filepath.Join(harness.State.SentryRoot(ct.ID()), testNS)).EnginePaused(ct.ID())
+		if _, err := os.Stat(mark); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // orphanedBackings lists the containers a rollout engine restored (spares,

@@ -18,6 +18,7 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/internal/cgroups"
+	"github.com/gvxrun/gvx/internal/digest"
 	"github.com/gvxrun/gvx/oci"
 	"github.com/gvxrun/gvx/sandbox"
 	"github.com/gvxrun/gvx/sandbox/control"
@@ -312,7 +313,15 @@ func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, f
 	if err := ctl.Checkpoint(files[0], files[1], files[2], true); err != nil {
 		return api.ExplainSave(err)
 	}
-	m := &checkpoint.Manifest{Task: id, Flags: flags}
+	m := &checkpoint.Manifest{Task: id, Flags: flags, Docker: dockerMode(flags)}
+	if m.Relay, err = e.relayOf(namespaceOf(ctx), id); err != nil {
+		return err
+	}
+	if m.Relay != "" {
+		if err := checkpoint.SaveRelay(dir, e.layout.Relay(m.Relay)); err != nil {
+			return err
+		}
+	}
 	cgroup := spec.Linux.CgroupsPath
 	if pooled != nil {
 		if m.Root, err = checkpoint.SaveRoot(dir, pooled.Bundle(), pooled.ID, pooled.Flags); err != nil {
@@ -334,6 +343,25 @@ func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, f
 	saved.Annotations = maps.Clone(spec.Annotations)
 	stripRestoreDirectives(&saved)
 	return writeSpec(filepath.Join(e.store.handleDir(h.ID), specFile), &saved)
+}
+
+// relayOf is the digest of the gvx-relay copy docker-mode backing id's
+// guest runs — the shim records it in the task's directory
+// (api.RelayDigestFile) — or "" when it runs none. The checkpoint keeps
+// that copy, and a restore mounts it whatever the host's gvx-relay has
+// become (shim/relaybin.go).
+func (e *Engine) relayOf(ns, id string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(e.layout.TaskDir(ns, id), api.RelayDigestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("its gvx-relay: %w", err)
+	}
+	if sum := string(data); digest.Valid(sum) {
+		return sum, nil
+	}
+	return "", fmt.Errorf("its gvx-relay: %s holds %q, not a sha256", filepath.Join(e.layout.TaskDir(ns, id), api.RelayDigestFile), data)
 }
 
 // createImageFiles creates gVisor's image files in dir: state, pages

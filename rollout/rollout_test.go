@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gvxrun/gvx/api"
 )
 
 func TestStore(t *testing.T) {
@@ -104,6 +106,31 @@ func TestDockerMode(t *testing.T) {
 		if got := dockerMode(flags); got != want {
 			t.Errorf("dockerMode(%q) = %v, want %v", flags, got, want)
 		}
+	}
+}
+
+// relayOf reads the digest the shim records for a docker-mode task,
+// finds none for another task, and refuses a file that holds no sha256.
+func TestRelayOf(t *testing.T) {
+	e := &Engine{layout: api.Layout{Dir: t.TempDir()}}
+	sum := strings.Repeat("ab", 32)
+	for id, content := range map[string]string{"docker": sum, "bad": "../../etc/passwd"} {
+		dir := e.layout.TaskDir("ns", id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, api.RelayDigestFile), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := e.relayOf("ns", "docker"); got != sum || err != nil {
+		t.Errorf("relayOf(docker) = %q, %v; want %s", got, err, sum)
+	}
+	if got, err := e.relayOf("ns", "plain"); got != "" || err != nil {
+		t.Errorf("relayOf(a task without a relay) = %q, %v; want none", got, err)
+	}
+	if got, err := e.relayOf("ns", "bad"); err == nil || !strings.Contains(err.Error(), "not a sha256") {
+		t.Errorf("relayOf(bad) = %q, %v; want a refusal naming the file", got, err)
 	}
 }
 

@@ -144,7 +144,7 @@ func (t *gvxTask) checkpointable() error {
 func (t *gvxTask) saveVolumes(ctx context.Context, dir string) error {
 	m := &checkpoint.Manifest{Task: t.rec.ID, Flags: t.flagString(), Docker: t.rec.Docker}
 	if t.relay != "" {
-		if err := saveRelay(t.layout, dir, t.relay); err != nil {
+		if err := checkpoint.SaveRelay(dir, t.layout.Relay(t.relay)); err != nil {
 			return err
 		}
 		m.Relay = t.relay

@@ -3,7 +3,6 @@ package shim
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/gvxrun/gvx/checkpoint"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/internal/digest"
+	"github.com/gvxrun/gvx/internal/filecopy"
 )
 
 // The guest of a proxied docker-mode sandbox runs gvx-relay from a
@@ -90,25 +90,6 @@ func restoredRelay(l api.Layout, dir, sum string) (string, error) {
 	return path, nil
 }
 
-// saveRelay puts the relay copy of sha256 sum into checkpoint image dir: a
-// hard link when the image is on the state directory's filesystem (the
-// copy is never written again), a copy otherwise.
-func saveRelay(l api.Layout, dir, sum string) error {
-	dst := filepath.Join(dir, checkpoint.RelayFile)
-	// Never write through a file already there: it may be a link to the
-	// store's copy.
-	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("save gvx-relay %s: %w", sum, err)
-	}
-	if err := os.Link(l.Relay(sum), dst); err == nil {
-		return nil
-	}
-	if err := copyFile(l.Relay(sum), dst, 0o555); err != nil {
-		return fmt.Errorf("save gvx-relay %s: %w", sum, err)
-	}
-	return nil
-}
-
 // putRelay makes path, if it is not there, a copy of src (read-only, for
 // every uid: the sandbox's gofer opens it as the sandbox's host uid). A
 // copy is written under a temporary name and renamed into place, so two
@@ -127,7 +108,7 @@ func putRelay(l api.Layout, src, path string) error {
 	name := tmp.Name()
 	tmp.Close()
 	defer os.Remove(name)
-	if err := copyFile(src, name, 0o555); err != nil {
+	if err := filecopy.File(src, name, 0o555); err != nil {
 		return err
 	}
 	return os.Rename(name, path)
@@ -138,27 +119,4 @@ func putRelay(l api.Layout, src, path string) error {
 func used(path string) bool {
 	now := time.Now()
 	return os.Chtimes(path, now, now) == nil
-}
-
-// copyFile copies src's bytes to dst (created or truncated) with mode
-// perm.
-func copyFile(src, dst string, perm os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	}
-	if err := out.Chmod(perm); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -36,7 +36,7 @@ func TestRelayStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ { // again into the same image: the store's copy stays whole
-		if err := saveRelay(l, image, digest); err != nil {
+		if err := checkpoint.SaveRelay(image, l.Relay(digest)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -79,7 +79,7 @@ func relink(link, target string) error {
 // releaseTaskSentry removes what taskSentry made, and dir once empty.
 func releaseTaskSentry(dir string) error {
 	var errs []error
-	for _, name := range []string{sentryLinkName, sentryLinkName + ".new", api.FlagsFile, api.MaskedFile} {
+	for _, name := range []string{sentryLinkName, sentryLinkName + ".new", api.FlagsFile, api.RelayDigestFile, api.MaskedFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

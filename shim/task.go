@@ -462,6 +462,11 @@ func (t *gvxTask) linkSentry(context.Context) error {
 	t.front = r.Adopted || t.role == oci.RoleContainer
 	binary, err := taskSentry(r.BinDir, r.Sentry, flags, t.front)
 	t.binary = binary
+	if err == nil && t.relay != "" {
+		if err := os.WriteFile(filepath.Join(r.BinDir, api.RelayDigestFile), []byte(t.relay), 0o600); err != nil {
+			return fmt.Errorf("record the task's gvx-relay: %w", err)
+		}
+	}
 	return err
 }
 
