@@ -48,3 +48,9 @@ const IoctlInnerTCP = 0x89fd
 // RelayInnerTCPCommand is gvx-relay's subcommand that makes the
 // IoctlInnerTCP call in a proxied docker-mode guest and prints the count.
 const RelayInnerTCPCommand = "inner-tcp"
+
+// RelayBridgesCommand is gvx-relay's subcommand that makes dockerd's
+// bridges again in a restored proxied docker-mode guest: its arguments
+// are NAME=GATEWAY/BITS, one per bridge (the device, its address with the
+// subnet's length). A gvx-relay from before it exits 2 with its usage.
+const RelayBridgesCommand = "bridges"

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -288,14 +289,24 @@ func (t *gvxTask) restoreBridges(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	script, err := bridgeScript(bridges)
+	specs, err := bridgeSpecs(bridges)
 	if err != nil {
 		return err
 	}
-	if script == "" {
+	if len(specs) == 0 {
 		return fmt.Errorf("dockerd lists no bridge network with a subnet")
 	}
-	_, stderr, code, err := t.runIn(ctx, id, []string{"sh", "-c", script}, 30*time.Second)
+	// gvx-relay makes them through route netlink in one guest process;
+	// a guest restored with a gvx-relay from before that (it answers
+	// with its usage) gets them from a shell running ip.
+	argv := []string{oci.DockerRelayGuest, api.RelayBridgesCommand}
+	for _, b := range specs {
+		argv = append(argv, b.device+"="+b.addr.String())
+	}
+	_, stderr, code, err := t.runIn(ctx, id, argv, 30*time.Second)
+	if err == nil && code == 2 && bytes.Contains(stderr, []byte("usage:")) {
+		_, stderr, code, err = t.runIn(ctx, id, []string{"sh", "-c", bridgeScript(specs)}, 30*time.Second)
+	}
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(string(stderr)))
 	}
@@ -305,33 +316,46 @@ func (t *gvxTask) restoreBridges(ctx context.Context, id string) error {
 	return nil
 }
 
-// deviceName is what bridgeScript accepts as a device name.
+// bridgeSpec is one of dockerd's bridges to make in a restored guest: its
+// device and the gateway's address with the subnet's length.
+type bridgeSpec struct {
+	device string
+	addr   netip.Prefix
+}
+
+// deviceName is what bridgeSpecs accepts as a device name.
 var deviceName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
 
-// bridgeScript is the shell script that makes bridges (as `ip` does).
-func bridgeScript(bridges []dockerapi.Bridge) (string, error) {
-	var b strings.Builder
-	b.WriteString("set -e\n")
+// bridgeSpecs checks dockerd's bridges and gives what makes each again.
+func bridgeSpecs(bridges []dockerapi.Bridge) ([]bridgeSpec, error) {
+	var out []bridgeSpec
 	for _, br := range bridges {
 		if !deviceName.MatchString(br.Device) {
-			return "", fmt.Errorf("docker network bridge %q: not a device name", br.Device)
+			return nil, fmt.Errorf("docker network bridge %q: not a device name", br.Device)
 		}
 		gw, err := netip.ParseAddr(br.Gateway)
 		if err != nil {
-			return "", fmt.Errorf("docker network %s: gateway: %w", br.Device, err)
+			return nil, fmt.Errorf("docker network %s: gateway: %w", br.Device, err)
 		}
 		sub, err := netip.ParsePrefix(br.Subnet)
 		if err != nil {
-			return "", fmt.Errorf("docker network %s: subnet: %w", br.Device, err)
+			return nil, fmt.Errorf("docker network %s: subnet: %w", br.Device, err)
 		}
-		addr := netip.PrefixFrom(gw, sub.Bits())
-		fmt.Fprintf(&b, "ip link show %[1]s >/dev/null 2>&1 || ip link add %[1]s type bridge\n", br.Device)
-		fmt.Fprintf(&b, "ip addr show dev %[1]s | grep -qF ' %[2]s ' || ip addr add %[2]s dev %[1]s\n", br.Device, addr)
-		fmt.Fprintf(&b, "ip link set %s up\n", br.Device)
-		fmt.Fprintf(&b, "ip route replace %s dev %s\n", sub.Masked(), br.Device)
+		out = append(out, bridgeSpec{device: br.Device, addr: netip.PrefixFrom(gw, sub.Bits())})
 	}
-	if len(bridges) == 0 {
-		return "", nil
+	return out, nil
+}
+
+// bridgeScript is the shell script that makes bridges with ip, for a
+// guest whose gvx-relay predates its bridges subcommand.
+func bridgeScript(bridges []bridgeSpec) string {
+	var b strings.Builder
+	b.WriteString("set -e\n")
+	for _, br := range bridges {
+		fmt.Fprintf(&b, "ip link show %[1]s >/dev/null 2>&1 || ip link add %[1]s type bridge\n", br.device)
+		fmt.Fprintf(&b, "ip addr show dev %[1]s | grep -qF ' %[2]s ' || ip addr add %[2]s dev %[1]s\n", br.device, br.addr)
+		fmt.Fprintf(&b, "ip link set %s up\n", br.device)
+		fmt.Fprintf(&b, "ip route replace %s dev %s\n", br.addr.Masked(), br.device)
 	}
-	return b.String(), nil
+	return b.String()
 }

@@ -4,10 +4,11 @@
 //
 //	gvx-relay [-peer ADDR] LISTEN BACKEND -- INIT [ARG...]
 //	gvx-relay inner-tcp
+//	gvx-relay bridges NAME=GATEWAY/BITS...
 //
-// starts `gvx-relay serve LISTEN BACKEND [ADDR]` as its child and then
-// executes INIT in its place, so the image's init stays the container's
-// first process. The server accepts TCP connections on LISTEN, connects
+// The first form starts `gvx-relay serve LISTEN BACKEND [ADDR]` as its
+// child and then executes INIT in its place, so the image's init stays
+// the container's first process. The server accepts TCP connections on LISTEN, connects
 // each to BACKEND (where the init's dockerd listens, GVX_DOCKER_TCP),
 // sends the relay's Hello and relays the framed stream. The shim
 // bind-mounts this static binary into the sandbox read-only.
@@ -34,6 +35,9 @@
 // close (SO_LINGER 0) was tried first and dropped: its timing made a
 // gVisor forwarder race show (about one session in 3000 lost its end),
 // which internal/relay's nudges now cover.
+//
+// inner-tcp makes a guest ioctl of gvx-sentry's (below); bridges makes
+// dockerd's bridge devices again after a restore (bridges.go).
 package main
 
 import (
@@ -61,6 +65,17 @@ func main() {
 			fmt.Println(n)
 			return
 		}
+	}
+	if len(os.Args) > 1 && os.Args[1] == api.RelayBridgesCommand {
+		bridges, err := parseBridges(os.Args[2:])
+		if err == nil {
+			err = makeBridges(bridges)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gvx-relay: %s: %v\n", api.RelayBridgesCommand, err)
+			os.Exit(1)
+		}
+		return
 	}
 	if (len(os.Args) == 4 || len(os.Args) == 5) && os.Args[1] == "serve" {
 		peer := ""
