@@ -582,8 +582,14 @@ func TestSDKBackgroundAcrossRollback(t *testing.T) {
 				}
 				return n
 			}
-			loops := func(sb *sdk.Sandbox) int {
-				return strings.Count(sh(t, sb, "ps -o args"), "sh /tmp/bgloop.sh")
+			loops := func(sb *sdk.Sandbox) int { // the loop, adopted by init; not its children between fork and exec
+				n := 0
+				for _, line := range strings.Split(sh(t, sb, "ps -o ppid,args"), "\n") {
+					if f := strings.Fields(line); len(f) == 3 && f[0] == "1" && f[1] == "sh" && f[2] == "/tmp/bgloop.sh" {
+						n++
+					}
+				}
+				return n
 			}
 			sh(t, sb, "echo '"+bgLoop+"' > /tmp/bgloop.sh; sh /tmp/bgloop.sh </dev/null >/dev/null 2>&1 &")
 			waitFor(t, "the background loop to count", func() bool { return count(sb) >= 5 })
