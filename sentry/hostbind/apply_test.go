@@ -46,7 +46,7 @@ func TestApplyPropagation(t *testing.T) {
 	// its stdin.
 	cmd := exec.Command("/proc/self/exe", "-test.run=^TestApplyPropagation$")
 	cmd.Env = append(os.Environ(), "HOSTBIND_CHILD=1", "HOSTBIND_SRC="+src, "HOSTBIND_STAGING="+staging)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS} // a private mount namespace, as gvx-sentry's create has
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS} // as volmount.Reexec
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -6,8 +6,8 @@
 //
 // The shim lists the volumes in the spec annotation api.AnnotationVolumes
 // and turns each into an ordinary bind mount from a staging directory.
-// gvx-sentry, when asked to create such a sandbox, moves into a new mount
-// namespace (EnterPrivateNamespace), attaches each image to an auto-clearing
+// gvx-sentry, when asked to create such a sandbox, re-executes itself in a
+// new mount namespace (Reexec), attaches each image to an auto-clearing
 // loop device, mounts it idmapped to the sandbox's user namespace at its
 // staging directory (Mount), and only then runs gVisor's create, whose
 // gofer and Sentry inherit that namespace. When the last sandbox process
@@ -23,7 +23,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -31,6 +30,10 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
 )
+
+// reexecEnv marks the re-executed gvx-sentry running in its own mount
+// namespace.
+const reexecEnv = "GVX_SENTRY_MNTNS"
 
 // FromSpec returns the volumes the spec's api.AnnotationVolumes lists.
 func FromSpec(s *specs.Spec) ([]api.Volume, error) {
@@ -68,70 +71,47 @@ func CreateBundle(argv []string) (string, bool) {
 	return bundle.Dir(""), true
 }
 
-// EnterPrivateNamespace moves this process — each of its threads, and so
-// every process it starts after — into a new mount namespace, a copy of
-// its own, with the working directory it had. gVisor's create starts the
-// gofer and the sandbox from a goroutine of its own, on whichever thread
-// that runs, so one thread's namespace would not do; re-executing the
-// command in a new namespace, what gvx did before, cost a second start of
-// this 100 MB binary (≈ 30 ms of CPU, docs/benchmarks.md). Threads of a
-// Go process share their filesystem context (CLONE_FS), which setns of a
-// mount namespace refuses, so each thread first gets its own.
-func EnterPrivateNamespace() error {
-	cwd, err := os.Getwd()
+// InPrivateNamespace reports whether this process is the re-executed one.
+func InPrivateNamespace() bool { return os.Getenv(reexecEnv) == "1" }
+
+// Reexec runs argv again in a new mount namespace and exits with its
+// status. Its standard streams and extra files are this process's.
+func Reexec(argv []string) error {
+	cmd := exec.Command("/proc/self/exe", argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), reexecEnv+"=1")
+	// Cloneflags, not Unshareflags: after unshare(CLONE_NEWNS) Go's
+	// exec makes every mount private (MS_REC|MS_PRIVATE on /), which
+	// would cut the sandbox off from the host's later mounts; Prepare
+	// makes them slaves instead.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	// Pass through inherited descriptors (e.g. a console socket, sync
+	// pipes): runc-style callers may hand the runtime extra fds.
+	for fd := 3; fd < 64; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			continue
+		}
+		for len(cmd.ExtraFiles) < fd-3 {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fd), fmt.Sprintf("fd%d", fd)))
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.ExitCode())
+	}
 	if err != nil {
-		return fmt.Errorf("enter a private mount namespace: %w", err)
+		return fmt.Errorf("re-execute in a private mount namespace: %w", err)
 	}
-	ns, err := newMountNS()
-	if err != nil {
-		return fmt.Errorf("enter a private mount namespace: %w", err)
-	}
-	defer ns.Close()
-	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_UNSHARE, unix.CLONE_FS, 0, 0); errno != 0 {
-		return fmt.Errorf("enter a private mount namespace: unshare each thread's filesystem context: %w", errno)
-	}
-	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_SETNS, ns.Fd(), unix.CLONE_NEWNS, 0); errno != 0 {
-		return fmt.Errorf("enter a private mount namespace: %w", errno)
-	}
-	// setns left each thread at the namespace's root.
-	dir, err := unix.BytePtrFromString(cwd)
-	if err != nil {
-		return fmt.Errorf("enter a private mount namespace: %w", err)
-	}
-	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_CHDIR, uintptr(unsafe.Pointer(dir)), 0, 0)
-	runtime.KeepAlive(dir)
-	if errno != 0 {
-		return fmt.Errorf("enter a private mount namespace: back to %s: %w", cwd, errno)
-	}
+	os.Exit(0)
 	return nil
 }
 
-// newMountNS returns a new mount namespace, a copy of this thread's, held
-// open by a file: made by a thread of its own that the runtime then
-// retires (a locked goroutine's thread ends with it).
-func newMountNS() (*os.File, error) {
-	type result struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan result)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread goes with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			ch <- result{err: fmt.Errorf("unshare: %w", err)}
-			return
-		}
-		f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
-		ch <- result{f, err}
-	}()
-	r := <-ch
-	return r.f, r.err
-}
-
-// Prepare makes this process's mount namespace (a private one:
-// EnterPrivateNamespace) receive host mount events but send none back,
-// then mounts every volume, idmapped through userns when it is set
-// (UserNS).
+// Prepare makes this (re-executed) process's mount namespace receive host
+// mount events but send none back, then mounts every volume, idmapped
+// through userns when it is set (UserNS).
 func Prepare(vols []api.Volume, userns *os.File) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)

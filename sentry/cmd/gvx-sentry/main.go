@@ -99,10 +99,11 @@ func makeSharedRoot(c argv.Command) error {
 }
 
 // mountVolumes handles a create/run of a sandbox with ext4lite volumes or
-// host bind mounts to clone (package hostbind): it moves gvx-sentry into
-// a private mount namespace, mounts the volumes and the clones there and
-// points the spec at them, so that gVisor's create runs — and starts the
-// gofer and the sandbox — inside that namespace.
+// host bind mounts to clone (package hostbind): the first call
+// re-executes gvx-sentry in a private mount namespace (and does not
+// return); the re-executed one mounts the volumes and the clones there,
+// points the spec at them and returns, so that gVisor's create runs inside
+// that namespace.
 func mountVolumes(argv []string) error {
 	dir, ok := volmount.CreateBundle(argv)
 	if !ok {
@@ -135,8 +136,8 @@ func mountVolumes(argv []string) error {
 		}
 		return writeSpec(dir, spec) // a read-only rbind's submounts listed
 	}
-	if err := volmount.EnterPrivateNamespace(); err != nil {
-		return err
+	if !volmount.InPrivateNamespace() {
+		return volmount.Reexec(argv)
 	}
 	var uids, gids []specs.LinuxIDMapping
 	if spec.Linux != nil {
