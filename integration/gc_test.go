@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,8 @@ import (
 // the way it happens (a sandbox whose shim died with its record lost, a
 // shim whose container containerd forgot, a pool server killed with its
 // sandboxes ready, a loop device, a mount, a cgroup, state directories, a
-// volume clone, an image pool's lease, a sandbox past its lifetime) —
+// volume clone, an image pool's lease, a sandbox past its lifetime, stdio
+// FIFOs whose creator died, a shim socket nothing listens on) —
 // checks that `gvx gc --dry-run` reports each and changes nothing, that
 // `gvx gc` reclaims each, that a second sweep finds nothing, and that
 // nothing is left on the host.
@@ -143,8 +145,30 @@ func TestGC(t *testing.T) {
 	}
 	defer heldFIFO.Close()
 
+	// A shim socket nothing listens on (a shim start abandoned after it
+	// made the socket), older than the janitor's minute, beside a live one.
+	sockDir := t.TempDir()
+	staleSock, liveSock := filepath.Join(sockDir, "stale"), filepath.Join(sockDir, "live")
+	sln, err := net.ListenUnix("unix", &net.UnixAddr{Name: staleSock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sln.SetUnlinkOnClose(false)
+	sln.Close()
+	lln, err := net.Listen("unix", liveSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lln.Close()
+	for _, p := range []string{staleSock, liveSock} {
+		long := time.Now().Add(-2 * time.Minute)
+		if err := os.Chtimes(p, long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	time.Sleep(1500 * time.Millisecond) // gc-life is past its second
-	args := []string{"gc", "--containerd", e.Socket(), "--state-dir", st.Dir, "--volume-dir", vols, "--fifo-dir", fifoRoot, "--min-age", "0", "--grace", "2s"}
+	args := []string{"gc", "--containerd", e.Socket(), "--state-dir", st.Dir, "--volume-dir", vols, "--fifo-dir", fifoRoot, "--shim-socket-dir", sockDir, "--min-age", "0", "--grace", "2s"}
 	want := []string{
 		fmt.Sprintf("%d (gvx-sentry)", orphan),
 		fmt.Sprintf("shim %d (task %s/gc-shim)", shim, testNS),
@@ -158,6 +182,7 @@ func TestGC(t *testing.T) {
 		"cgroup " + cgroup, "cgroup /" + testNS + "/gc-orphan",
 		"lease gvx-pool-gctest",
 		"fifo " + fifoDead,
+		"shim socket " + staleSock,
 	}
 
 	before := snapshot(e)
@@ -213,6 +238,12 @@ func TestGC(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(fifoHeld, "e-stdout")); err != nil {
 		t.Errorf("the held FIFO went: %v", err)
+	}
+	if _, err := os.Lstat(staleSock); err == nil {
+		t.Error("the stale shim socket is still there")
+	}
+	if _, err := os.Lstat(liveSock); err != nil {
+		t.Errorf("the live shim socket went: %v", err)
 	}
 
 	// containerd's own cleanup after the shims gvx gc stopped runs

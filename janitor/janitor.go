@@ -43,6 +43,9 @@ type Options struct {
 	// FIFODirs are roots of containerd clients' stdio FIFO directories
 	// (FromConfig: containerd's default and the SDK's).
 	FIFODirs []string
+	// ShimSocketDirs are containerd's shim socket directories
+	// (FromConfig: DefaultShimSocketDir).
+	ShimSocketDirs []string
 	// MaxLifetime stops gvx sandboxes older than this (0: none, unless a
 	// container's dev.gvx.max-lifetime says otherwise).
 	MaxLifetime time.Duration
@@ -63,7 +66,7 @@ func FromConfig(cfg config.Config, sentry string) Options {
 		addrs = []string{cfg.Pool.Containerd}
 	}
 	return Options{Layout: cfg.Layout(), Sentry: sentry, Containerd: addrs, VolumeDirs: j.VolumeDirs,
-		FIFODirs:    []string{taskio.DefaultRoot, api.SDKFIFODir},
+		FIFODirs: []string{taskio.DefaultRoot, api.SDKFIFODir}, ShimSocketDirs: []string{DefaultShimSocketDir},
 		MaxLifetime: j.MaxLifetime, MinAge: j.MinAge, Grace: j.Grace}
 }
 
@@ -82,10 +85,11 @@ const (
 	KindCgroup      Kind = "cgroup"
 	KindLoop        Kind = "loop device"
 	KindClone       Kind = "volume clone"
-	KindLease       Kind = "lease"      // an image pool's containerd lease
-	KindFIFO        Kind = "fifo"       // stdio FIFOs of a process whose creator died
-	KindRelay       Kind = "relay copy" // a gvx-relay build no sandbox runs any more
-	KindRestored    Kind = "restored"   // a rollout engine's spare or restore target whose process is gone
+	KindLease       Kind = "lease"       // an image pool's containerd lease
+	KindFIFO        Kind = "fifo"        // stdio FIFOs of a process whose creator died
+	KindRelay       Kind = "relay copy"  // a gvx-relay build no sandbox runs any more
+	KindRestored    Kind = "restored"    // a rollout engine's spare or restore target whose process is gone
+	KindShimSocket  Kind = "shim socket" // a shim socket nothing listens on
 )
 
 // Item is one leftover found.
@@ -220,6 +224,7 @@ func Sweep(ctx context.Context, o Options) *Report {
 	s.leases(ctx)
 	s.fifos(ctx)
 	s.relays(ctx)
+	s.shimSockets(ctx)
 	s.sharedNetNS()
 	s.r.Took = time.Since(t0)
 	return s.r

@@ -29,6 +29,7 @@ func gcCommand() *cli.Command {
 			&cli.StringFlag{Name: "state-dir", Usage: "gvx state directory (default: the config's state_dir)"},
 			&cli.StringSliceFlag{Name: "containerd", Usage: "containerd socket to reconcile against, repeatable (default: the config's janitor.containerd, else pool.containerd)"},
 			&cli.StringSliceFlag{Name: "fifo-dir", Usage: "root of containerd clients' stdio FIFO directories, repeatable (default: /run/containerd/fifo and the SDK's /run/gvx/sdk/fifo)"},
+			&cli.StringSliceFlag{Name: "shim-socket-dir", Usage: "containerd's shim socket directory, repeatable (default: " + janitor.DefaultShimSocketDir + ")"},
 			&cli.StringSliceFlag{Name: "volume-dir", Usage: "directory of ext4lite volumes whose clones and loop devices may be reclaimed, repeatable"},
 			&cli.DurationFlag{Name: "max-lifetime", Usage: "stop gvx sandboxes running longer than this (default: the config's janitor.max_lifetime; 0: none)"},
 			&cli.DurationFlag{Name: "min-age", Usage: "leave anything younger alone (default: the config's janitor.min_age, 1m)"},
@@ -58,14 +59,17 @@ func runGC(ctx context.Context, cmd *cli.Command) error {
 	if cmd.IsSet("containerd") {
 		o.Containerd = cmd.StringSlice("containerd")
 	}
-	if cmd.IsSet("fifo-dir") {
-		o.FIFODirs = nil
-		for _, d := range cmd.StringSlice("fifo-dir") {
+	for flag, dirs := range map[string]*[]string{"fifo-dir": &o.FIFODirs, "shim-socket-dir": &o.ShimSocketDirs} {
+		if !cmd.IsSet(flag) {
+			continue
+		}
+		*dirs = nil
+		for _, d := range cmd.StringSlice(flag) {
 			abs, err := filepath.Abs(d)
 			if err != nil {
 				return err
 			}
-			o.FIFODirs = append(o.FIFODirs, abs)
+			*dirs = append(*dirs, abs)
 		}
 	}
 	for _, d := range cmd.StringSlice("volume-dir") {
