@@ -52,7 +52,13 @@ func TestRolloutConcurrent(t *testing.T) {
 		switch {
 		case r.err == nil:
 			forked++
-			if got := inTask(t, current(r.forks[0]), "cat /work/n"); got == "" {
+			// The loop truncates /work/n before it writes it: a checkpoint
+			// between the two holds it empty until the loop's next write.
+			var got string
+			for deadline := time.Now().Add(5 * time.Second); got == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				got = inTaskQuiet(current(r.forks[0]), "cat /work/n")
+			}
+			if got == "" {
 				t.Errorf("the fork of %s has no volume", h.ID)
 			}
 			if err := eng.Destroy(ctx, r.forks[0]); err != nil {

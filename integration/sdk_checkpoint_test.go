@@ -576,11 +576,15 @@ func TestSDKBackgroundAcrossRollback(t *testing.T) {
 				}
 			}()
 			count := func(sb *sdk.Sandbox) int { // -1 until the loop writes
-				n, err := strconv.Atoi(sh(t, sb, "cat /tmp/bg 2>/dev/null; true"))
-				if err != nil {
-					return -1
+				// The loop truncates /tmp/bg before it writes it: a read
+				// in between finds it empty; the next write is 50 ms on.
+				for i := 0; i < 10; i++ {
+					if n, err := strconv.Atoi(sh(t, sb, "cat /tmp/bg 2>/dev/null; true")); err == nil {
+						return n
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
-				return n
+				return -1
 			}
 			loops := func(sb *sdk.Sandbox) int { // the loop, adopted by init; not its children between fork and exec
 				n := 0
