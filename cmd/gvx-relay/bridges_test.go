@@ -25,15 +25,6 @@ func TestParseBridges(t *testing.T) {
 	}
 }
 
-func TestAttrAligned(t *testing.T) {
-	for n := 0; n < 9; n++ {
-		a := attr(1, make([]byte, n))
-		if len(a)%4 != 0 || int(a[0])|int(a[1])<<8 != 4+n {
-			t.Errorf("attr of %d bytes: %d bytes, length field %d", n, len(a), int(a[0])|int(a[1])<<8)
-		}
-	}
-}
-
 // TestMakeBridges makes two bridges through the host kernel's route
 // netlink in a network namespace of its own (root only), twice (the
 // second finds them made), and checks each device is up with its address
