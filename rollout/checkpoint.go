@@ -351,7 +351,8 @@ func (e *Engine) save(ctx context.Context, ctl *control.Client, h *Handle, id, f
 // that copy, and a restore mounts it whatever the host's gvx-relay has
 // become (shim/relaybin.go).
 func (e *Engine) relayOf(ns, id string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(e.layout.TaskDir(ns, id), api.RelayDigestFile))
+	path := filepath.Join(e.layout.TaskDir(ns, id), api.RelayDigestFile)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
@@ -361,7 +362,7 @@ func (e *Engine) relayOf(ns, id string) (string, error) {
 	if sum := string(data); digest.Valid(sum) {
 		return sum, nil
 	}
-	return "", fmt.Errorf("its gvx-relay: %s holds %q, not a sha256", filepath.Join(e.layout.TaskDir(ns, id), api.RelayDigestFile), data)
+	return "", fmt.Errorf("its gvx-relay: %s holds %q, not a sha256", path, data)
 }
 
 // createImageFiles creates gVisor's image files in dir: state, pages
