@@ -205,7 +205,7 @@ func TestPoolResetRefused(t *testing.T) {
 	go func() { planted <- plant.Wait() }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		st, err := rec.Probe(context.Background(), sentry, false)
+		st, err := rec.Probe(context.Background(), false)
 		if err == nil && slices.ContainsFunc(st.Processes, func(p string) bool { return strings.HasSuffix(p, " pause") }) {
 			t.Logf("planted in %s: %v", sb, st.Processes)
 			break

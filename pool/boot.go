@@ -91,7 +91,7 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	}
 	if s.cfg.Pool.Reset {
 		// What a reset brings it back to (without one it is never reset).
-		if err := sb.RecordBaseline(context.WithoutCancel(ctx), s.sentry); err != nil {
+		if err := sb.RecordBaseline(context.WithoutCancel(ctx)); err != nil {
 			log.G(ctx).WithError(err).Warnf("gvx pool: %s will not be reset", sb.ID)
 		} else if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
 			return nil, err

@@ -95,7 +95,7 @@ func (s *Server) takeOver(r *client.Return) (*sandbox.Sandbox, error) {
 // and counts why. t0 is when its task's delete began the reset.
 func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) {
 	defer s.verifies.Done()
-	st, err := sb.Probe(ctx, s.sentry, true)
+	st, err := sb.Probe(ctx, true)
 	if err != nil {
 		err = &sandbox.ResetError{Reason: sandbox.ResetProbe, Detail: err.Error()}
 	} else {

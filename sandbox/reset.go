@@ -2,14 +2,12 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/internal/cgroups"
@@ -55,38 +53,10 @@ type ResetError struct {
 
 func (e *ResetError) Error() string { return fmt.Sprintf("reset failed (%s): %s", e.Reason, e.Detail) }
 
-// Probe runs gvx-pause's reset (restore) or only its report in the
-// sandbox's root container, through gvx-sentry at sentry, and returns the
-// guest's state.
-func (s *Sandbox) Probe(ctx context.Context, sentry string, restore bool) (*api.GuestState, error) {
-	if s.Pool == nil || s.Pool.Pause == "" {
-		return nil, fmt.Errorf("sandbox %s: not a pool sandbox with gvx-pause", s.ID)
-	}
-	args := []string{"exec", "--cap", "CAP_SYS_ADMIN", "--cap", "CAP_IPC_OWNER", s.ID, s.Pool.Pause, api.PauseResetCommand}
-	if b := s.Baseline; b != nil {
-		args = append(args, "--hostname", b.Guest.Hostname, "--domainname", b.Guest.Domainname)
-	}
-	args = append(args, "--restore="+strconv.FormatBool(restore))
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	cmd := s.Command(cctx, sentry, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("probe sandbox %s: %w: %s", s.ID, err, strings.TrimSpace(stderr.String()))
-	}
-	var st api.GuestState
-	if err := json.Unmarshal(out, &st); err != nil {
-		return nil, fmt.Errorf("probe sandbox %s: report %q: %w", s.ID, out, err)
-	}
-	return &st, nil
-}
-
 // RecordBaseline probes the freshly booted sandbox and records what a
 // reset must bring it back to.
-func (s *Sandbox) RecordBaseline(ctx context.Context, sentry string) error {
-	st, err := s.Probe(ctx, sentry, false)
+func (s *Sandbox) RecordBaseline(ctx context.Context) error {
+	st, err := s.Probe(ctx, false)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package shim
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"github.com/gvxrun/gvx/internal/dockerapi"
 	"github.com/gvxrun/gvx/internal/relay"
 	"github.com/gvxrun/gvx/oci"
+	"github.com/gvxrun/gvx/sandbox"
 	"github.com/gvxrun/gvx/sandbox/control"
 )
 
@@ -187,7 +187,7 @@ func (p *dockerProxy) forward() (net.Conn, error) {
 	p.mu.Unlock()
 	if sock == "" {
 		var err error
-		if sock, err = controlSocket(p.state); err != nil {
+		if sock, err = sandbox.ControlSocket(p.state); err != nil {
 			return nil, err
 		}
 		p.mu.Lock()
@@ -244,27 +244,6 @@ func dialUnix(path string) (net.Conn, error) {
 
 // close stops accepting (the socket file is the record's to remove).
 func (p *dockerProxy) close() { p.ln.Close() }
-
-// controlSocket reads the control socket's path from gVisor's state file
-// of a sandbox.
-func controlSocket(state string) (string, error) {
-	data, err := os.ReadFile(state)
-	if err != nil {
-		return "", fmt.Errorf("sandbox state: %w", err)
-	}
-	var st struct {
-		Sandbox struct {
-			ControlSocketPath string `json:"controlSocketPath"`
-		} `json:"sandbox"`
-	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return "", fmt.Errorf("sandbox state %s: %w", state, err)
-	}
-	if st.Sandbox.ControlSocketPath == "" {
-		return "", fmt.Errorf("sandbox state %s: no control socket", state)
-	}
-	return st.Sandbox.ControlSocketPath, nil
-}
 
 // restoreBridges gives restored docker-mode task id's guest back the
 // bridges of dockerd's networks. gVisor's restore rebuilds its network

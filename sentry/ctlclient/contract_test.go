@@ -13,6 +13,7 @@ import (
 	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/specutils"
 
+	"github.com/gvxrun/gvx/api/ctlsock"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 )
 
@@ -69,7 +70,7 @@ func TestContract(t *testing.T) {
 	}
 	srv.StartHandling(sock)
 	defer srv.Stop(0)
-	c, err := FromFile(os.NewFile(uintptr(fds[1]), "client"))
+	c, err := ctlsock.FromFile(os.NewFile(uintptr(fds[1]), "client"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +118,13 @@ func TestContract(t *testing.T) {
 	if got := <-cm.wait; got.PID != 7 || got.CID != "c1" {
 		t.Errorf("wait decoded %+v", got)
 	}
-	if err := c.Signal("c1", 0, int(unix.SIGTERM), DeliverToAllProcesses); err != nil {
+	if err := c.Signal("c1", 0, int(unix.SIGTERM), ctlsock.DeliverToAllProcesses); err != nil {
 		t.Errorf("signal: %v", err)
 	}
 	if got := <-cm.signal; !reflect.DeepEqual(got, &boot.SignalArgs{CID: "c1", Signo: int32(unix.SIGTERM), Mode: boot.DeliverToAllProcesses}) {
 		t.Errorf("signal decoded %+v", got)
 	}
-	if err := c.Signal("c1", 9, 0, DeliverToProcess); err == nil {
+	if err := c.Signal("c1", 9, 0, ctlsock.DeliverToProcess); err == nil {
 		t.Error("a call the sandbox fails: no error")
 	}
 	if got := <-cm.signal; got.PID != 9 || got.Mode != boot.DeliverToProcess {
@@ -134,12 +135,16 @@ func TestContract(t *testing.T) {
 // TestCapabilityNames: every capability name gVisor knows converts to the
 // same bit here, and a name gVisor refuses is refused.
 func TestCapabilityNames(t *testing.T) {
+	known := map[string]bool{}
+	for _, name := range ctlsock.KnownCapabilities() {
+		known[name] = true
+	}
 	for _, name := range specutils.AllCapabilities().Bounding {
-		if _, ok := capabilities[name]; !ok {
-			t.Errorf("gVisor knows %s, ctlclient does not", name)
+		if !known[name] {
+			t.Errorf("gVisor knows %s, ctlsock does not", name)
 		}
 	}
-	for name := range capabilities {
+	for name := range known {
 		want, err := fastexec.ExecArgs(&specs.Process{Args: []string{"x"}, Cwd: "/", Capabilities: &specs.LinuxCapabilities{Bounding: []string{name}}}, nil, true)
 		if err != nil {
 			t.Errorf("%s: gVisor refuses it: %v", name, err)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/ctlsock"
 	"github.com/gvxrun/gvx/api/procfs"
 	"github.com/gvxrun/gvx/sentry/ctlclient"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
@@ -87,9 +88,9 @@ func (c command) rootExec(id string, p *specs.Process, pidFile string) (bool, er
 	args.ContainerID = id
 	// One connection for the exec, two for the waiter (its wait blocks
 	// one), all opened here, as root.
-	var conns [3]*ctlclient.Client
+	var conns [3]*ctlsock.Client
 	for i := range conns {
-		if conns[i], err = ctlclient.Dial(st.Sandbox.ControlSocketPath); err != nil {
+		if conns[i], err = ctlsock.Dial(st.Sandbox.ControlSocketPath); err != nil {
 			closeClients(conns[:i])
 			return false, nil
 		}
@@ -107,7 +108,7 @@ func (c command) rootExec(id string, p *specs.Process, pidFile string) (bool, er
 	uid, gid := hostcreds.HostRoot(st.Spec)
 	err = standFor(pidFile, pid, func() (*os.Process, error) {
 		return spawnDirectWaiter(c.root, id, pid, uid, gid, conns[1], conns[2])
-	}, func() { _ = conns[0].Signal(id, pid, int(unix.SIGKILL), ctlclient.DeliverToProcess) })
+	}, func() { _ = conns[0].Signal(id, pid, int(unix.SIGKILL), ctlsock.DeliverToProcess) })
 	if err != nil {
 		return true, fmt.Errorf("exec in %s: %w", id, err)
 	}
@@ -122,14 +123,14 @@ func (c command) rootKill(id string, sig unix.Signal, all bool) bool {
 	if !ok {
 		return false
 	}
-	ctl, err := ctlclient.Dial(st.Sandbox.ControlSocketPath)
+	ctl, err := ctlsock.Dial(st.Sandbox.ControlSocketPath)
 	if err != nil {
 		return false
 	}
 	defer ctl.Close()
-	mode := ctlclient.DeliverToProcess
+	mode := ctlsock.DeliverToProcess
 	if all {
-		mode = ctlclient.DeliverToAllProcesses
+		mode = ctlsock.DeliverToAllProcesses
 	}
 	return ctl.Signal(id, 0, int(sig), mode) == nil
 }
@@ -152,7 +153,7 @@ func netRaw() (bool, error) {
 	return raw, nil
 }
 
-func closeClients(cs []*ctlclient.Client) {
+func closeClients(cs []*ctlsock.Client) {
 	for _, c := range cs {
 		if c != nil {
 			c.Close()

@@ -11,7 +11,7 @@ import (
 	"syscall"
 
 	"github.com/gvxrun/gvx/api"
-	"github.com/gvxrun/gvx/sentry/ctlclient"
+	"github.com/gvxrun/gvx/api/ctlsock"
 	"github.com/gvxrun/gvx/sentry/hostcreds"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
@@ -104,8 +104,8 @@ func startWaiter[C conn](conns []C, root, id string, pid int32, uid, gid int, mo
 // spawnDirectWaiter starts the waiter of process pid of root container id
 // with two control connections, wait and sig, opened here (as root); it
 // runs as host uid and gid from its start.
-func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlclient.Client) (*os.Process, error) {
-	return startWaiter([]*ctlclient.Client{wait, sig}, root, id, pid, uid, gid, directMode)
+func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlsock.Client) (*os.Process, error) {
+	return startWaiter([]*ctlsock.Client{wait, sig}, root, id, pid, uid, gid, directMode)
 }
 
 // waitDirect is the waiter of process pid of root container id over the
@@ -114,8 +114,8 @@ func spawnDirectWaiter(root, id string, pid int32, uid, gid int, wait, sig *ctlc
 // receives to the process and exits with its status (api.ExitKilled if
 // the sandbox goes away first).
 func waitDirect(id string, pid int32, uid, gid int) int {
-	wait, err1 := ctlclient.FromFile(os.NewFile(3, "sandbox control"))
-	sig, err2 := ctlclient.FromFile(os.NewFile(4, "sandbox control"))
+	wait, err1 := ctlsock.FromFile(os.NewFile(3, "sandbox control"))
+	sig, err2 := ctlsock.FromFile(os.NewFile(4, "sandbox control"))
 	if err := errors.Join(err1, err2); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", waitCommand, err)
 		return api.ExitKilled
@@ -124,7 +124,7 @@ func waitDirect(id string, pid int32, uid, gid int) int {
 		fmt.Fprintf(os.Stderr, "%s: keeps its privileges: %v\n", waitCommand, err)
 	}
 	forwardSignals(func(s syscall.Signal) error {
-		return sig.Signal(id, pid, int(s), ctlclient.DeliverToProcess)
+		return sig.Signal(id, pid, int(s), ctlsock.DeliverToProcess)
 	})
 	status, err := wait.WaitPID(id, pid)
 	if err != nil {
