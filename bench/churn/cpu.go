@@ -85,9 +85,17 @@ func startCPUWindow() (*cpuWindow, error) {
 	return &cpuWindow{file: f.Name(), start: procSnapshot()}, nil
 }
 
-// stop switches accounting off and returns the CPU time spent in the
-// window by command name.
-func (w *cpuWindow) stop() (map[string]time.Duration, error) {
+// windowUse is what the window saw of one command name: CPU time, and how
+// many processes of that name exited in it (each a start of the binary,
+// short-lived ones: shim start and delete binaries, CLI calls, gofers).
+type windowUse struct {
+	cpu   time.Duration
+	exits int
+}
+
+// stop switches accounting off and returns what was spent in the window
+// by command name.
+func (w *cpuWindow) stop() (map[string]windowUse, error) {
 	end := procSnapshot()
 	_, _, errno := unix.Syscall(unix.SYS_ACCT, 0, 0, 0) // acct(NULL): off
 	defer os.Remove(w.file)
@@ -99,6 +107,7 @@ func (w *cpuWindow) stop() (map[string]time.Duration, error) {
 		return nil, fmt.Errorf("read process accounting: %w", err)
 	}
 	ticks := map[string]int64{}
+	exits := map[string]int{}
 	for pid, p := range end {
 		t := p.ticks
 		if s, ok := w.start[pid]; ok && s.comm == p.comm {
@@ -116,11 +125,12 @@ func (w *cpuWindow) stop() (map[string]time.Duration, error) {
 			t -= s.ticks
 		}
 		ticks[r.comm] += max(t, 0)
+		exits[r.comm]++
 	}
-	out := map[string]time.Duration{}
+	out := map[string]windowUse{}
 	for c, t := range ticks {
-		if t > 0 {
-			out[c] = time.Duration(t) * time.Second / userHZ
+		if t > 0 || exits[c] > 0 {
+			out[c] = windowUse{cpu: time.Duration(t) * time.Second / userHZ, exits: exits[c]}
 		}
 	}
 	return out, nil
@@ -188,6 +198,7 @@ func compT(v uint16) int64 {
 // kernel's 15 characters).
 var kinds = []struct{ prefix, kind string }{
 	{"containerd-shim", "shim"},
+	{"gvx-shim", "shim"},
 	{"containerd", "containerd"},
 	{"gvx-sentry", "gvx-sentry CLI"},
 	{"gvx-runtime", "gvx-sentry CLI"},
@@ -199,11 +210,12 @@ var kinds = []struct{ prefix, kind string }{
 }
 
 // breakdown groups per-command CPU into kinds and formats the largest
-// per cycle.
-func breakdown(by map[string]time.Duration, cycles int) string {
-	kind := map[string]time.Duration{}
+// per cycle, each with the processes of that kind that exited per cycle
+// (×N: how many times a cycle starts it) when there were any.
+func breakdown(by map[string]windowUse, cycles int) string {
+	kind := map[string]windowUse{}
 	var total time.Duration
-	for comm, d := range by {
+	for comm, u := range by {
 		k := comm
 		for _, kd := range kinds {
 			if strings.HasPrefix(comm, kd.prefix) {
@@ -211,28 +223,35 @@ func breakdown(by map[string]time.Duration, cycles int) string {
 				break
 			}
 		}
-		kind[k] += d
-		total += d
+		ku := kind[k]
+		ku.cpu += u.cpu
+		ku.exits += u.exits
+		kind[k] = ku
+		total += u.cpu
 	}
 	type kv struct {
 		k string
-		d time.Duration
+		u windowUse
 	}
 	var all []kv
-	for k, d := range kind {
-		all = append(all, kv{k, d})
+	for k, u := range kind {
+		all = append(all, kv{k, u})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].d > all[j].d })
+	sort.Slice(all, func(i, j int) bool { return all[i].u.cpu > all[j].u.cpu })
 	n := float64(max(cycles, 1))
 	var b strings.Builder
 	fmt.Fprintf(&b, "%.1f ms/cycle:", float64(total.Microseconds())/1000/n)
 	var rest time.Duration
 	for i, e := range all {
-		if i >= 8 || float64(e.d.Microseconds())/1000/n < 1 {
-			rest += e.d
+		if i >= 8 || float64(e.u.cpu.Microseconds())/1000/n < 1 {
+			rest += e.u.cpu
 			continue
 		}
-		fmt.Fprintf(&b, " %s %.1f,", e.k, float64(e.d.Microseconds())/1000/n)
+		fmt.Fprintf(&b, " %s %.1f", e.k, float64(e.u.cpu.Microseconds())/1000/n)
+		if e.u.exits > 0 {
+			fmt.Fprintf(&b, " (×%.1f)", float64(e.u.exits)/n)
+		}
+		b.WriteString(",")
 	}
 	fmt.Fprintf(&b, " rest %.1f", math.Round(float64(rest.Microseconds())/100/n)/10)
 	return b.String()

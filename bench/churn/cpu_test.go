@@ -47,7 +47,11 @@ func TestCPUWindow(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("spin: %v: %s", runErr, out)
 	}
-	got := by["gvxacctspin"]
+	use := by["gvxacctspin"]
+	got := use.cpu
+	if use.exits != 1 {
+		t.Errorf("window counts %d exits of the spinning process, want 1", use.exits)
+	}
 	spent := spin.ProcessState.UserTime() + spin.ProcessState.SystemTime()
 	if got == 0 {
 		t.Fatalf("no CPU recorded for the spinning process; window: %v", by)

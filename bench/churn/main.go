@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,7 @@ type result struct {
 	cpu                     time.Duration // host CPU time over the run
 	firstErr                error
 	leftovers               int
-	byCommand               map[string]time.Duration // CPU in the window by process name (cpu.go)
+	byCommand               map[string]windowUse // CPU and exits in the window by process name (cpu.go)
 	breakdownErr            error
 }
 
@@ -67,18 +68,27 @@ func main() {
 	dur := flag.Duration("duration", 20*time.Second, "how long each runtime churns (at most 15m)")
 	workers := flag.Int("workers", 8, "concurrent create→exec→destroy loops")
 	poolSize := flag.Int("pool", 8, "pool.size of the warm pools (the default one grows with demand up to 4×)")
+	onlyFlag := flag.String("only", "", "run only the variants whose names match this regular expression (e.g. 'reset|runsc')")
 	flag.Parse()
+	var only *regexp.Regexp
+	if *onlyFlag != "" {
+		var err error
+		if only, err = regexp.Compile(*onlyFlag); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -only: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	if *dur <= 0 || *dur > 15*time.Minute {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be in (0, 15m]")
 		os.Exit(2)
 	}
-	if err := run(*dur, *workers, *poolSize); err != nil {
+	if err := run(*dur, *workers, *poolSize, only); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(dur time.Duration, workers, poolSize int) error {
+func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 	ctx := namespaces.WithNamespace(context.Background(), ns)
 	// Ctrl-C or SIGTERM stops the churn after the cycles in flight (they
 	// finish on ctx) and returns through the clean-ups below: the private
@@ -108,34 +118,45 @@ func run(dur time.Duration, workers, poolSize int) error {
 			os.RemoveAll(dir)
 		}, nil
 	}
-	demand, stopDemand, err := pool("")
-	if err != nil {
-		return err
+	// Each gvx pool variant's pool (its extra config lines), started only
+	// when the variant runs.
+	poolConfig := map[string]string{
+		"gvx (pool, demand, reset)":    "",
+		"gvx (image pool, reset)":      fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns),
+		"gvx (pool, demand, recreate)": "reset = false\n",
+		"gvx (pool, 1 boot at a time)": fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize),
 	}
-	defer stopDemand()
-	recreate, stopRecreate, err := pool("reset = false\n")
-	if err != nil {
-		return err
-	}
-	defer stopRecreate()
-	serial, stopSerial, err := pool(fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize))
-	if err != nil {
-		return err
-	}
-	defer stopSerial()
-	images, stopImages, err := pool(fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns))
-	if err != nil {
-		return err
-	}
-	defer stopImages()
 	vs := []variant{
-		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: demand.Config}, pool: demand},
-		{name: "gvx (image pool, reset)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: images.Config}, pool: images},
-		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: recreate.Config}, pool: recreate},
-		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, opts: &runtimeoptions.Options{ConfigPath: serial.Config}, pool: serial},
+		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType},
+		{name: "gvx (image pool, reset)", runtime: api.RuntimeType},
+		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType},
+		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType},
 		{name: "gvx (no pool)", runtime: api.RuntimeType},
 		{name: "runsc (runc shim)", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
 	}
+	var chosen []variant
+	for _, v := range vs {
+		if only == nil || only.MatchString(v.name) {
+			chosen = append(chosen, v)
+		}
+	}
+	if len(chosen) == 0 {
+		return fmt.Errorf("-only %q matches no variant (they are: %s)", only, variantNames(vs))
+	}
+	for i, v := range chosen {
+		extra, pooled := poolConfig[v.name]
+		if !pooled {
+			continue
+		}
+		p, stopPool, err := pool(extra)
+		if err != nil {
+			return err
+		}
+		defer stopPool()
+		chosen[i].pool = p
+		chosen[i].opts = &runtimeoptions.Options{ConfigPath: p.Config}
+	}
+	vs = chosen
 	fmt.Printf("gvx churn bench: create→start→exec→delete for %s per runtime, %d workers, busybox, pools of %d, %d CPUs\n\n", dur, workers, poolSize, cpus())
 	res := map[string]*result{}
 	for _, v := range vs {
@@ -171,17 +192,40 @@ func run(dur time.Duration, workers, poolSize int) error {
 		}
 		fmt.Printf("  %-30s %s\n", v.name, breakdown(r.byCommand, r.cycles))
 	}
-	g, rc, s, rs := res[vs[0].name], res[vs[2].name], res[vs[3].name], res[vs[5].name]
-	rate := func(r *result) float64 { return float64(r.cycles) / r.elapsed.Seconds() }
-	fmt.Printf("\nratios: sustained rate gvx (demand pool)/runsc %.2f×, demand/1-boot pool %.2f×; p99 create→exec gvx/runsc %.2f×\n",
-		rate(g)/rate(rs), rate(g)/rate(s), float64(harness.Percentile(g.toExec, 99))/float64(harness.Percentile(rs.toExec, 99)))
-	ip := res[vs[1].name]
-	fmt.Printf("image pool: sustained rate/runsc %.2f×, p99 create→exec/runsc %.2f×\n", rate(ip)/rate(rs),
-		float64(harness.Percentile(ip.toExec, 99))/float64(harness.Percentile(rs.toExec, 99)))
-	fmt.Printf("reset vs recreate: sustained rate %.2f×, p50 cycle %.2f×, p95 cycle %.2f×, CPU/cycle %.2f×\n", rate(g)/rate(rc),
-		ratio(harness.Percentile(g.whole, 50), harness.Percentile(rc.whole, 50)), ratio(harness.Percentile(g.whole, 95), harness.Percentile(rc.whole, 95)),
-		ratio(g.cpu/time.Duration(max(g.cycles, 1)), rc.cpu/time.Duration(max(rc.cycles, 1))))
+	printRatios(res)
 	return nil
+}
+
+// printRatios prints the comparisons between the variants that ran.
+func printRatios(res map[string]*result) {
+	rate := func(r *result) float64 { return float64(r.cycles) / r.elapsed.Seconds() }
+	p99 := func(r *result) float64 { return float64(harness.Percentile(r.toExec, 99)) }
+	g, rc, s, ip, rs := res["gvx (pool, demand, reset)"], res["gvx (pool, demand, recreate)"], res["gvx (pool, 1 boot at a time)"],
+		res["gvx (image pool, reset)"], res["runsc (runc shim)"]
+	fmt.Println()
+	if g != nil && rs != nil {
+		fmt.Printf("ratios: sustained rate gvx (demand pool)/runsc %.2f×; p99 create→exec gvx/runsc %.2f×\n", rate(g)/rate(rs), p99(g)/p99(rs))
+	}
+	if g != nil && s != nil {
+		fmt.Printf("demand/1-boot pool: sustained rate %.2f×\n", rate(g)/rate(s))
+	}
+	if ip != nil && rs != nil {
+		fmt.Printf("image pool: sustained rate/runsc %.2f×, p99 create→exec/runsc %.2f×\n", rate(ip)/rate(rs), p99(ip)/p99(rs))
+	}
+	if g != nil && rc != nil {
+		fmt.Printf("reset vs recreate: sustained rate %.2f×, p50 cycle %.2f×, p95 cycle %.2f×, CPU/cycle %.2f×\n", rate(g)/rate(rc),
+			ratio(harness.Percentile(g.whole, 50), harness.Percentile(rc.whole, 50)), ratio(harness.Percentile(g.whole, 95), harness.Percentile(rc.whole, 95)),
+			ratio(g.cpu/time.Duration(max(g.cycles, 1)), rc.cpu/time.Duration(max(rc.cycles, 1))))
+	}
+}
+
+// variantNames lists the variants' names for an error.
+func variantNames(vs []variant) string {
+	var names []string
+	for _, v := range vs {
+		names = append(names, fmt.Sprintf("%q", v.name))
+	}
+	return strings.Join(names, ", ")
 }
 
 // churn runs workers loops of create→exec→destroy until dur has passed
