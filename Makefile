@@ -49,7 +49,7 @@ build: shim sentry cli
 RELAY_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o $(BIN)/gvx-relay ./cmd/gvx-relay
 
 shim:
-	$(GO) build -o $(BIN)/containerd-shim-gvx-v2 ./cmd/containerd-shim-gvx-v2
+	$(GO) build -o $(BIN)/ ./cmd/containerd-shim-gvx-v2 ./cmd/gvx-shim
 	$(RELAY_BUILD)
 
 cli:
@@ -151,7 +151,7 @@ demo: deps
 # The shim, the CLI and the example in one go build: the containerd
 # packages they share compile once.
 demo-bin:
-	$(GO) build -o $(BIN)/ ./cmd/containerd-shim-gvx-v2 ./cmd/gvx ./examples/episode
+	$(GO) build -o $(BIN)/ ./cmd/containerd-shim-gvx-v2 ./cmd/gvx-shim ./cmd/gvx ./examples/episode
 	$(RELAY_BUILD)
 
 unit:
@@ -212,7 +212,7 @@ critest: deps build tools
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-relay $(BIN)/gvx-runtime $(BIN)/gvx-nat $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/containerd-shim-gvx-v2 $(BIN)/gvx-shim $(BIN)/gvx-sentry $(BIN)/gvx-hook $(BIN)/gvx-pause $(BIN)/gvx-relay $(BIN)/gvx-runtime $(BIN)/gvx-nat $(BIN)/gvx $(DESTDIR)$(PREFIX)/bin/
 
 # The image deploy/base's DaemonSet runs: busybox, gvx's binaries and
 # deploy/installer/install.sh, built locally (no registry, no base image).

@@ -25,6 +25,7 @@ func TestNames(t *testing.T) {
 		"runtime_type":               api.RuntimeType,
 		"group_label":                api.GroupLabel,
 		"shim_binary":                api.ShimBinary,
+		"shim_server_binary":         api.ShimServerBinary,
 		"cli_binary":                 api.CLIBinary,
 		"sentry_binary":              api.SentryBinary,
 		"runtime_binary":             api.RuntimeBinary,

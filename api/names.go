@@ -1,21 +1,29 @@
 package api
 
 // RuntimeType is the runtime type containerd knows gvx by (containerd
-// resolves it to the shim binary ShimBinary).
+// resolves it to the shim binary ShimBinary, which starts ShimServerBinary
+// beside it).
 const RuntimeType = "io.containerd.gvx.v2"
 
 // Binary names. The shim finds gvx-sentry next to itself (or by config);
 // the others are installed next to gvx-sentry.
 const (
-	ShimBinary    = "containerd-shim-gvx-v2"
-	CLIBinary     = "gvx"
-	SentryBinary  = "gvx-sentry"
-	RuntimeBinary = "gvx-runtime" // gvx-sentry's runc-compatible front
-	HookBinary    = "gvx-hook"    // the createRuntime hook
-	PauseBinary   = "gvx-pause"   // a pool sandbox's init
-	RelayBinary   = "gvx-relay"   // proxied docker mode's guest relay
-	NATBinary     = "gvx-nat"     // a sandbox's userspace NAT process (network = "nat")
+	ShimBinary       = "containerd-shim-gvx-v2"
+	ShimServerBinary = "gvx-shim" // the shim server ShimBinary starts (containerd's libraries)
+	CLIBinary        = "gvx"
+	SentryBinary     = "gvx-sentry"
+	RuntimeBinary    = "gvx-runtime" // gvx-sentry's runc-compatible front
+	HookBinary       = "gvx-hook"    // the createRuntime hook
+	PauseBinary      = "gvx-pause"   // a pool sandbox's init
+	RelayBinary      = "gvx-relay"   // proxied docker mode's guest relay
+	NATBinary        = "gvx-nat"     // a sandbox's userspace NAT process (network = "nat")
 )
+
+// ShimRecordFile, in a task's bundle, is the shim's record of what it set
+// up for the task on the host; the shim removes it once all of that is
+// released (containerd-shim-gvx-v2's delete leaves the clean-up to the
+// shim server while it is there).
+const ShimRecordFile = "gvx-task.json"
 
 // RuntimeWaitCommand is gvx-runtime's own subcommand (argv[1]) for the
 // host process that stands for a task's exec in an image pool's sandbox.

@@ -16,7 +16,7 @@ bb=${BUSYBOX:-/bin/busybox}
 [ -x "$bb" ] || { echo "mkimage-installer: $bb missing: apt-get install busybox-static" >&2; exit 1; }
 { ldd "$bb" 2>&1 || true; } | grep -q "not a dynamic" || {
 	echo "mkimage-installer: $bb is not static: apt-get install busybox-static" >&2; exit 1; }
-for b in containerd-shim-gvx-v2 gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx-nat gvx; do
+for b in containerd-shim-gvx-v2 gvx-shim gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx-nat gvx; do
 	[ -x "$bin/$b" ] || { echo "mkimage-installer: $bin/$b missing: run make build" >&2; exit 1; }
 done
 work=$(mktemp -d)
@@ -28,6 +28,6 @@ cp "$bb" "$root/bin/busybox"
 for app in $("$bb" --list); do
 	[ "$app" = busybox ] || ln -sf /bin/busybox "$root/bin/$app"
 done
-cp "$bin"/{containerd-shim-gvx-v2,gvx-sentry,gvx-runtime,gvx-hook,gvx-pause,gvx-relay,gvx-nat,gvx} "$root/gvx/bin/"
+cp "$bin"/{containerd-shim-gvx-v2,gvx-shim,gvx-sentry,gvx-runtime,gvx-hook,gvx-pause,gvx-relay,gvx-nat,gvx} "$root/gvx/bin/"
 install -m 0755 "$here/../deploy/installer/install.sh" "$root/gvx/install.sh"
 "$here/oci-archive.sh" "$root" "$out" "$ref" '["/gvx/install.sh","install"]' '["PATH=/bin"]'

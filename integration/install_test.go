@@ -345,9 +345,14 @@ func TestInstallerNode(t *testing.T) {
 
 	pod := n.crictlMust(t, "runp", "--runtime", "gvx", podCfg)
 	shim := shimPidAt(t, n.sock(), pod)
-	installed := filepath.Join(n.node, "opt/gvx/bin", api.ShimBinary)
+	// The server is gvx-shim, which the installed containerd-shim-gvx-v2
+	// started (its argv[0]).
+	installed := filepath.Join(n.node, "opt/gvx/bin", api.ShimServerBinary)
 	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", shim)); exe != installed {
 		t.Errorf("the pod's shim runs %s, want the installed %s", exe, installed)
+	}
+	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", shim)); !strings.HasPrefix(string(cmdline), filepath.Join(n.node, "opt/gvx/bin", api.ShimBinary)+"\x00") {
+		t.Errorf("the pod's shim was started as %q, want by the installed %s", cmdline, api.ShimBinary)
 	}
 	time.Sleep(2 * time.Second)
 	sandboxOnly := measurePod(t, shim)

@@ -32,7 +32,7 @@ func hostFiles() []string {
 // overwrite.
 func gvxBinaries() []string {
 	var out []string
-	for _, b := range []string{api.ShimBinary, api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.HookBinary, api.NATBinary, api.CLIBinary} {
+	for _, b := range []string{api.ShimBinary, api.ShimServerBinary, api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.HookBinary, api.NATBinary, api.CLIBinary} {
 		out = append(out, filepath.Join(e.gvxBin, b))
 	}
 	return out

@@ -28,7 +28,7 @@ type proc struct {
 
 // gvxBinaries are the executables of gvx's host processes.
 var gvxBinaries = map[string]bool{
-	api.ShimBinary: true, api.SentryBinary: true, api.RuntimeBinary: true, api.PauseBinary: true, api.CLIBinary: true,
+	api.ShimBinary: true, api.ShimServerBinary: true, api.SentryBinary: true, api.RuntimeBinary: true, api.PauseBinary: true, api.CLIBinary: true,
 	api.NATBinary: true,
 }
 
@@ -154,9 +154,11 @@ func flag(args []string, name string) string {
 	return ""
 }
 
-// isShimServer: the long-running shim (not its start or delete command).
+// isShimServer: the long-running shim (not its start or delete command;
+// the server is gvx-shim, started by containerd-shim-gvx-v2, shims from
+// before that split run the latter's binary).
 func (p *proc) isShimServer() bool {
-	if p.exe != api.ShimBinary || len(p.args) == 0 {
+	if (p.exe != api.ShimServerBinary && p.exe != api.ShimBinary) || len(p.args) == 0 {
 		return false
 	}
 	last := p.args[len(p.args)-1]

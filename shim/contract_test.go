@@ -98,17 +98,8 @@ func TestContractSentryLink(t *testing.T) {
 	}
 }
 
-func TestContractGroup(t *testing.T) {
+func TestContractRuntimeType(t *testing.T) {
 	c := loadContract(t)
-	if g := groupOf("c1", nil); g != "c1" {
-		t.Errorf("no annotations: %q", g)
-	}
-	if g := groupOf("c1", map[string]string{c.Name("cri_sandbox_id"): "pod1"}); g != "pod1" {
-		t.Errorf("CRI pod: %q", g)
-	}
-	if g := groupOf("c1", map[string]string{c.Name("group_label"): "g", c.Name("cri_sandbox_id"): "pod1"}); g != "g" {
-		t.Errorf("gvx group label first: %q", g)
-	}
 	if (manager{}).Name() != c.Name("runtime_type") {
 		t.Errorf("runtime type %s, contract.json says %s", (manager{}).Name(), c.Name("runtime_type"))
 	}

@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
@@ -28,7 +26,6 @@ import (
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/process"
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/runc"
 	"github.com/containerd/containerd/v2/core/mount"
-	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/version"
@@ -40,10 +37,6 @@ import (
 	"github.com/gvxrun/gvx/api"
 )
 
-// groupLabels put several containers in one shim (and so one sandbox):
-// anything that sets the gvx group label, and Kubernetes pods via CRI.
-var groupLabels = []string{api.GroupLabel, api.CRISandboxID}
-
 // NewManager returns the shim.Shim containerd's shim bootstrap drives.
 func NewManager() shim.Shim { return manager{} }
 
@@ -51,113 +44,11 @@ type manager struct{}
 
 func (manager) Name() string { return api.RuntimeType }
 
-// Start launches the long-running shim server for a task (or joins the one
-// already serving its group) and returns its ttrpc address.
-func (manager) Start(ctx context.Context, opts *bootapi.BootstrapParams) (_ *bootapi.BootstrapResult, retErr error) {
-	result := &bootapi.BootstrapResult{Version: 3, Protocol: "ttrpc"}
-	id := opts.GetInstanceID()
-	ns, err := namespaces.NamespaceRequired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	grouping, err := groupID(id)
-	if err != nil {
-		return nil, err
-	}
-	socketDir := opts.GetSocketDir()
-	if socketDir == "" {
-		socketDir = filepath.Join(defaults.DefaultStateDir, "s")
-	}
-	address, err := shim.CreateSocketAddress(ctx, socketDir, opts.GetContainerdGrpcAddress(), grouping, false)
-	if err != nil {
-		return nil, fmt.Errorf("shim socket address: %w", err)
-	}
-	socket, err := shim.NewSocket(address)
-	if err != nil {
-		if !shim.SocketEaddrinuse(err) {
-			return nil, fmt.Errorf("create shim socket %s: %w", address, err)
-		}
-		if shim.CanConnect(address) {
-			// Another container of the group: its shim serves this one too.
-			result.Address = address
-			return result, nil
-		}
-		if err := shim.RemoveSocket(address); err != nil {
-			return nil, fmt.Errorf("remove stale shim socket %s: %w", address, err)
-		}
-		if socket, err = shim.NewSocket(address); err != nil {
-			return nil, fmt.Errorf("create shim socket %s: %w", address, err)
-		}
-	}
-	defer func() {
-		if retErr != nil {
-			socket.Close()
-			_ = shim.RemoveSocket(address)
-		}
-	}()
-	f, err := socket.File()
-	if err != nil {
-		return nil, fmt.Errorf("shim socket file: %w", err)
-	}
-	defer f.Close()
-
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own executable: %w", err)
-	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"-namespace", ns, "-id", id, "-address", opts.GetContainerdGrpcAddress()}
-	if opts.GetLogLevel() <= bootapi.LogLevel_LOG_LEVEL_DEBUG {
-		args = append(args, "-debug")
-	}
-	cmd := exec.Command(self, args...)
-	cmd.Dir = cwd
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.ExtraFiles = []*os.File{f}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start shim server: %w", err)
-	}
-	defer func() {
-		if retErr != nil {
-			_ = cmd.Process.Kill()
-		}
-	}()
-	go func() { _ = cmd.Wait() }()
-
-	// containerd may ask for a negative OOM score; some hosts refuse that
-	// even to root. A shim that cannot be protected from the OOM killer
-	// still works, so this is a warning, not a failure.
-	if err := shim.AdjustOOMScore(cmd.Process.Pid); err != nil {
-		log.G(ctx).WithError(err).Warn("gvx shim: cannot adjust OOM score; continuing")
-	}
-	result.Address = address
-	return result, nil
-}
-
-// groupID reads the bundle's (the working directory's) spec annotations to
-// decide which shim serves this task.
-func groupID(id string) (string, error) {
-	var s struct {
-		Annotations map[string]string `json:"annotations"`
-	}
-	if err := api.ReadSpec(".", &s); err != nil {
-		return "", err
-	}
-	return groupOf(id, s.Annotations), nil
-}
-
-// groupOf names the shim (and sandbox) that container id belongs to.
-func groupOf(id string, annotations map[string]string) string {
-	for _, l := range groupLabels {
-		if g, ok := annotations[l]; ok && g != "" {
-			return g
-		}
-	}
-	return id
+// Start is containerd-shim-gvx-v2's (package shimstart), which launches
+// this binary as the server; containerd runs this binary itself only
+// through it.
+func (manager) Start(context.Context, *bootapi.BootstrapParams) (*bootapi.BootstrapResult, error) {
+	return nil, fmt.Errorf("%s start: run %s, which starts %s: give containerd that binary (runtime_path)", api.ShimServerBinary, api.ShimBinary, api.ShimServerBinary)
 }
 
 // Stop runs when containerd cleans up after a shim that is gone (crashed,

@@ -17,7 +17,7 @@ import (
 
 // recordFile in a task's bundle is gvx's record of what it set up for the
 // task outside containerd's own bookkeeping.
-const recordFile = "gvx-task.json"
+const recordFile = api.ShimRecordFile
 
 // record is everything gvx set up on the host for one task. It is saved
 // in the bundle before each step that leaves something behind, so that

@@ -1,8 +1,10 @@
-// Command containerd-shim-gvx-v2 is gvx's containerd shim.
+// Command gvx-shim is gvx's containerd shim server.
 //
-// containerd resolves the runtime type io.containerd.gvx.v2 to this
-// binary: each task, or each pod, runs in one unprivileged gVisor sandbox
-// (package shim).
+// containerd resolves the runtime type io.containerd.gvx.v2 to
+// containerd-shim-gvx-v2 (package shimstart), which starts this binary,
+// installed next to it, as the server of a task or pod — each runs in one
+// unprivileged gVisor sandbox (package shim) — and hands it every other
+// call (`delete`, `-info`, `-v`).
 package main
 
 import (

@@ -66,7 +66,7 @@ SYSTEMCTL=${SYSTEMCTL:-nsenter -t 1 -m -u -i -n -p -- systemctl}
 FORCE=${FORCE:-0}
 UNINSTALL_ON_STOP=${UNINSTALL_ON_STOP:-false}
 
-BINARIES="containerd-shim-gvx-v2 gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx-nat gvx"
+BINARIES="containerd-shim-gvx-v2 gvx-shim gvx-sentry gvx-runtime gvx-hook gvx-pause gvx-relay gvx-nat gvx"
 
 STATE=$HOST_ROOT$GVX_INSTALLER_STATE
 MANIFEST=$STATE/manifest
@@ -484,7 +484,7 @@ do_uninstall() {
 		log "nothing to uninstall ($GVX_INSTALLER_STATE/manifest not found)"
 		return 0
 	fi
-	pids=$(running containerd-shim-gvx-v2)
+	pids="$(running containerd-shim-gvx-v2)$(running gvx-shim)"
 	if [ -n "$pids" ] && [ "$FORCE" != 1 ]; then
 		die "gvx shims are running on this node (pids $pids): drain its gvx pods first (kubectl drain, or cordon and delete them); FORCE=1 uninstalls anyway and leaves those pods without a runtime"
 	fi

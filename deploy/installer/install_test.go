@@ -16,7 +16,7 @@ import (
 	gvxconfig "github.com/gvxrun/gvx/config"
 )
 
-var binaries = []string{"containerd-shim-gvx-v2", "gvx-sentry", "gvx-runtime", "gvx-hook", "gvx-pause", "gvx-relay", "gvx-nat", "gvx"}
+var binaries = []string{"containerd-shim-gvx-v2", "gvx-shim", "gvx-sentry", "gvx-runtime", "gvx-hook", "gvx-pause", "gvx-relay", "gvx-nat", "gvx"}
 
 // shells are the shells the script must run under: the node image's
 // busybox (deploy/installer's image) and the host's /bin/sh.
@@ -343,6 +343,7 @@ func TestUninstallRefusesRunningShim(t *testing.T) {
 	}
 	for _, tc := range []struct{ bin, want string }{
 		{"containerd-shim-gvx-v2", "drain"},
+		{"gvx-shim", "drain"},
 		{"gvx", "a pool server"},
 	} {
 		n := newNode(t, shells(t)[0])

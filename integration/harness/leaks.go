@@ -139,7 +139,7 @@ func GVXProcs() []string {
 		}
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 		switch base {
-		case api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.ShimBinary, api.CLIBinary, api.NATBinary:
+		case api.SentryBinary, api.RuntimeBinary, api.PauseBinary, api.ShimBinary, api.ShimServerBinary, api.CLIBinary, api.NATBinary:
 			out = append(out, fmt.Sprintf("%s %s", filepath.Base(d), exe))
 		}
 	}
