@@ -1,7 +1,6 @@
 package shimstart
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/mountinfo"
 )
 
 // Files of a task's bundle that containerd's runc shim library (which the
@@ -40,7 +40,7 @@ func deleteFast(id string, out io.Writer) (ok bool, err error) {
 	if _, err := os.Lstat(filepath.Join(bundle, api.ShimRecordFile)); !errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	if mounted, err := mountedAt(filepath.Join(bundle, "rootfs")); err != nil || mounted {
+	if mountedAt(filepath.Join(bundle, "rootfs")) {
 		return false, nil
 	}
 	if data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json")); err == nil {
@@ -86,45 +86,13 @@ func deleteFast(id string, out io.Writer) (ok bool, err error) {
 
 // mountedAt reports whether path, or a path below it, is a mount point in
 // this process's mount namespace.
-func mountedAt(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mount-point …; the kernel escapes
-		// space, tab, newline and backslash in octal.
-		fields := strings.SplitN(sc.Text(), " ", 6)
-		if len(fields) < 5 {
-			continue
-		}
-		if mp := unescapeOctal(fields[4]); mp == path || strings.HasPrefix(mp, path+"/") {
-			return true, nil
+func mountedAt(path string) bool {
+	for _, p := range mountinfo.Under(path) {
+		if p == path || strings.HasPrefix(p, path+"/") {
+			return true
 		}
 	}
-	return false, sc.Err()
-}
-
-// unescapeOctal undoes mountinfo's \NNN escapes.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return false
 }
 
 // encodeDeleteResponse is the task API's DeleteResponse

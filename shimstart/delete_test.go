@@ -106,17 +106,14 @@ func TestDeleteFast(t *testing.T) {
 }
 
 func TestMountedAt(t *testing.T) {
-	if ok, err := mountedAt("/proc"); !ok || err != nil {
-		t.Errorf("/proc: %v, %v", ok, err)
+	if !mountedAt("/proc") {
+		t.Error("/proc: not mounted")
 	}
-	if ok, err := mountedAt("/pr"); ok || err != nil {
-		t.Errorf("/pr (a prefix of /proc's name, not its parent): %v, %v", ok, err)
+	if mountedAt("/pr") {
+		t.Error("/pr (a prefix of /proc's name, not its parent): mounted")
 	}
-	if ok, err := mountedAt(t.TempDir()); ok || err != nil {
-		t.Errorf("a temporary directory: %v, %v", ok, err)
-	}
-	if got := unescapeOctal(`/a\040b\134c\011`); got != "/a b\\c\t" {
-		t.Errorf("unescape: %q", got)
+	if mountedAt(t.TempDir()) {
+		t.Error("a temporary directory: mounted")
 	}
 }
 
