@@ -13,18 +13,14 @@ package shim
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/process"
-	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/runc"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
@@ -35,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/shimstart"
 )
 
 // NewManager returns the shim.Shim containerd's shim bootstrap drives.
@@ -81,45 +78,17 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		}
 		rec.release(ctx)
 	}
-	// A shim that was killed could not remove its socket; remove it unless
-	// a live shim (another container of the group) still serves it.
-	if addr, err := bootstrapAddress(bundle); err == nil && !shim.CanConnect(addr) {
-		if err := shim.RemoveSocket(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
-			log.G(ctx).WithError(err).Warn("gvx shim: remove dead shim's socket")
-		}
+	if err := shimstart.RemoveDeadSocket(bundle); err != nil {
+		log.G(ctx).WithError(err).Warn("gvx shim: remove dead shim's socket")
 	}
 	if err := mount.UnmountRecursive(filepath.Join(bundle, "rootfs"), unix.MNT_DETACH); err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: unmount rootfs")
 	}
-	if e, err := runc.ReadExitStatus(bundle); err == nil {
-		return shim.StopStatus{ExitedAt: e.Timestamp, ExitStatus: e.Status, Pid: e.Pid}, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+	e, err := shimstart.RecordedExit(bundle)
+	if err != nil {
 		log.G(ctx).WithError(err).Warn("gvx shim: read recorded exit status")
 	}
-	pid, err := runcC.ReadPidFile(filepath.Join(bundle, process.InitPidFile))
-	if err != nil {
-		pid = 0
-	}
-	return shim.StopStatus{ExitedAt: time.Now(), ExitStatus: api.ExitKilled, Pid: pid}, nil
-}
-
-// bootstrapAddress reads the shim address containerd recorded in the
-// bundle when the shim started.
-func bootstrapAddress(bundle string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json"))
-	if err != nil {
-		return "", err
-	}
-	var b struct {
-		Address string `json:"address"`
-	}
-	if err := json.Unmarshal(data, &b); err != nil {
-		return "", fmt.Errorf("parse bootstrap.json: %w", err)
-	}
-	if b.Address == "" {
-		return "", errors.New("bootstrap.json has no address")
-	}
-	return b.Address, nil
+	return shim.StopStatus{ExitedAt: e.At, ExitStatus: e.Status, Pid: e.Pid}, nil
 }
 
 // Info reports the runtime's name, version and OCI features

@@ -15,10 +15,6 @@ import (
 	"github.com/gvxrun/gvx/sandbox"
 )
 
-// recordFile in a task's bundle is gvx's record of what it set up for the
-// task outside containerd's own bookkeeping.
-const recordFile = api.ShimRecordFile
-
 // record is everything gvx set up on the host for one task. It is saved
 // in the bundle before each step that leaves something behind, so that
 // one release undoes it all, whoever calls it: Delete (after the runtime
@@ -81,7 +77,7 @@ type record struct {
 
 // save writes r to its bundle.
 func (r *record) save() error {
-	if err := api.WriteJSON(filepath.Join(r.Bundle, recordFile), r); err != nil {
+	if err := api.WriteJSON(filepath.Join(r.Bundle, api.ShimRecordFile), r); err != nil {
 		return fmt.Errorf("record task %s: %w", r.ID, err)
 	}
 	return nil
@@ -90,7 +86,7 @@ func (r *record) save() error {
 // loadRecord reads the record in bundle; (nil, nil) if there is none
 // (gvx set nothing up, or released it all).
 func loadRecord(bundle string) (*record, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, recordFile))
+	data, err := os.ReadFile(filepath.Join(bundle, api.ShimRecordFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -99,7 +95,7 @@ func loadRecord(bundle string) (*record, error) {
 	}
 	var r record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("task record %s: %w", filepath.Join(bundle, recordFile), err)
+		return nil, fmt.Errorf("task record %s: %w", filepath.Join(bundle, api.ShimRecordFile), err)
 	}
 	return &r, nil
 }
@@ -166,7 +162,7 @@ func (r *record) release(ctx context.Context) {
 		log.G(ctx).WithError(err).Warnf("gvx shim: release of task %s incomplete; its record stays for the cleanup after the shim exits", r.ID)
 		return
 	}
-	if err := os.Remove(filepath.Join(r.Bundle, recordFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(r.Bundle, api.ShimRecordFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		log.G(ctx).WithError(err).Warnf("gvx shim: remove the record of task %s", r.ID)
 	}
 }

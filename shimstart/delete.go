@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -27,10 +28,9 @@ const (
 // exits, to clean up after it — when the task's server left nothing to
 // clean up: no task record in the bundle (the server's own delete of the
 // task released what it set up and removed the record) and no root
-// filesystem still mounted there. It removes the shim's socket if nothing
-// answers on it and writes the task's exit (the recorded one, else 137
-// now) as the server's Stop would. ok is false when the server must do the
-// clean-up (package shim, Stop).
+// filesystem still mounted there. It does what the server's Stop does
+// after that (RemoveDeadSocket, RecordedExit) and writes the exit. ok is
+// false when the server must do the clean-up (package shim, Stop).
 func deleteFast(id string, out io.Writer) (ok bool, err error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -43,45 +43,81 @@ func deleteFast(id string, out io.Writer) (ok bool, err error) {
 	if mountedAt(filepath.Join(bundle, "rootfs")) {
 		return false, nil
 	}
-	if data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json")); err == nil {
-		var b struct {
-			Address string `json:"address"`
-		}
-		if json.Unmarshal(data, &b) != nil || !strings.HasPrefix(b.Address, "unix://") {
-			return false, nil
-		}
-		// A killed shim could not remove its socket; a live one (another
-		// container of the group) still serves it.
-		if !canConnect(b.Address) {
-			if err := os.Remove(socketPath(b.Address)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return false, nil
-			}
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	if RemoveDeadSocket(bundle) != nil {
 		return false, nil
 	}
-	pid, status, at := 0, api.ExitKilled, time.Now()
-	data, err := os.ReadFile(filepath.Join(bundle, exitFile))
-	switch {
-	case err == nil:
-		var e struct {
-			Timestamp time.Time
-			Pid       int
-			Status    int
-		}
-		if json.Unmarshal(data, &e) != nil || e.Pid <= 0 || e.Timestamp.IsZero() || e.Status < 0 {
-			return false, nil // the server says what is wrong with it
-		}
-		pid, status, at = e.Pid, e.Status, e.Timestamp
-	case errors.Is(err, fs.ErrNotExist):
-		if data, err := os.ReadFile(filepath.Join(bundle, initPidFile)); err == nil {
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-		}
-	default:
-		return false, nil
+	e, err := RecordedExit(bundle)
+	if err != nil {
+		return false, nil // the server says what is wrong with it
 	}
-	_, err = out.Write(encodeDeleteResponse(pid, status, at))
+	_, err = out.Write(encodeDeleteResponse(e.Pid, e.Status, e.At))
 	return true, err
+}
+
+// RemoveDeadSocket removes the shim socket that bundle's bootstrap.json
+// names if nothing answers on it: a killed shim could not remove it, a
+// live one (another container of the group) still serves it. Without a
+// bootstrap.json, or for an abstract socket, there is nothing to remove.
+func RemoveDeadSocket(bundle string) error {
+	data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("shim address: %w", err)
+	}
+	var b struct {
+		Address string `json:"address"`
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		return fmt.Errorf("parse bootstrap.json: %w", err)
+	}
+	if b.Address == "" {
+		return errors.New("bootstrap.json has no address")
+	}
+	if !strings.HasPrefix(b.Address, "unix://") || canConnect(b.Address) {
+		return nil
+	}
+	if err := os.Remove(socketPath(b.Address)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove dead shim's socket: %w", err)
+	}
+	return nil
+}
+
+// Exit is a task's exit as the delete after its shim reports it.
+type Exit struct {
+	Pid, Status int
+	At          time.Time
+}
+
+// RecordedExit is the exit of bundle's init process that containerd's runc
+// shim library (which the server uses) recorded; without one, 137 now,
+// with the init's pid if it is known. An exit file it cannot read is an
+// error, returned with that fallback.
+func RecordedExit(bundle string) (Exit, error) {
+	fallback := Exit{Status: api.ExitKilled, At: time.Now()}
+	if data, err := os.ReadFile(filepath.Join(bundle, initPidFile)); err == nil {
+		fallback.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	data, err := os.ReadFile(filepath.Join(bundle, exitFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fallback, nil
+	}
+	if err != nil {
+		return fallback, fmt.Errorf("recorded exit status: %w", err)
+	}
+	var e struct {
+		Timestamp time.Time
+		Pid       int
+		Status    int
+	}
+	if err := json.Unmarshal(data, &e); err != nil {
+		return fallback, fmt.Errorf("recorded exit status %s: %w", exitFile, err)
+	}
+	if e.Pid <= 0 || e.Timestamp.IsZero() || e.Status < 0 {
+		return fallback, fmt.Errorf("recorded exit status %s: invalid: %+v", exitFile, e)
+	}
+	return Exit{Pid: e.Pid, Status: e.Status, At: e.Timestamp}, nil
 }
 
 // mountedAt reports whether path, or a path below it, is a mount point in

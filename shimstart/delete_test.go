@@ -103,6 +103,23 @@ func TestDeleteFast(t *testing.T) {
 	if ok, _ := deleteFast("t1", &bytes.Buffer{}); ok {
 		t.Error("a damaged exit file: answered without the server")
 	}
+	// The server's Stop reports the fallback then, and says why.
+	if e, err := RecordedExit(bundle); err == nil || e.Pid != 4242 || e.Status != api.ExitKilled {
+		t.Errorf("damaged exit file: %+v, %v; want an error with 137 and the init's pid", e, err)
+	}
+	os.Remove(filepath.Join(bundle, exitFile))
+	if err := os.WriteFile(filepath.Join(bundle, "bootstrap.json"), []byte(`{`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := deleteFast("t1", &bytes.Buffer{}); ok {
+		t.Error("a damaged bootstrap.json: answered without the server")
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "bootstrap.json"), []byte(`{"address":"abstract-name"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDeadSocket(bundle); err != nil {
+		t.Errorf("an abstract socket (nothing on disk): %v", err)
+	}
 }
 
 func TestMountedAt(t *testing.T) {
