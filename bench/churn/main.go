@@ -50,6 +50,8 @@ type variant struct {
 	name    string
 	runtime string
 	opts    any
+	pooled  bool   // runs on a warm pool of its own, started when the variant runs
+	poolCfg string // that pool's config lines beyond the size
 	pool    *harness.Pool
 }
 
@@ -118,19 +120,13 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 			os.RemoveAll(dir)
 		}, nil
 	}
-	// Each gvx pool variant's pool (its extra config lines), started only
-	// when the variant runs.
-	poolConfig := map[string]string{
-		"gvx (pool, demand, reset)":    "",
-		"gvx (image pool, reset)":      fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns),
-		"gvx (pool, demand, recreate)": "reset = false\n",
-		"gvx (pool, 1 boot at a time)": fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize),
-	}
 	vs := []variant{
-		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType},
-		{name: "gvx (image pool, reset)", runtime: api.RuntimeType},
-		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType},
-		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType},
+		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType, pooled: true},
+		{name: "gvx (image pool, reset)", runtime: api.RuntimeType, pooled: true,
+			poolCfg: fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns)},
+		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType, pooled: true, poolCfg: "reset = false\n"},
+		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, pooled: true,
+			poolCfg: fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize)},
 		{name: "gvx (no pool)", runtime: api.RuntimeType},
 		{name: "runsc (runc shim)", runtime: "io.containerd.runc.v2", opts: &options.Options{BinaryName: filepath.Join(bins.Runsc, "runsc")}},
 	}
@@ -144,11 +140,10 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 		return fmt.Errorf("-only %q matches no variant (they are: %s)", only, variantNames(vs))
 	}
 	for i, v := range chosen {
-		extra, pooled := poolConfig[v.name]
-		if !pooled {
+		if !v.pooled {
 			continue
 		}
-		p, stopPool, err := pool(extra)
+		p, stopPool, err := pool(v.poolCfg)
 		if err != nil {
 			return err
 		}
