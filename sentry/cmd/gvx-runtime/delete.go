@@ -9,10 +9,12 @@ import (
 
 // delete handles `delete [--force] <id>` of a task started as a process in
 // a running sandbox whose process has exited (its monitor is gone) or with
-// --force: it removes the task's record and socket; and of a sandbox's root
-// container whose sandbox has exited (rootGoneDelete). The sandbox was the
-// task's alone and goes with the shim's release of it (pool.Sandbox.Destroy
-// kills it through its cgroup), so no gvx-sentry start-up is needed here.
+// --force: it removes the task's record and socket (the sandbox was the
+// task's alone and goes with the shim's release of it: pool.Sandbox.Destroy
+// kills it through its cgroup); of a container in a running sandbox once
+// its monitor marked it ended (subDelete); and of a sandbox's root
+// container whose sandbox has exited (rootGoneDelete). No gvx-sentry
+// start-up is needed for any of them.
 func (c command) delete() (bool, error) {
 	flags, ids, ok := subArgs(c.args, nil, map[string]string{"--force": "force", "--f": "force"})
 	if !ok || len(ids) != 1 {
@@ -20,6 +22,9 @@ func (c command) delete() (bool, error) {
 	}
 	id, force := ids[0], flags["force"] == "true"
 	if !record.Exists(c.root, id) {
+		if handled, err := c.subDelete(id); handled {
+			return true, err // a container in a running sandbox, once it ended
+		}
 		return c.rootGoneDelete(id) // a sandbox's root container, once its sandbox has exited
 	}
 	if !force {

@@ -8,7 +8,8 @@
 // container or task whose monitor waits on its start socket
 // (sentry/monitor), a detached `exec` in and a `kill` of a task or
 // container whose monitor serves them, a `kill --all` of a container
-// whose monitor marked it ended, and a `delete` of such a task — and
+// whose monitor marked it ended, and a `delete` of such a task, of such a
+// container and of a root container whose sandbox exited — and
 // replaces itself with gvx-sentry,
 // next to its own executable, for everything else, keeping its argument
 // vector (argv[0] included: gvx-sentry reads the task's flags file beside
@@ -34,7 +35,7 @@ var fast = map[string]func(command) (handled bool, err error){
 	"start":  command.start,  // a container or task whose monitor waits on its start socket
 	"exec":   command.exec,   // a detached exec in a task or container whose monitor serves execs
 	"kill":   command.kill,   // a started task or container: its monitor signals it
-	"delete": command.delete, // a task whose process has exited (or --force)
+	"delete": command.delete, // a task whose process has exited (or --force), a container that ended
 }
 
 func main() {
