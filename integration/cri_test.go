@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,10 +242,18 @@ func TestCRIPod(t *testing.T) {
 	// A second container of the pod: the same sandbox, so the first one's
 	// listener on the pod's loopback answers it.
 	x.must(t, "exec", app, "sh", "-c", "(echo from-app | nc -l -p 9000 >/dev/null 2>&1 &) ; true")
+	// It asks for an OOM score (as the kubelet does for a BestEffort
+	// container): the sandbox's host process takes the lowest its
+	// containers ask for, and goes back once that container is deleted.
+	sbPid := podSandboxPid(t, pod)
+	before := oomScoreAdj(t, sbPid)
 	secondID := x.createContainer(t, pod, podCfg, "second",
 		[]string{"sh", "-c", "ip -4 -o addr show; for i in 1 2 3 4 5 6 7 8 9 10; do nc 127.0.0.1 9000 && break; sleep 0.2; done; echo second-done; exit 5"},
-		map[string]any{"log_path": "second.log"})
+		map[string]any{"log_path": "second.log", "linux": map[string]any{"resources": map[string]any{"oom_score_adj": 777}}})
 	x.must(t, "start", secondID)
+	if got := oomScoreAdj(t, sbPid); got != 777 {
+		t.Errorf("pod sandbox's oom_score_adj with the second container: %d, want its 777", got)
+	}
 	if st := x.waitExited(t, secondID); st != "CONTAINER_EXITED 5" {
 		t.Errorf("second container: %q, want CONTAINER_EXITED 5", st)
 	}
@@ -256,6 +265,9 @@ func TestCRIPod(t *testing.T) {
 		t.Errorf("pod addresses: app %q, second %q: want the same pod address", podAddr(logs), podAddr(slogs))
 	}
 	x.must(t, "rm", secondID)
+	if got := oomScoreAdj(t, sbPid); got != before {
+		t.Errorf("pod sandbox's oom_score_adj after the second container's removal: %d, want %d again", got, before)
+	}
 
 	x.must(t, "stop", "--timeout", "1", app)
 	insp := x.must(t, "inspect", "--output", "go-template", "--template", "{{.status.state}} {{.status.exitCode}}", app)
@@ -265,6 +277,39 @@ func TestCRIPod(t *testing.T) {
 	x.must(t, "rm", app)
 	x.must(t, "stopp", pod)
 	x.must(t, "rmp", pod)
+}
+
+// podSandboxPid is the host pid of CRI pod id's sandbox (gVisor's state
+// of its root container, in the pod's sentry root).
+func podSandboxPid(t *testing.T, id string) int {
+	t.Helper()
+	data, err := os.ReadFile(api.SentryRoot(filepath.Join(harness.State.SentryRoot(id), "k8s.io")).SandboxState(id))
+	if err != nil {
+		t.Fatalf("pod %s: %v", id, err)
+	}
+	var st struct {
+		Sandbox struct {
+			Pid int `json:"pid"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil || st.Sandbox.Pid <= 0 {
+		t.Fatalf("pod %s's state: pid %d, %v", id, st.Sandbox.Pid, err)
+	}
+	return st.Sandbox.Pid
+}
+
+// oomScoreAdj is process pid's oom_score_adj.
+func oomScoreAdj(t *testing.T, pid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestCRIPodKillShim: kill -9 of a pod's shim while its containers run;
