@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +13,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	coci "github.com/containerd/containerd/v2/pkg/oci"
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
@@ -310,5 +317,61 @@ func scraper(t *testing.T, sock string) func(series string) float64 {
 		}
 		v, _ := strconv.ParseFloat(m[1], 64)
 		return v
+	}
+}
+
+// TestPoolResetOOMScore: a reset pool's task that asks for an OOM score
+// gets it on its sandbox's host process (gVisor's create sets the
+// lowest its containers ask for); the task's delete — gvx-runtime's,
+// without gvx-sentry — puts the sandbox's original score back before the
+// sandbox returns to the pool, so the next task does not inherit it.
+func TestPoolResetOOMScore(t *testing.T) {
+	c, ctx, img := clientEnv(t)
+	checkNoLeaks(t)
+	p := startPoolWith(t, 1, "max_size = 1\n")
+	score := 777
+	cont := newContainerWith(t, c, ctx, img, "oomscore", &runtimeoptions.Options{ConfigPath: p.Config},
+		coci.WithProcessArgs("sleep", "1000"),
+		func(_ context.Context, _ coci.Client, _ *containers.Container, s *coci.Spec) error {
+			s.Process.OOMScoreAdj = &score
+			return nil
+		})
+	task, exit := startTask(t, ctx, cont, cio.NullIO)
+	sb := harness.Adopted(testNS, "oomscore")
+	if sb == "" {
+		t.Fatalf("oomscore did not adopt a pool sandbox; pool log:\n%s", p.Log())
+	}
+	pid, err := harness.SandboxPid(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(harness.SandboxDir(sb).Root().SandboxState(sb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Sandbox struct {
+			Original int `json:"originalOomScoreAdj"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Sandbox.Original == score {
+		t.Fatalf("the pool sandbox booted with oom_score_adj %d already", score)
+	}
+	if got := oomScoreAdj(t, pid); got != score {
+		t.Errorf("the sandbox's oom_score_adj with the task: %d, want %d", got, score)
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exit
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitResets(t, p, 1)
+	if got := oomScoreAdj(t, pid); got != st.Sandbox.Original {
+		t.Errorf("the reset sandbox's oom_score_adj: %d, want its original %d", got, st.Sandbox.Original)
 	}
 }

@@ -24,6 +24,10 @@ type Baseline struct {
 	// Limits are its cgroup's limit files and their contents (a task's
 	// update of its resources may change them).
 	Limits map[string]string `json:"limits,omitempty"`
+	// OOMScoreAdj is the Sentry's oom_score_adj (a task's container that
+	// asks for a score sets the sandbox's while it runs; nil in records
+	// from before it was kept).
+	OOMScoreAdj *int `json:"oom_score_adj,omitempty"`
 }
 
 // MemSlackKiB is how far above its boot baseline a reset sandbox's guest
@@ -43,6 +47,7 @@ const (
 	ResetHost      = "host"           // the task's host resources not all released
 	ResetNetwork   = "network"        // the NAT's policy could not be put back
 	ResetLimits    = "cgroup_limits"  // the sandbox's cgroup limits changed
+	ResetOOMScore  = "oom_score_adj"  // the Sentry's oom_score_adj not restored
 )
 
 // ResetError is a failed reset: Reason is one of the Reset* constants.
@@ -64,7 +69,23 @@ func (s *Sandbox) RecordBaseline(ctx context.Context) error {
 		return fmt.Errorf("sandbox %s at boot: processes %q, errors %q", s.ID, st.Processes, st.Errors)
 	}
 	s.Baseline = &Baseline{Guest: *st, HostPids: s.hostExtras(), Limits: limits(s.Cgroup)}
+	if score, err := s.oomScoreAdj(); err == nil {
+		s.Baseline.OOMScoreAdj = &score
+	}
 	return nil
+}
+
+// oomScoreAdj reads the Sentry's oom_score_adj.
+func (s *Sandbox) oomScoreAdj() (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", s.pid()))
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %s: %w", s.ID, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %s: oom_score_adj %q: %w", s.ID, data, err)
+	}
+	return n, nil
 }
 
 // Verify compares the guest's state after a reset (st) and the sandbox's
@@ -90,6 +111,11 @@ func (s *Sandbox) Verify(st *api.GuestState) error {
 		return &ResetError{ResetMounts, fmt.Sprintf("%d mounts in the root container, %d at boot", st.Mounts, g.Mounts)}
 	case st.MemUsedKiB > g.MemUsedKiB+MemSlackKiB:
 		return &ResetError{ResetMemory, fmt.Sprintf("%d KiB in use, %d KiB at boot (+ %d allowed)", st.MemUsedKiB, g.MemUsedKiB, MemSlackKiB)}
+	}
+	if b.OOMScoreAdj != nil {
+		if score, err := s.oomScoreAdj(); err != nil || score != *b.OOMScoreAdj {
+			return &ResetError{ResetOOMScore, fmt.Sprintf("%d (%v), %d at boot", score, err, *b.OOMScoreAdj)}
+		}
 	}
 	now := limits(s.Cgroup)
 	for f, v := range b.Limits {

@@ -8,9 +8,9 @@ import (
 	"github.com/gvxrun/gvx/api"
 )
 
-// TestVerify: each way a guest can differ from its boot baseline fails the
-// verification with its own reason; the baseline itself (and memory within
-// the slack) passes.
+// TestVerify: each way a guest (or its Sentry's OOM score) can differ from
+// its boot baseline fails the verification with its own reason; the
+// baseline itself (and memory within the slack) passes.
 func TestVerify(t *testing.T) {
 	base := api.GuestState{Hostname: "gvx-pool", Sockets: 1, Mounts: 6, MemUsedKiB: 6000}
 	sb := &Sandbox{ID: "gvxpool-x", Pid: os.Getpid(), Baseline: &Baseline{Guest: base}}
@@ -43,6 +43,21 @@ func TestVerify(t *testing.T) {
 		case tc.want != "" && (!errors.As(err, &re) || re.Reason != tc.want):
 			t.Errorf("%s: %v, want reason %s", tc.name, err, tc.want)
 		}
+	}
+	// The Sentry's oom_score_adj (this process's here) as at boot.
+	own, err := sb.oomScoreAdj()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Baseline.OOMScoreAdj = &own
+	if err := sb.Verify(&base); err != nil {
+		t.Errorf("the boot oom_score_adj: %v", err)
+	}
+	other := own + 1
+	sb.Baseline.OOMScoreAdj = &other
+	var re *ResetError
+	if err := sb.Verify(&base); !errors.As(err, &re) || re.Reason != ResetOOMScore {
+		t.Errorf("another oom_score_adj: %v, want reason %s", err, ResetOOMScore)
 	}
 	if err := (&Sandbox{ID: "gvxpool-y"}).Verify(&base); err == nil {
 		t.Error("a sandbox without a baseline verified")
