@@ -29,6 +29,7 @@ import (
 //   - the sandbox's destroy call for the container
 //     (containerManager.DestroySubcontainer), over its control socket;
 //   - the container's gofer killed, and waited for until it has exited;
+//   - its own (compat) cgroup removed, if it has one (subcgroup.go);
 //   - its state and lock files removed, under its lock;
 //   - the sandbox's oom_score_adj set again from the containers left
 //     (gVisor's adjustSandboxOOMScoreAdj: the lowest score a container
@@ -36,7 +37,7 @@ import (
 //   - and, as gvx-sentry's delete does, its monitor's files (socket, OOM
 //     and end markers).
 //
-// A container with poststop hooks, a compat cgroup of its own, a
+// A container with poststop hooks, a systemd-managed cgroup of its own, a
 // filestore-backed overlay, one that took a pool sandbox with it
 // (api.AnnotationPoolSandbox), one whose sandbox is gone, one not marked
 // ended, and any call the sandbox refuses go to gvx-sentry, which deletes
@@ -50,7 +51,7 @@ type subState struct {
 	// GoferPid is the container's gofer (runsc's sandbox.Pid: a number).
 	GoferPid int `json:"goferPid"`
 	// CompatCgroup is {"cgroupunknown": null} unless gVisor made the
-	// container a cgroup of its own ({"cgroupv1": {…}}, …).
+	// container a cgroup of its own ({"cgroupv1": {…}}, …: compatDirs).
 	CompatCgroup map[string]json.RawMessage `json:"compatCgroup"`
 	// GoferMountConfs: an upper layer of 2 (self) or 3 (anon) is a
 	// filestore file gVisor's destroy removes.
@@ -120,10 +121,8 @@ func (st *subState) destroyable(id, sb string) bool {
 	if st.Spec.Annotations[api.AnnotationPoolSandbox] != "" || hasHooks(st.Spec) {
 		return false
 	}
-	for kind, cg := range st.CompatCgroup {
-		if kind != "cgroupunknown" && string(cg) != "null" {
-			return false // a cgroup of its own to remove
-		}
+	if _, ok := compatDirs(st.CompatCgroup); !ok {
+		return false // a systemd-managed cgroup of its own
 	}
 	for _, m := range st.GoferMountConfs {
 		if m.Upper >= 2 { // self- or anon-backed: a filestore to remove
@@ -171,6 +170,10 @@ func (c command) subDelete(id string) (bool, error) {
 	// is done whatever fails, and the first failure reported.
 	var errs []error
 	if err := killGofer(st.GoferPid); err != nil {
+		errs = append(errs, err)
+	}
+	cgroupDirs, _ := compatDirs(st.CompatCgroup)
+	if err := removeCgroupDirs(cgroupDirs); err != nil {
 		errs = append(errs, err)
 	}
 	for _, p := range []string{state, lockPath} {

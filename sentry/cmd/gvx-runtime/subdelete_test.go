@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -90,6 +92,12 @@ func sleeper(t *testing.T, extra ...string) *exec.Cmd {
 // process is sbPid and control socket ctl, with gofer goferPid.
 func saveSub(t *testing.T, root, id, sb string, sbPid, goferPid int, ctl string, spec *specs.Spec, upper specutils.GoferMountConfUpperType, original int) {
 	t.Helper()
+	saveSubCgroup(t, root, id, sb, sbPid, goferPid, ctl, spec, upper, original, cgroup.CgroupJSON{})
+}
+
+// saveSubCgroup is saveSub of a container with compat cgroup cg.
+func saveSubCgroup(t *testing.T, root, id, sb string, sbPid, goferPid int, ctl string, spec *specs.Spec, upper specutils.GoferMountConfUpperType, original int, cg cgroup.CgroupJSON) {
+	t.Helper()
 	c := &container.Container{
 		ID:              id,
 		Spec:            spec,
@@ -97,6 +105,7 @@ func saveSub(t *testing.T, root, id, sb string, sbPid, goferPid int, ctl string,
 		Status:          container.Running,
 		Saver:           container.StateFile{RootDir: root, ID: container.FullID{SandboxID: sb, ContainerID: id}},
 		GoferMountConfs: specutils.GoferMountConfFlags{{Lower: specutils.Lisafs, Upper: upper}},
+		CompatCgroup:    cg,
 	}
 	c.Sandbox.Pid.Store(sbPid)
 	c.GoferPid.Store(goferPid)
@@ -151,7 +160,18 @@ func TestSubDelete(t *testing.T) {
 	saveSub(t, root, "sb", "sb", sbPid, 0, ctl, &specs.Spec{Process: &specs.Process{Args: []string{"pause"}},
 		Annotations: map[string]string{api.CRIContainerType: api.CRIRoleSandbox}}, specutils.MemoryOverlay, 100)
 	gofer := sleeper(t, "gofer")
-	saveSub(t, root, "c1", "sb", sbPid, gofer.Process.Pid, ctl, taskSpec(&high), specutils.MemoryOverlay, 100)
+	// c1 has a compat cgroup (gVisor's JSON of a cgroup v2 one, in
+	// directories of the test's own).
+	cgDir := t.TempDir()
+	cgOuter, cgInner := filepath.Join(cgDir, "pod"), filepath.Join(cgDir, "pod", "c1")
+	if err := os.MkdirAll(cgInner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var cg cgroup.CgroupJSON
+	if err := json.Unmarshal([]byte(fmt.Sprintf(`{"cgroupv2": {"mountpoint": %q, "path": "/pod/c1", "own": [%q, %q]}}`, cgDir, cgOuter, cgInner)), &cg); err != nil {
+		t.Fatal(err)
+	}
+	saveSubCgroup(t, root, "c1", "sb", sbPid, gofer.Process.Pid, ctl, taskSpec(&high), specutils.MemoryOverlay, 100, cg)
 	saveSub(t, root, "c2", "sb", sbPid, 0, ctl, taskSpec(&low), specutils.MemoryOverlay, 100)
 	markEnded(t, root, "c1")
 
@@ -171,6 +191,9 @@ func TestSubDelete(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left: %v", filepath.Base(p), err)
 		}
+	}
+	if _, err := os.Stat(cgOuter); !os.IsNotExist(err) {
+		t.Errorf("c1's compat cgroup left: %v", err)
 	}
 	if got := oomScore(t, sbPid); got != low {
 		t.Errorf("sandbox's oom_score_adj %d, want %d (c2's; the pod's own container left out)", got, low)
@@ -240,19 +263,59 @@ func TestSubDelete(t *testing.T) {
 	default:
 	}
 
-	// A container with a compat cgroup of its own (gVisor's JSON of one).
-	compat := &container.Container{ID: "c4", Spec: taskSpec(nil), Status: container.Running,
-		Sandbox: &sandbox.Sandbox{ID: "sb", ControlSocketPath: ctl},
-		Saver:   container.StateFile{RootDir: root, ID: container.FullID{SandboxID: "sb", ContainerID: "c4"}}}
-	compat.Sandbox.Pid.Store(sbPid)
-	cg, err := cgroup.NewFromPath("/gvxtest-none/c4", false)
-	if err != nil {
-		t.Fatal(err)
+	// A systemd-managed compat cgroup goes to gvx-sentry (its unit is
+	// stopped over D-Bus).
+	var sd cgroup.CgroupJSON
+	if err := json.Unmarshal([]byte(`{"cgroupsystemd": {"name": "c4.scope", "own": ["/sys/fs/cgroup/c4.scope"]}}`), &sd); err != nil || sd.Cgroup == nil {
+		t.Fatalf("gVisor's JSON of a systemd cgroup: %v", err)
 	}
-	compat.CompatCgroup = cgroup.CgroupJSON{Cgroup: cg}
-	statetest.SaveContainer(t, compat)
+	saveSubCgroup(t, root, "c4", "sb", sbPid, 0, ctl, taskSpec(nil), specutils.MemoryOverlay, 0, sd)
 	markEnded(t, root, "c4")
 	if handled, _ := c.subDelete("c4"); handled {
-		t.Error("a container with a compat cgroup: taken")
+		t.Error("a container with a systemd-managed cgroup: taken")
+	}
+}
+
+// TestCompatDirs: the directories of a container's compat cgroup, as
+// runsc/cgroup's Uninstall removes them: a cgroup v1 one's in each
+// controller it owns (under a parent when it has one), innermost first
+// for v2; a systemd one is not gvx-runtime's. removeCgroupDirs removes
+// them, a missing one is no error, one it cannot remove is.
+func TestCompatDirs(t *testing.T) {
+	root := cgroupRoot()
+	dirs, ok := compatDirs(map[string]json.RawMessage{"cgroupv1": json.RawMessage(`{"name": "/k8s.io/c1", "parents": {"cpu": "/kubepods"}, "own": {"memory": true, "cpu": true, "pids": false}}`)})
+	want := []string{filepath.Join(root, "cpu", "/kubepods/k8s.io/c1"), filepath.Join(root, "memory", "/k8s.io/c1")}
+	if !ok || strings.Join(dirs, " ") != strings.Join(want, " ") {
+		t.Errorf("v1: %q, %v; want %q", dirs, ok, want)
+	}
+	dirs, ok = compatDirs(map[string]json.RawMessage{"cgroupv2": json.RawMessage(`{"own": ["/sys/fs/cgroup/a", "/sys/fs/cgroup/a/b"]}`)})
+	if !ok || strings.Join(dirs, " ") != "/sys/fs/cgroup/a/b /sys/fs/cgroup/a" {
+		t.Errorf("v2: %q, %v", dirs, ok)
+	}
+	if dirs, ok = compatDirs(map[string]json.RawMessage{"cgroupunknown": json.RawMessage("null")}); !ok || len(dirs) != 0 {
+		t.Errorf("none: %q, %v", dirs, ok)
+	}
+	if _, ok = compatDirs(map[string]json.RawMessage{"cgroupsystemd": json.RawMessage(`{"name": "x.scope"}`)}); ok {
+		t.Error("systemd's taken")
+	}
+	if _, ok = compatDirs(map[string]json.RawMessage{"cgroupv2": json.RawMessage(`{"own": ["relative"]}`)}); ok {
+		t.Error("a relative v2 directory taken")
+	}
+
+	tmp := t.TempDir()
+	empty, full := filepath.Join(tmp, "empty"), filepath.Join(tmp, "full")
+	for _, d := range []string{empty, filepath.Join(full, "child")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeCgroupDirs([]string{empty, filepath.Join(tmp, "missing")}); err != nil {
+		t.Errorf("remove: %v", err)
+	}
+	if _, err := os.Stat(empty); !os.IsNotExist(err) {
+		t.Errorf("%s left: %v", empty, err)
+	}
+	if err := removeCgroupDirs([]string{full}); err == nil || !strings.Contains(err.Error(), full) {
+		t.Errorf("a directory that cannot go: %v, want an error naming it", err)
 	}
 }
