@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/api/ctlsock"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
@@ -18,11 +20,15 @@ import (
 // processes; after its init exited, its monitor killed the rest and
 // marked it ended, and --all has nothing left to do), or a running
 // sandbox's root container, signalled over the sandbox's control socket
-// (rootKill).
+// (rootKill). `kill --pid N` signals one process of a container the same
+// two ways (pidKill).
 func (c command) kill() (bool, error) {
 	args, all := c.args, false
 	if len(args) > 0 && (args[0] == "--all" || args[0] == "-all" || args[0] == "-a" || args[0] == "--a") {
 		args, all = args[1:], true
+	}
+	if pid, rest, ok := pidFlag(args); ok && !all {
+		return c.pidKill(pid, rest), nil
 	}
 	if len(args) == 0 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
 		return false, nil // --pid, …: gvx-sentry's
@@ -75,4 +81,65 @@ func (c command) kill() (bool, error) {
 		return true, fmt.Errorf("kill task %s: %w", id, err)
 	}
 	return true, nil
+}
+
+// pidFlag parses `--pid N` (or --pid=N) at the front of a kill's
+// arguments: the guest pid of one process of the container, what the
+// shim sends SIGKILL or SIGSTOP of an exec to (shim/execkill.go).
+func pidFlag(args []string) (pid int32, rest []string, ok bool) {
+	if len(args) == 0 {
+		return 0, nil, false
+	}
+	var v string
+	switch a := strings.TrimPrefix(args[0], "-"); {
+	case a == "-pid" || a == "pid":
+		if len(args) < 2 {
+			return 0, nil, false
+		}
+		v, rest = args[1], args[2:]
+	case strings.HasPrefix(a, "-pid=") || strings.HasPrefix(a, "pid="):
+		_, v, _ = strings.Cut(a, "=")
+		rest = args[1:]
+	default:
+		return 0, nil, false
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n <= 0 {
+		return 0, nil, false
+	}
+	return int32(n), rest, true
+}
+
+// pidKill is `kill --pid N <id> [signal]`: process N of container id
+// signalled by the container's monitor, or, for a sandbox's root
+// container, over its control socket. Whatever fails (a task, a process
+// or container gone, a signal it does not know) goes to gvx-sentry, which
+// says why in runsc's words; so it reports only whether it signalled.
+func (c command) pidKill(pid int32, args []string) bool {
+	if len(args) == 0 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
+		return false
+	}
+	id, name := args[0], "TERM"
+	if len(args) == 2 {
+		name = args[1]
+	}
+	sig, err := monitor.ParseSignal(name)
+	if err != nil || record.Exists(c.root, id) {
+		return false
+	}
+	if conn, err := monitor.Dial(c.root, id); err == nil {
+		defer conn.Close()
+		_, err := monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Signal: int(sig), Pid: pid})
+		return err == nil
+	}
+	st, ok := loadRoot(c.root, id)
+	if !ok {
+		return false
+	}
+	ctl, err := ctlsock.Dial(st.Sandbox.ControlSocketPath)
+	if err != nil {
+		return false
+	}
+	defer ctl.Close()
+	return ctl.Signal(id, pid, int(sig), ctlsock.DeliverToProcess) == nil
 }

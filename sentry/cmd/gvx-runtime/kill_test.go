@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"gvisor.dev/gvisor/runsc/boot"
+	"gvisor.dev/gvisor/runsc/container"
+
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 )
@@ -109,5 +112,65 @@ func TestKillContainer(t *testing.T) {
 		if handled != tc.handled || err != nil {
 			t.Errorf("%s: handled %v, err %v; want %v, nil", tc.name, handled, err, tc.handled)
 		}
+	}
+}
+
+// TestKillPid: `kill --pid N` (the shim's SIGKILL or SIGSTOP of an exec)
+// goes to the container's monitor, or over a root container's control
+// socket (gVisor's urpc server decodes it); a refusal, a task and a
+// container with neither go to gvx-sentry.
+func TestKillPid(t *testing.T) {
+	if pid, rest, ok := pidFlag([]string{"--pid=7", "c1", "9"}); !ok || pid != 7 || len(rest) != 2 {
+		t.Errorf("--pid=7: %d %q %v", pid, rest, ok)
+	}
+	for _, bad := range [][]string{{"--pid"}, {"--pid", "x", "c1"}, {"--pid", "0", "c1"}, {"c1", "9"}} {
+		if _, _, ok := pidFlag(bad); ok {
+			t.Errorf("pidFlag(%q) taken", bad)
+		}
+	}
+	for _, tc := range []struct {
+		name, answer string
+		handled      bool
+	}{
+		{"signalled", `{}`, true},
+		{"refused", `{"error": "signal 9 to 42: no such process"}`, false},
+	} {
+		root := t.TempDir()
+		got := fakeMonitor(t, root, "c1", tc.answer)
+		handled, err := command{root: root, sub: "kill", args: []string{"--pid", "42", "c1", "KILL"}}.kill()
+		if handled != tc.handled || err != nil {
+			t.Errorf("%s: handled %v, %v; want %v", tc.name, handled, err, tc.handled)
+		}
+		if req := <-got; !strings.Contains(req, `"pid":42`) || !strings.Contains(req, `"signal":9`) || strings.Contains(req, `"all"`) {
+			t.Errorf("%s: monitor got %q", tc.name, req)
+		}
+	}
+
+	// A sandbox's root container: over its control socket.
+	cm := &containerManager{signals: make(chan boot.SignalArgs, 1)}
+	ctl := controlServer(t, cm)
+	root := t.TempDir()
+	saveRoot(t, root, "sb", "sb", os.Getpid(), container.Running, ctl)
+	c := command{root: root, sub: "kill", args: []string{"--pid", "42", "sb", "STOP"}}
+	if handled, err := c.kill(); !handled || err != nil {
+		t.Fatalf("root container: handled %v, %v", handled, err)
+	}
+	if got := <-cm.signals; got.CID != "sb" || got.PID != 42 || got.Signo != 19 || got.Mode != boot.DeliverToProcess {
+		t.Errorf("root container's signal %+v", got)
+	}
+	c.args = []string{"--pid", "666", "sb", "9"}
+	if handled, _ := c.kill(); handled {
+		t.Error("a signal the sandbox refused: taken")
+	}
+	c.args = []string{"--pid", "42", "none", "9"}
+	if handled, _ := c.kill(); handled {
+		t.Error("no such container: taken")
+	}
+	if err := (&record.Record{ID: "t1", Sandbox: "sb", Bundle: "/b", Pid: 7}).Save(root); err != nil {
+		t.Fatal(err)
+	}
+	c.args = []string{"--pid", "42", "t1", "9"}
+	if handled, _ := c.kill(); handled {
+		t.Error("a task: taken")
 	}
 }

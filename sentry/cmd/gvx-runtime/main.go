@@ -34,7 +34,7 @@ var fast = map[string]func(command) (handled bool, err error){
 	"create": command.create, // a task started as a process in a running sandbox: its record and monitor
 	"start":  command.start,  // a container or task whose monitor waits on its start socket
 	"exec":   command.exec,   // a detached exec in a task or container whose monitor serves execs
-	"kill":   command.kill,   // a started task or container: its monitor signals it
+	"kill":   command.kill,   // a started task or container (or one process of it, --pid): its monitor or the control socket signals it
 	"delete": command.delete, // a task whose process has exited (or --force), a container that ended
 }
 

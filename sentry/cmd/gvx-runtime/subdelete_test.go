@@ -32,6 +32,15 @@ import (
 type containerManager struct {
 	destroyed chan string
 	refuse    string
+	signals   chan boot.SignalArgs
+}
+
+func (cm *containerManager) Signal(args *boot.SignalArgs, _ *struct{}) error {
+	if args.PID == 666 {
+		return errors.New("no such process")
+	}
+	cm.signals <- *args
+	return nil
 }
 
 func (cm *containerManager) DestroySubcontainer(cid *string, _ *struct{}) error {
