@@ -4,7 +4,8 @@
 // runs in a sandbox that is already running; whoever starts the task talks
 // to it on its start socket. `create` binds the socket (so that `start`
 // can connect at once) and hands it to the monitor as file descriptor 3
-// (Spawn); `start` connects, sends "start" and reads "ok" or "error: …"
+// (Spawn; or gvx-runtime binds it for gvx-sentry's create, which goes on
+// as the monitor: SpawnCreate); `start` connects, sends "start" and reads "ok" or "error: …"
 // (RequestStart; the monitor's side is ServeStart). Once the task runs,
 // its monitor keeps serving the socket for the task's execs (Request,
 // Reply). The package does not depend on gVisor, so that

@@ -52,14 +52,21 @@ func (m *Monitor) SetFlags(f *flag.FlagSet) {
 }
 
 // Execute implements subcommands.Command. It never returns: the process
-// exits with the container's status.
+// exits with the container's status (runMonitor).
 func (m *Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subcommands.ExitStatus {
 	conf := args[0].(*config.Config)
 	if f.NArg() != 1 {
 		f.Usage()
 		return subcommands.ExitUsageError
 	}
-	id := f.Arg(0)
+	runMonitor(conf, f.Arg(0), m.restore)
+	return subcommands.ExitSuccess
+}
+
+// runMonitor stands for container id's init — started (or, if restore,
+// restored) once asked on its start socket — until it exits, and exits
+// with its status.
+func runMonitor(conf *config.Config, id string, restore bool) {
 	sock := api.SentryRoot(conf.RootDir).MonitorSocket(id)
 	ln, err := monitor.Listener()
 	if err != nil {
@@ -76,7 +83,7 @@ func (m *Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subco
 	}
 	joinSandboxCgroup(conf, c)
 
-	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c, m.restore) }, func() (int, bool) { return waiting(conf.RootDir, id) })
+	exit, err := monitor.ServeStart(ln, func() error { return start(conf, c, restore) }, func() (int, bool) { return waiting(conf.RootDir, id) })
 	switch {
 	case errors.Is(err, monitor.ErrNotWaiting):
 		ln.Close()
@@ -126,7 +133,6 @@ func (m *Monitor) Execute(_ context.Context, f *flag.FlagSet, args ...any) subco
 		os.Exit(api.ExitKilled)
 	}
 	os.Exit(api.ExitCode(syscall.WaitStatus(ws)))
-	return subcommands.ExitSuccess
 }
 
 // end kills what is left of container cid's processes once its init has

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
 // reexecEnv marks the re-executed gvx-sentry running in its own mount
@@ -76,6 +77,8 @@ func InPrivateNamespace() bool { return os.Getenv(reexecEnv) == "1" }
 
 // Reexec runs argv again in a new mount namespace and exits with its
 // status. Its standard streams and extra files are this process's.
+// (A create that goes on as the container's monitor, monitor.CreateHereEnv,
+// exits at once: its report comes from the child.)
 func Reexec(argv []string) error {
 	cmd := exec.Command("/proc/self/exe", argv[1:]...)
 	cmd.Args[0] = argv[0]
@@ -96,6 +99,15 @@ func Reexec(argv []string) error {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
 		}
 		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fd), fmt.Sprintf("fd%d", fd)))
+	}
+	if os.Getenv(monitor.CreateHereEnv) != "" {
+		// A create that goes on as the container's monitor: the child
+		// is it, and reports to gvx-runtime itself; this process has
+		// nothing to wait for.
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("re-execute in a private mount namespace: %w", err)
+		}
+		os.Exit(0)
 	}
 	err := cmd.Run()
 	var ee *exec.ExitError
