@@ -154,6 +154,9 @@ func (c command) subDelete(id string) (bool, error) {
 	}
 	defer unlock()
 	st, err := readSub(state)
+	if errors.Is(err, os.ErrNotExist) {
+		_ = os.Remove(lockPath) // deleted meanwhile: the lock was made again
+	}
 	if err != nil || !st.destroyable(id, sb) {
 		return false, nil
 	}
@@ -167,7 +170,7 @@ func (c command) subDelete(id string) (bool, error) {
 		return false, nil // gvx-sentry's delete says why
 	}
 	// From here on the container is gone from its sandbox: what is left
-	// is done whatever fails, and the first failure reported.
+	// is done whatever fails, and every failure reported.
 	var errs []error
 	if err := killGofer(st.GoferPid); err != nil {
 		errs = append(errs, err)
