@@ -50,6 +50,9 @@ type subState struct {
 	Spec *specs.Spec `json:"spec"`
 	// GoferPid is the container's gofer (runsc's sandbox.Pid: a number).
 	GoferPid int `json:"goferPid"`
+	// BundleDir is the container's bundle, which its gofer's command
+	// line names.
+	BundleDir string `json:"bundleDir"`
 	// CompatCgroup is {"cgroupunknown": null} unless gVisor made the
 	// container a cgroup of its own ({"cgroupv1": {…}}, …: compatDirs).
 	CompatCgroup map[string]json.RawMessage `json:"compatCgroup"`
@@ -172,7 +175,7 @@ func (c command) subDelete(id string) (bool, error) {
 	// From here on the container is gone from its sandbox: what is left
 	// is done whatever fails, and every failure reported.
 	var errs []error
-	if err := killGofer(st.GoferPid); err != nil {
+	if err := killGofer(st.GoferPid, st.BundleDir); err != nil {
 		errs = append(errs, err)
 	}
 	cgroupDirs, _ := compatDirs(st.CompatCgroup)
@@ -199,11 +202,12 @@ func (c command) subDelete(id string) (bool, error) {
 	return true, nil
 }
 
-// killGofer kills a container's gofer, pid, and waits until it has exited
-// (its zombie is its parent's — the shim, a subreaper — to reap). A pid
-// that is no longer a gofer (reused once the gofer was reaped) is left
-// alone.
-func killGofer(pid int) error {
+// killGofer kills the gofer of the container with bundle, pid, and waits
+// until it has exited (its zombie is its parent's — the shim, a subreaper
+// — to reap). A pid that is no longer that gofer (reused once the gofer
+// was reaped, perhaps by another container's) is left alone, where
+// gVisor's destroy would kill it.
+func killGofer(pid int, bundle string) error {
 	if pid <= 0 {
 		return nil
 	}
@@ -215,7 +219,7 @@ func killGofer(pid int) error {
 		return fmt.Errorf("gofer %d: %w", pid, err)
 	}
 	defer unix.Close(fd)
-	if !isGofer(pid) {
+	if !isGofer(pid, bundle) {
 		return nil
 	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -242,13 +246,24 @@ func killGofer(pid int) error {
 }
 
 // isGofer reports whether process pid runs gVisor's gofer command (the
-// sandbox's binary re-executed with the "gofer" subcommand).
-func isGofer(pid int) bool {
+// sandbox's binary re-executed with the "gofer" subcommand) for the
+// container with bundle ("--bundle DIR", or "--bundle=DIR" once the gofer
+// re-executed itself).
+func isGofer(pid int, bundle string) bool {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return false
 	}
-	return slices.Contains(strings.Split(string(data), "\x00"), "gofer")
+	args := strings.Split(string(data), "\x00")
+	if !slices.Contains(args, "gofer") {
+		return false
+	}
+	for i, a := range args {
+		if a == "--bundle="+bundle || a == "--bundle" && i+1 < len(args) && args[i+1] == bundle {
+			return true
+		}
+	}
+	return false
 }
 
 // adjustOOMScore sets the oom_score_adj of sandbox sb's process, pid, as

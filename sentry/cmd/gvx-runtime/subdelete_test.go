@@ -112,6 +112,7 @@ func saveSubCgroup(t *testing.T, root, id, sb string, sbPid, goferPid int, ctl s
 		Spec:            spec,
 		Sandbox:         &sandbox.Sandbox{ID: sb, ControlSocketPath: ctl, OriginalOOMScoreAdj: original},
 		Status:          container.Running,
+		BundleDir:       "/bundles/" + id,
 		Saver:           container.StateFile{RootDir: root, ID: container.FullID{SandboxID: sb, ContainerID: id}},
 		GoferMountConfs: specutils.GoferMountConfFlags{{Lower: specutils.Lisafs, Upper: upper}},
 		CompatCgroup:    cg,
@@ -168,7 +169,7 @@ func TestSubDelete(t *testing.T) {
 	low, high := 300, 500
 	saveSub(t, root, "sb", "sb", sbPid, 0, ctl, &specs.Spec{Process: &specs.Process{Args: []string{"pause"}},
 		Annotations: map[string]string{api.CRIContainerType: api.CRIRoleSandbox}}, specutils.MemoryOverlay, 100)
-	gofer := sleeper(t, "gofer")
+	gofer := sleeper(t, "gofer", "--bundle", "/bundles/c1")
 	// c1 has a compat cgroup (gVisor's JSON of a cgroup v2 one, in
 	// directories of the test's own).
 	cgDir := t.TempDir()
@@ -224,13 +225,19 @@ func TestSubDelete(t *testing.T) {
 		t.Errorf("lock files of deleted containers left: %q", left)
 	}
 
-	// A pid that is no longer a gofer is not killed.
-	other := sleeper(t)
-	if err := killGofer(other.Process.Pid); err != nil {
-		t.Errorf("killGofer of a non-gofer: %v", err)
+	// A pid that is no longer the gofer — another process, another
+	// container's gofer — is not killed.
+	for _, args := range [][]string{nil, {"gofer", "--bundle", "/bundles/other"}, {"gofer", "--bundle=/bundles/other"}} {
+		other := sleeper(t, args...)
+		if err := killGofer(other.Process.Pid, "/bundles/c1"); err != nil {
+			t.Errorf("killGofer of %q: %v", args, err)
+		}
+		if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+			t.Errorf("%q was killed as c1's gofer: %v", args, err)
+		}
 	}
-	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Errorf("a process that is not a gofer was killed: %v", err)
+	if !isGofer(sleeper(t, "gofer", "--bundle=/bundles/c1").Process.Pid, "/bundles/c1") {
+		t.Error("a re-executed gofer (--bundle=DIR) not taken for its container's")
 	}
 
 	dead := statetest.DeadPid(t)
