@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/gvxrun/gvx/api"
-	"github.com/gvxrun/gvx/api/ctlsock"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
@@ -57,7 +56,7 @@ func (c command) kill() (bool, error) {
 		// Nothing left to kill; a sandbox's root container, signalled
 		// over its control socket, or whose sandbox has exited; or
 		// gvx-sentry's.
-		if ended() || req.Pid == 0 && c.rootKill(id, sig, all) {
+		if ended() || req.Pid == 0 && c.rootKill(id, 0, sig, all) {
 			return true, nil
 		}
 		if req.Pid == 0 {
@@ -132,14 +131,5 @@ func (c command) pidKill(pid int32, args []string) bool {
 		_, err := monitor.Send(conn, monitor.Request{Op: monitor.OpSignal, Signal: int(sig), Pid: pid})
 		return err == nil
 	}
-	st, ok := loadRoot(c.root, id)
-	if !ok {
-		return false
-	}
-	ctl, err := ctlsock.Dial(st.Sandbox.ControlSocketPath)
-	if err != nil {
-		return false
-	}
-	defer ctl.Close()
-	return ctl.Signal(id, pid, int(sig), ctlsock.DeliverToProcess) == nil
+	return c.rootKill(id, pid, sig, false)
 }

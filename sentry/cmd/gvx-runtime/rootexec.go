@@ -115,10 +115,11 @@ func (c command) rootExec(id string, p *specs.Process, pidFile string) (bool, er
 	return true, nil
 }
 
-// rootKill is kill [--all] of root container id: a signal to its init, or
-// to all its processes, over the control socket. A call the sandbox
-// refuses goes to gvx-sentry, which says why in runc's words.
-func (c command) rootKill(id string, sig unix.Signal, all bool) bool {
+// rootKill is kill [--all] [--pid N] of root container id: a signal to
+// its init (pid 0), to process pid, or to all its processes, over the
+// control socket. A call the sandbox refuses goes to gvx-sentry, which
+// says why in runc's words.
+func (c command) rootKill(id string, pid int32, sig unix.Signal, all bool) bool {
 	st, ok := loadRoot(c.root, id)
 	if !ok {
 		return false
@@ -132,7 +133,7 @@ func (c command) rootKill(id string, sig unix.Signal, all bool) bool {
 	if all {
 		mode = ctlsock.DeliverToAllProcesses
 	}
-	return ctl.Signal(id, 0, int(sig), mode) == nil
+	return ctl.Signal(id, pid, int(sig), mode) == nil
 }
 
 // netRaw reports whether the sandbox runs with raw sockets (gvx-sentry's

@@ -60,7 +60,7 @@ func (c command) rootGoneDelete(id string) (bool, error) {
 		return false, nil
 	}
 	state := api.SentryRoot(c.root).SandboxState(id)
-	lockPath := strings.TrimSuffix(state, api.StateSuffix) + ".lock"
+	lockPath := lockPathOf(state)
 	unlock, err := lockFile(lockPath, 5*time.Second)
 	if err != nil {
 		return false, nil // gvx-sentry's delete waits for it, or says why

@@ -150,17 +150,12 @@ func (c command) subDelete(id string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	lockPath := strings.TrimSuffix(state, api.StateSuffix) + ".lock"
-	unlock, err := lockFile(lockPath, goferWait)
-	if err != nil {
+	st, unlock, err := lockState(state)
+	if err != nil || st == nil {
 		return false, nil
 	}
 	defer unlock()
-	st, err := readSub(state)
-	if errors.Is(err, os.ErrNotExist) {
-		_ = os.Remove(lockPath) // deleted meanwhile: the lock was made again
-	}
-	if err != nil || !st.destroyable(id, sb) {
+	if !st.destroyable(id, sb) {
 		return false, nil
 	}
 	ctl, err := ctlsock.Dial(st.Sandbox.ControlSocketPath)
@@ -182,7 +177,7 @@ func (c command) subDelete(id string) (bool, error) {
 	if err := removeCgroupDirs(cgroupDirs); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range []string{state, lockPath} {
+	for _, p := range []string{state, lockPathOf(state)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -299,21 +294,40 @@ func adjustOOMScore(root, sb string, pid, original int) error {
 }
 
 // readLocked reads a container's state file under its lock (a create or
-// start may be writing it); nil if the container was deleted meanwhile
-// (and the lock file the lock made again goes too).
+// start may be writing it); nil if the container was deleted meanwhile.
 func readLocked(path string) (*subState, error) {
-	lockPath := strings.TrimSuffix(path, api.StateSuffix) + ".lock"
-	unlock, err := lockFile(lockPath, goferWait)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	st, err := readSub(path)
-	if errors.Is(err, os.ErrNotExist) {
-		_ = os.Remove(lockPath)
-		return nil, nil
+	st, unlock, err := lockState(path)
+	if st != nil {
+		unlock()
 	}
 	return st, err
+}
+
+// lockState takes the lock of the container whose state file is path and
+// reads its state, keeping the lock for the caller to release (unlock).
+// A container deleted meanwhile is a nil state, unlocked, and the lock
+// file the lock made again removed.
+func lockState(path string) (st *subState, unlock func(), err error) {
+	lockPath := lockPathOf(path)
+	unlock, err = lockFile(lockPath, goferWait)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err = readSub(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			_ = os.Remove(lockPath)
+			err = nil
+		}
+		unlock()
+		return nil, nil, err
+	}
+	return st, unlock, nil
+}
+
+// lockPathOf is the lock file of the container whose state file is path.
+func lockPathOf(state string) string {
+	return strings.TrimSuffix(state, api.StateSuffix) + ".lock"
 }
 
 // podContainer: the spec is a pod's own (pause) container, which gVisor
