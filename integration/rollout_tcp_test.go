@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -51,29 +52,52 @@ func TestRolloutOutsideTCP(t *testing.T) {
 		t.Skip("iproute2 not installed")
 	}
 	nsA := netnsPair(t, "ck")
-	// The peer: a server in namespace b that holds each connection open.
+	// The peer: a server in namespace b that holds each connection open;
+	// it says "listening" once it does (the guest's nc tries once).
 	srv := exec.Command("ip", "netns", "exec", "ckb", "python3", "-c", `
-import socket, time
+import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("10.213.0.2", 8080)); s.listen(8)
+print("listening", flush=True)
 conns = []
 while True:
     c, _ = s.accept(); conns.append(c)
+    print("accepted", flush=True)
 `)
-	srv.Stdout, srv.Stderr = os.Stderr, os.Stderr
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	srvLines := bufio.NewScanner(srvOut)
+	if !srvLines.Scan() || srvLines.Text() != "listening" {
+		t.Fatalf("the peer server did not start: %q %v", srvLines.Text(), srvLines.Err())
+	}
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for srvLines.Scan() {
+			accepted <- struct{}{}
+		}
+	}()
 	eng, ctx, _ := rolloutEnv(t, 0)
 	sb := adoptRunning(t, eng, ctx, "cktcp", []string{"--with-ns", "network:" + nsA}, "sh", "-c", "while true; do sleep 0.1; done")
 	id := current(sb)
 	// The guest's connection out: nc holding it open in the background.
-	inTask(t, id, "(sleep 100000 | nc 10.213.0.2 8080) </dev/null >/dev/null 2>&1 & true")
+	inTask(t, id, "(sleep 100000 | nc 10.213.0.2 8080) </dev/null >/tmp/nc.out 2>&1 & true")
+	select {
+	case <-accepted:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the peer accepted no connection from the guest in 20 s; the guest's TCP table, processes and nc's output:\n%s",
+			inTaskQuiet(id, "cat /proc/net/tcp; ps; cat /tmp/nc.out"))
+	}
 	waitFor(t, "the guest's connection", func() bool {
 		return strings.Contains(inTaskQuiet(id, "cat /proc/net/tcp"), " 0200D50A:1F90 01 ")
 	})
-	_, err := eng.Checkpoint(ctx, sb)
+	_, err = eng.Checkpoint(ctx, sb)
 	if !errors.Is(err, rollout.ErrNotCheckpointable) || !strings.Contains(err.Error(), "10.213.0.2:8080") {
 		t.Fatalf("checkpoint with a connection out: %v, want ErrNotCheckpointable naming 10.213.0.2:8080", err)
 	}
