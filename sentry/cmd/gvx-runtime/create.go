@@ -55,8 +55,15 @@ func (c command) create() (bool, error) {
 // running sandbox (gVisor's specutils.IsRootContainer is false: the CRI
 // container type says "container").
 func inRunningSandbox(spec *specs.Spec) bool {
+	return criContainerType(spec) == api.CRIRoleContainer
+}
+
+// criContainerType is the container type the CRI gave spec, containerd's
+// annotation or CRI-O's, as gVisor's specutils.SpecContainerType reads
+// them ("sandbox" for a pod's own container, "container", or "").
+func criContainerType(spec *specs.Spec) string {
 	if t, ok := spec.Annotations[api.CRIContainerType]; ok {
-		return t == api.CRIRoleContainer
+		return t
 	}
-	return spec.Annotations["io.kubernetes.cri-o.ContainerType"] == "container"
+	return spec.Annotations["io.kubernetes.cri-o.ContainerType"]
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/monitor"
@@ -29,16 +31,9 @@ func (c command) kill() (bool, error) {
 	if pid, rest, ok := pidFlag(args); ok && !all {
 		return c.pidKill(pid, rest), nil
 	}
-	if len(args) == 0 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
-		return false, nil // --pid, …: gvx-sentry's
-	}
-	id, name := args[0], "TERM"
-	if len(args) == 2 {
-		name = args[1]
-	}
-	sig, err := monitor.ParseSignal(name)
-	if err != nil {
-		return false, nil
+	id, sig, ok := idSignal(args)
+	if !ok {
+		return false, nil // other flags, …: gvx-sentry's
 	}
 	req := monitor.Request{Op: monitor.OpSignal, Signal: int(sig), All: all}
 	if r, err := record.Load(c.root, id); err == nil {
@@ -115,15 +110,8 @@ func pidFlag(args []string) (pid int32, rest []string, ok bool) {
 // or container gone, a signal it does not know) goes to gvx-sentry, which
 // says why in runsc's words; so it reports only whether it signalled.
 func (c command) pidKill(pid int32, args []string) bool {
-	if len(args) == 0 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
-		return false
-	}
-	id, name := args[0], "TERM"
-	if len(args) == 2 {
-		name = args[1]
-	}
-	sig, err := monitor.ParseSignal(name)
-	if err != nil || record.Exists(c.root, id) {
+	id, sig, ok := idSignal(args)
+	if !ok || record.Exists(c.root, id) {
 		return false
 	}
 	if conn, err := monitor.Dial(c.root, id); err == nil {
@@ -132,4 +120,22 @@ func (c command) pidKill(pid int32, args []string) bool {
 		return err == nil
 	}
 	return c.rootKill(id, pid, sig, false)
+}
+
+// idSignal parses a kill's `<id> [signal]` (SIGTERM by default); ok is
+// false for anything else (a flag gvx-runtime does not take, a signal it
+// does not know).
+func idSignal(args []string) (id string, sig unix.Signal, ok bool) {
+	if len(args) == 0 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
+		return "", 0, false
+	}
+	name := "TERM"
+	if len(args) == 2 {
+		name = args[1]
+	}
+	sig, err := monitor.ParseSignal(name)
+	if err != nil {
+		return "", 0, false
+	}
+	return args[0], sig, true
 }

@@ -333,8 +333,5 @@ func lockPathOf(state string) string {
 // podContainer: the spec is a pod's own (pause) container, which gVisor
 // leaves out of the sandbox's score.
 func podContainer(spec *specs.Spec) bool {
-	if t, ok := spec.Annotations[api.CRIContainerType]; ok {
-		return t == api.CRIRoleSandbox
-	}
-	return spec.Annotations["io.kubernetes.cri-o.ContainerType"] == "sandbox"
+	return criContainerType(spec) == api.CRIRoleSandbox
 }
