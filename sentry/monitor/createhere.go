@@ -34,7 +34,8 @@ const ReportFD = 4
 // the container's monitor (in a session of its own, its start socket
 // bound) and waits for its report: nil once the container is created,
 // else what failed. The process outlives the caller (the shim, a
-// subreaper, inherits it).
+// subreaper, inherits it). cmd's SysProcAttr and Env, when set, are kept
+// (Setsid and CreateHereEnv added).
 func SpawnCreate(cmd *exec.Cmd, root, id string) error {
 	path := api.SentryRoot(root).MonitorSocket(id)
 	ln, err := listen(path)
@@ -55,8 +56,14 @@ func SpawnCreate(cmd *exec.Cmd, root, id string) error {
 	}
 	defer r.Close()
 	cmd.ExtraFiles = []*os.File{lf, w}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = append(os.Environ(), CreateHereEnv+"=1")
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setsid = true
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, CreateHereEnv+"=1")
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

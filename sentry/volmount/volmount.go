@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/sentry/bundle"
+	"github.com/gvxrun/gvx/sentry/hostbind"
 	"github.com/gvxrun/gvx/sentry/monitor"
 )
 
@@ -83,12 +85,7 @@ func Reexec(argv []string) error {
 	cmd := exec.Command("/proc/self/exe", argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), reexecEnv+"=1")
-	// Cloneflags, not Unshareflags: after unshare(CLONE_NEWNS) Go's
-	// exec makes every mount private (MS_REC|MS_PRIVATE on /), which
-	// would cut the sandbox off from the host's later mounts; Prepare
-	// makes them slaves instead.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	InNewNamespace(cmd)
 	// Pass through inherited descriptors (e.g. a console socket, sync
 	// pipes): runc-style callers may hand the runtime extra fds.
 	for fd := 3; fd < 64; fd++ {
@@ -119,6 +116,62 @@ func Reexec(argv []string) error {
 	}
 	os.Exit(0)
 	return nil
+}
+
+// InNewNamespace makes cmd, a gvx-sentry create, start in a new mount
+// namespace of its own, as the re-executed one (Reexec) does: it then
+// mounts there without re-executing itself. gvx-runtime, a small binary,
+// starts gvx-sentry's creates in running sandboxes so (Needed), which
+// saves a start of gvx-sentry's — the re-execution — for every such
+// create with volumes or host binds (a CRI container's /etc/hosts,
+// resolv.conf, hostname and termination log are root's).
+func InNewNamespace(cmd *exec.Cmd) {
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, reexecEnv+"=1")
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// Cloneflags, not Unshareflags: after unshare(CLONE_NEWNS) Go's
+	// exec makes every mount private (MS_REC|MS_PRIVATE on /), which
+	// would cut the sandbox off from the host's later mounts; Prepare
+	// makes them slaves instead.
+	cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
+}
+
+// UnshareForExec moves the calling thread — locked to it for good: an
+// exec is to follow from it — into a new mount namespace, and returns
+// environ marked so that gvx-sentry, executed from this thread, knows it
+// starts in one (InPrivateNamespace) and mounts there without
+// re-executing itself. The namespace is the thread's alone until the
+// exec, which makes it the process's.
+func UnshareForExec(environ []string) ([]string, error) {
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return environ, fmt.Errorf("new mount namespace: %w", err)
+	}
+	return append(slices.Clone(environ), reexecEnv+"=1"), nil
+}
+
+// Needed reports whether gvx-sentry's create of spec mounts anything in a
+// private mount namespace: ext4lite volumes, or host bind mounts it
+// clones (hostbind.Plan; the spec is not changed). A create that finds it
+// needs one after all re-executes itself (Reexec).
+func Needed(spec *specs.Spec) (bool, error) {
+	vols, err := FromSpec(spec)
+	if err != nil {
+		return false, err
+	}
+	if len(vols) > 0 {
+		return true, nil
+	}
+	cp := *spec // Plan replaces Mounts, and changes no element of it
+	binds, err := hostbind.Plan(&cp, "", nil)
+	if err != nil {
+		return false, err
+	}
+	return len(binds) > 0, nil
 }
 
 // Prepare makes this (re-executed) process's mount namespace receive host

@@ -2,6 +2,8 @@ package volmount
 
 import (
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,5 +60,89 @@ func TestMountIntoRefusesNonGofer(t *testing.T) {
 	}
 	if err := MountInto(1<<22+1, vols); err == nil {
 		t.Error("MountInto a process that does not exist: no error")
+	}
+}
+
+// TestNeeded: a create needs a private mount namespace for ext4lite
+// volumes and for host binds gvx-sentry clones (a source the sandbox's
+// uids do not own), not for a bind the sandbox's uids own or a spec
+// without binds; the spec is left as it was.
+func TestNeeded(t *testing.T) {
+	src := t.TempDir()
+	mapping := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	withBind := func(annotations map[string]string) *specs.Spec {
+		return &specs.Spec{
+			Annotations: annotations,
+			Mounts: []specs.Mount{
+				{Destination: "/proc", Type: "proc", Source: "proc"},
+				{Destination: "/data", Type: "bind", Source: src, Options: []string{"rbind", "rw"}},
+			},
+			Linux: &specs.Linux{UIDMappings: mapping, GIDMappings: mapping},
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		owner int // of the bind's source
+		spec  *specs.Spec
+		want  bool
+	}{
+		{"root's bind", 0, withBind(nil), true},
+		{"the sandbox's own bind", 100000, withBind(nil), false},
+		{"volumes", 100000, withBind(map[string]string{api.AnnotationVolumes: `[{"image":"/v/a.ext4","staging":"/s/0"}]`}), true},
+		{"no binds", 0, &specs.Spec{Mounts: []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}}}, false},
+	} {
+		if err := os.Chown(src, tc.owner, tc.owner); err != nil {
+			t.Skipf("chown (needs root): %v", err)
+		}
+		before := slices.Clone(tc.spec.Mounts)
+		got, err := Needed(tc.spec)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Needed = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+		if !reflect.DeepEqual(before, tc.spec.Mounts) {
+			t.Errorf("%s: the spec's mounts changed: %+v → %+v", tc.name, before, tc.spec.Mounts)
+		}
+	}
+	if _, err := Needed(&specs.Spec{Annotations: map[string]string{api.AnnotationVolumes: `{`}}); err == nil {
+		t.Error("Needed of a bad volumes annotation: no error")
+	}
+}
+
+// TestUnshareForExec: the calling thread, and it alone, is in a new mount
+// namespace afterwards, and the environment returned marks it for
+// gvx-sentry (the caller's is not changed).
+func TestUnshareForExec(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a new mount namespace)")
+	}
+	own, err := os.Readlink("/proc/thread-self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"A=1"}
+	type result struct {
+		env []string
+		ns  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { // its thread stays locked and ends with it
+		out, err := UnshareForExec(env)
+		ns, _ := os.Readlink("/proc/thread-self/ns/mnt")
+		done <- result{out, ns, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.ns == own || r.ns == "" {
+		t.Errorf("the thread's mount namespace %q, the process's %q: want a new one", r.ns, own)
+	}
+	// This goroutine runs on another thread now (that one is locked).
+	if after, _ := os.Readlink("/proc/thread-self/ns/mnt"); after != own {
+		t.Errorf("another thread's mount namespace changed: %q → %q", own, after)
+	}
+	if len(env) != 1 || len(r.env) != 2 || r.env[1] != reexecEnv+"=1" {
+		t.Errorf("environment %q (caller's %q), want the caller's and %s=1", r.env, env, reexecEnv)
 	}
 }

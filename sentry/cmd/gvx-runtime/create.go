@@ -10,13 +10,15 @@ import (
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/volmount"
 )
 
 // create handles `create --bundle B --pid-file P <id>` of a task started
 // as a process in a running sandbox, and of a container in a running
 // sandbox (a pod's container, a warm-pool task): gvx-sentry's create of
 // such a container goes on as its monitor (monitor.SpawnCreate), one
-// start of gvx-sentry where there were two.
+// start of gvx-sentry where there were two, or three with volumes or host
+// binds (volmount.InNewNamespace).
 func (c command) create() (bool, error) {
 	flags, ids, ok := subArgs(c.args, map[string]string{"--bundle": "bundle", "--b": "bundle", "--pid-file": "pid-file", "--console-socket": "console-socket"},
 		map[string]string{"--no-pivot": "", "--no-new-keyring": ""})
@@ -39,6 +41,12 @@ func (c command) create() (bool, error) {
 			// terminal the caller (go-runc) reads create's output until
 			// EOF: the monitor must not hold it.
 			m.Stdin, m.Stdout, m.Stderr = os.Stdin, os.Stdout, os.Stderr
+		}
+		// Its volumes and host binds are mounted in a mount namespace
+		// of its own: started in one, gvx-sentry need not re-execute
+		// itself into one (an error here is gvx-sentry's to report).
+		if need, err := volmount.Needed(spec); err == nil && need {
+			volmount.InNewNamespace(m)
 		}
 		return true, monitor.SpawnCreate(m, c.root, id)
 	}

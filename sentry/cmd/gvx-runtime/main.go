@@ -10,7 +10,8 @@
 // container whose monitor serves them, a `kill --all` of a container
 // whose monitor marked it ended, and a `delete` of such a task, of such a
 // container and of a root container whose sandbox exited — and
-// replaces itself with gvx-sentry,
+// replaces itself with gvx-sentry (in a new mount namespace for a
+// create that mounts volumes or host binds: mntns.go),
 // next to its own executable, for everything else, keeping its argument
 // vector (argv[0] included: gvx-sentry reads the task's flags file beside
 // it).
@@ -61,7 +62,7 @@ func main() {
 			return
 		}
 	}
-	err = syscall.Exec(sentry, os.Args, os.Environ())
+	err = syscall.Exec(sentry, os.Args, mountNamespace(os.Args, os.Environ()))
 	fmt.Fprintf(os.Stderr, "gvx-runtime: exec %s: %v\n", sentry, err)
 	os.Exit(1)
 }

@@ -131,6 +131,14 @@ func mountVolumes(argv []string) error {
 		return err
 	}
 	if len(vols) == 0 && len(binds) == 0 {
+		if volmount.InPrivateNamespace() {
+			// Started in one it turned out not to need (a host bind's
+			// source changed since gvx-runtime looked): receive the
+			// host's mount events all the same.
+			if err := volmount.Prepare(nil, nil); err != nil {
+				return err
+			}
+		}
 		if reflect.DeepEqual(before, spec.Mounts) {
 			return nil
 		}
