@@ -134,6 +134,13 @@ func (s *service) Create(ctx context.Context, r *task.CreateTaskRequest) (_ *tas
 		return nil, s.abandonCreate(ctx, r.ID)
 	}
 	t.monitorCreated(ctx, resp.Pid)
+	if t.createFront && t.restoring == nil {
+		// Created; a restore's start would restore through gvx-runtime
+		// too, a plain start needs none of it.
+		if err := sentryLink(t.binary, t.rec.Sentry); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx shim: %s: its start goes through gvx-runtime", r.ID)
+		}
+	}
 	log.G(ctx).Debugf("gvx shim: created %s in %s (preparation %s, of which rootfs mount %s; sandbox create %s)",
 		r.ID, time.Since(t0), tPrep, t.tRootfs, time.Since(t0)-tPrep)
 	if t.docker != nil && t.rec.Sandbox != nil {

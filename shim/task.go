@@ -69,6 +69,10 @@ type gvxTask struct {
 	target *target
 	binary string // the task's gvx-sentry link
 	front  bool   // the link is to gvx-runtime (frontLink)
+	// createFront: the link is to gvx-runtime for the create (and a
+	// restore's start) alone, which mounts in a private mount namespace
+	// (mountsPrivately).
+	createFront bool
 	// initPid is the host pid of the task's init (for a task in a running
 	// sandbox, its monitor); endAll: the kill of its container's
 	// processes after the monitor's death (monitorexit.go).
@@ -460,7 +464,8 @@ func (t *gvxTask) linkSentry(context.Context) error {
 			t.checkpointDir, t.restoring.Flags, flags))
 	}
 	t.front = r.Adopted || t.role == oci.RoleContainer
-	binary, err := taskSentry(r.BinDir, r.Sentry, flags, t.front)
+	t.createFront = !t.front && mountsPrivately(t.spec)
+	binary, err := taskSentry(r.BinDir, r.Sentry, flags, t.front || t.createFront)
 	t.binary = binary
 	if err == nil && t.relay != "" {
 		if err := os.WriteFile(filepath.Join(r.BinDir, api.RelayDigestFile), []byte(t.relay), 0o600); err != nil {
