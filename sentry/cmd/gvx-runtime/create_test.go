@@ -29,8 +29,9 @@ func TestCreateDefersWhatItDoesNotHandle(t *testing.T) {
 
 // TestCreateInRunningSandbox: the create of a container that joins a
 // running sandbox starts gvx-sentry once, as its monitor-to-be
-// (monitor.SpawnCreate), and returns with its report; a root container's
-// create is gvx-sentry's as before.
+// (monitor.SpawnCreate), and returns with its report — in a new mount
+// namespace when it has volumes or host binds to mount, else in this
+// one; a root container's create is gvx-sentry's as before.
 func TestCreateInRunningSandbox(t *testing.T) {
 	own, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
@@ -53,15 +54,19 @@ func TestCreateInRunningSandbox(t *testing.T) {
 		// (the stand-in compares its namespace with the test's).
 		{"no mounts", `[ -z "$GVX_SENTRY_MNTNS" ] && [ "$(readlink /proc/self/ns/mnt)" = "$OWN_MNTNS" ] && echo ok >&4 || echo "error: in a new mount namespace" >&4`,
 			map[string]string{api.CRIContainerType: api.CRIRoleContainer}, true, ""},
+		// With volumes, in a new one and told so (volmount.InNewNamespace):
+		// gvx-sentry need not re-execute itself.
+		{"volumes", `[ "$GVX_SENTRY_MNTNS" = 1 ] && [ "$(readlink /proc/self/ns/mnt)" != "$OWN_MNTNS" ] && echo ok >&4 || echo "error: not in a new mount namespace" >&4`,
+			map[string]string{api.CRIContainerType: api.CRIRoleContainer, api.AnnotationVolumes: `[{"image":"/v/a.ext4","staging":"/s/0"}]`}, true, ""},
 	} {
+		if tc.name == "volumes" && os.Geteuid() != 0 {
+			t.Log("volumes: skipped (a new mount namespace needs root)")
+			continue
+		}
 		if err := os.WriteFile(sentry, []byte("#!/bin/sh\n"+tc.script+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		bundle := t.TempDir()
-		spec, _ := json.Marshal(specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: tc.annotations})
-		if err := os.WriteFile(filepath.Join(bundle, "config.json"), spec, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		bundle := writeBundle(t, tc.annotations)
 		root := t.TempDir()
 		c := command{globals: []string{"gvx-runtime"}, root: root, sub: "create", sentry: sentry,
 			args: []string{"--bundle", bundle, "--pid-file", filepath.Join(bundle, "pid"), "c1"}}
@@ -72,39 +77,6 @@ func TestCreateInRunningSandbox(t *testing.T) {
 		if _, err := os.Lstat(api.SentryRoot(root).MonitorSocket("c1")); (err == nil) != (tc.handled && tc.err == "") {
 			t.Errorf("%s: start socket: %v", tc.name, err)
 		}
-	}
-}
-
-// TestCreateInNewMountNamespace: a container with volumes is created by a
-// gvx-sentry started in a mount namespace of its own and told so
-// (volmount.InNewNamespace), which then need not re-execute itself.
-func TestCreateInNewMountNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (a new mount namespace)")
-	}
-	own, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("OWN_MNTNS", own)
-	dir := t.TempDir()
-	sentry := filepath.Join(dir, "gvx-sentry")
-	script := `[ "$GVX_SENTRY_MNTNS" = 1 ] && [ "$(readlink /proc/self/ns/mnt)" != "$OWN_MNTNS" ] && echo ok >&4 || echo "error: not in a new mount namespace" >&4`
-	if err := os.WriteFile(sentry, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bundle := t.TempDir()
-	spec, _ := json.Marshal(specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: map[string]string{
-		api.CRIContainerType:  api.CRIRoleContainer,
-		api.AnnotationVolumes: `[{"image":"/v/a.ext4","staging":"/s/0"}]`,
-	}})
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), spec, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := command{globals: []string{"gvx-runtime"}, root: t.TempDir(), sub: "create", sentry: sentry,
-		args: []string{"--bundle", bundle, "--pid-file", filepath.Join(bundle, "pid"), "c1"}}
-	if handled, err := c.create(); !handled || err != nil {
-		t.Errorf("create: handled %v, %v", handled, err)
 	}
 }
 
@@ -120,16 +92,8 @@ func TestMountNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundle := func(annotations map[string]string) string {
-		dir := t.TempDir()
-		spec, _ := json.Marshal(specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: annotations})
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	vols := bundle(map[string]string{api.AnnotationVolumes: `[{"image":"/v/a.ext4","staging":"/s/0"}]`})
-	plain := bundle(nil)
+	vols := writeBundle(t, map[string]string{api.AnnotationVolumes: `[{"image":"/v/a.ext4","staging":"/s/0"}]`})
+	plain := writeBundle(t, nil)
 	for _, tc := range []struct {
 		name string
 		argv []string
@@ -156,4 +120,15 @@ func TestMountNamespace(t *testing.T) {
 			t.Errorf("%s: env %q, namespace %s (own %s); want a new one: %v", tc.name, r.env, r.ns, own, tc.want)
 		}
 	}
+}
+
+// writeBundle writes a bundle whose spec runs true and has annotations.
+func writeBundle(t *testing.T, annotations map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	spec, _ := json.Marshal(specs.Spec{Process: &specs.Process{Args: []string{"true"}, Cwd: "/"}, Annotations: annotations})
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
