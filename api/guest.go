@@ -8,6 +8,13 @@ package api
 // --domainname to restore.
 const PauseResetCommand = "reset"
 
+// PauseUTSCommand is gvx-pause's subcommand (argv[1]) that gives a pool
+// sandbox the hostname and domain name of the task that adopted it (flags
+// --hostname, --domainname): every container of a gVisor sandbox runs in
+// the root container's UTS namespace, which the pool booted with its own.
+// A reset puts the pool's back (PauseResetCommand).
+const PauseUTSCommand = "uts"
+
 // GuestState is what a pool sandbox's guest looks like, as gvx-pause
 // sees it from the sandbox's root PID namespace: the state a reset
 // compares with the one recorded at boot.

@@ -106,6 +106,12 @@ func TestCRIPodPool(t *testing.T) {
 	if !strings.Contains(out, ip+"/24") || !strings.Contains(out, "default via 10.77.0.1") || !strings.Contains(out, "gvisor") {
 		t.Errorf("the guest's network: %q, want %s/24 and default via 10.77.0.1 in gVisor", out, ip)
 	}
+	// The pod's hostname, not the pool's (every container of a gVisor
+	// sandbox shares its root container's UTS namespace, which the pool
+	// booted with its own).
+	if out := x.must(t, "exec", app, "hostname"); out != "pp1" {
+		t.Errorf("hostname in the pooled pod: %q, want the pod's pp1", out)
+	}
 
 	// The host reaches a server in the pod on the pod's IP.
 	x.must(t, "exec", app, "sh", "-c", "(while true; do echo hello-from-pod | nc -l -p 8080; done >/dev/null 2>&1 &); true")

@@ -134,6 +134,7 @@ func (x *criEnv) runPodLinux(t *testing.T, name, handler string, annotations map
 	t.Helper()
 	cfg := x.writeJSON(t, name+".json", map[string]any{
 		"metadata":      map[string]string{"name": name, "namespace": "default", "uid": "uid-" + name},
+		"hostname":      name, // as the kubelet gives a pod
 		"log_directory": filepath.Join(x.dir, "logs-"+name),
 		"linux":         linux,
 		"annotations":   annotations,
@@ -235,8 +236,8 @@ func TestCRIPod(t *testing.T) {
 	if !strings.Contains(logs, "10.77.0.") {
 		t.Errorf("app logs %q: want an address of the pod network 10.77.0.0/24", logs)
 	}
-	if out := x.must(t, "exec", app, "sh", "-c", "echo exec-in-pod"); out != "exec-in-pod" {
-		t.Errorf("crictl exec: %q", out)
+	if out := x.must(t, "exec", app, "sh", "-c", "echo exec-in-pod; hostname"); out != "exec-in-pod\np1" {
+		t.Errorf("crictl exec: %q, want exec-in-pod and the pod's hostname p1", out)
 	}
 
 	// A second container of the pod: the same sandbox, so the first one's

@@ -25,6 +25,7 @@ import (
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/config"
 	"github.com/gvxrun/gvx/integration/harness"
+	"github.com/gvxrun/gvx/pool/bootspec"
 	"github.com/gvxrun/gvx/pool/client"
 	"github.com/gvxrun/gvx/sandbox"
 	"github.com/gvxrun/gvx/shim"
@@ -374,4 +375,30 @@ func TestPoolResetOOMScore(t *testing.T) {
 	if got := oomScoreAdj(t, pid); got != st.Sandbox.Original {
 		t.Errorf("the reset sandbox's oom_score_adj: %d, want its original %d", got, st.Sandbox.Original)
 	}
+}
+
+// TestPoolHostname: a task that adopts a pool sandbox with a hostname of
+// its own (ctr --hostname, nerdctl's, a pod's) sees it, although gVisor
+// runs every container in the root container's UTS namespace, which the
+// pool booted with its own; the reset puts the pool's back for the next
+// task.
+func TestPoolHostname(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	p, _, opts := resetPool(t)
+	script := `hostname >/tmp/h; touch /tmp/ready; exec sleep 1000`
+	sb := runAdopted(t, p, "host1", append(slices.Clone(opts), "--hostname", "task-one"), "sh", "-c", script)
+	if got := strings.TrimSpace(waitFile(t, "host1", "/tmp/ready", "/tmp/h")); got != "task-one" {
+		t.Errorf("hostname in a pool task run with --hostname task-one: %q", got)
+	}
+	deleteTask(t, "host1")
+	waitResets(t, p, 1)
+	if sb2 := runAdopted(t, p, "host2", opts, "sh", "-c", script); sb2 != sb {
+		t.Fatalf("host2 adopted %s, not the reset %s", sb2, sb)
+	}
+	if got := strings.TrimSpace(waitFile(t, "host2", "/tmp/ready", "/tmp/h")); got != bootspec.Hostname {
+		t.Errorf("hostname in the next task of the reset sandbox: %q, want the pool's %s", got, bootspec.Hostname)
+	}
+	deleteTask(t, "host2")
+	waitResets(t, p, 2)
 }

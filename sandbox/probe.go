@@ -56,6 +56,21 @@ func (s *Sandbox) Probe(ctx context.Context, restore bool) (*api.GuestState, err
 	return &st, nil
 }
 
+// SetUTS gives the sandbox — every container in it: they share the root
+// container's UTS namespace — hostname and domainname, by gvx-pause's
+// uts exec'd in its root container with CAP_SYS_ADMIN (a reset puts the
+// pool's back).
+func (s *Sandbox) SetUTS(ctx context.Context, hostname, domainname string) error {
+	if s.Pool == nil || s.Pool.Pause == "" {
+		return fmt.Errorf("sandbox %s: not a pool sandbox with gvx-pause", s.ID)
+	}
+	argv := []string{s.Pool.Pause, api.PauseUTSCommand, "--hostname", hostname, "--domainname", domainname}
+	if _, err := s.execRoot(ctx, argv, []string{"CAP_SYS_ADMIN"}, probeTimeout); err != nil {
+		return fmt.Errorf("hostname %q for sandbox %s: %w", hostname, s.ID, err)
+	}
+	return nil
+}
+
 // execRoot runs argv in the sandbox's root container as its process runs
 // (environment, directory, user, capabilities, with extraCaps added to
 // its bounding, effective and permitted sets, as runsc's exec --cap does),

@@ -65,6 +65,35 @@ func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess, reset bo
 	spec.Linux.CgroupsPath = ""
 }
 
+// startUTS gives an adopted pool sandbox the hostname and domain name the
+// task's spec asks for (a CRI pod's, `nerdctl run`'s), in the background:
+// gVisor runs every container of a sandbox in the root container's UTS
+// namespace, which the pool booted with its own (bootspec.Hostname). The
+// task's Start waits for it (awaitUTS). A reset puts the pool's back.
+func (t *gvxTask) startUTS(ctx context.Context, sb *sandbox.Sandbox) {
+	host, domain := t.spec.Hostname, t.spec.Domainname
+	pool, poolDomain := bootspec.Hostname, ""
+	if b := sb.Baseline; b != nil {
+		pool, poolDomain = b.Guest.Hostname, b.Guest.Domainname
+	}
+	if host == "" || host == pool && domain == poolDomain {
+		return
+	}
+	done := make(chan error, 1)
+	t.uts = done
+	go func() { done <- sb.SetUTS(context.WithoutCancel(ctx), host, domain) }()
+}
+
+// awaitUTS waits for startUTS's work, if any: its error fails the start.
+func (t *gvxTask) awaitUTS() error {
+	if t == nil || t.uts == nil {
+		return nil
+	}
+	err := <-t.uts
+	t.uts = nil
+	return err
+}
+
 // poolTaskName is the container name (api.CRIContainerName) of a task
 // that runs as a container in a pool sandbox.
 const poolTaskName = "gvx-task"

@@ -159,6 +159,9 @@ func (s *service) Start(ctx context.Context, r *task.StartRequest) (*task.StartR
 		if err := s.task(r.ID).startTarget(); err != nil {
 			return nil, err
 		}
+		if err := s.task(r.ID).awaitUTS(); err != nil {
+			return nil, grpcError(errdefs.ErrUnavailable, err)
+		}
 	}
 	var stop func()
 	if r.ExecID == "" {

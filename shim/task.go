@@ -69,6 +69,8 @@ type gvxTask struct {
 	target *target
 	binary string // the task's gvx-sentry link
 	front  bool   // the link is to gvx-runtime (frontLink)
+	// uts: the adopted pool sandbox's hostname being set (startUTS).
+	uts chan error
 	// createFront: the link is to gvx-runtime for the create (and a
 	// restore's start) alone, which mounts in a private mount namespace
 	// (mountsPrivately).
@@ -425,6 +427,7 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 		}
 	}
 	enterPoolSandbox(t.spec, sb, r.PoolProcess, t.resettable())
+	t.startUTS(ctx, sb)
 	if t.role == oci.RolePause && t.network == api.NetworkSandbox {
 		// gvx-sentry gives the running sandbox the pod's interfaces.
 		if ns := oci.NetnsPath(t.spec); ns != "" {

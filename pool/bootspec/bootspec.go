@@ -30,6 +30,11 @@ import (
 // (the pool's own root filesystem, api.PoolDir.Rootfs).
 const PauseInGuest = "/pause"
 
+// Hostname is a pool sandbox's hostname as booted: a task that asks for
+// another gets it set before it starts (sandbox.SetUTS), and a reset puts
+// this one back.
+const Hostname = "gvx-pool"
+
 // PausePath is gvx-pause as installed next to gvx-sentry at sentry.
 func PausePath(sentry string) string { return filepath.Join(filepath.Dir(sentry), api.PauseBinary) }
 
@@ -91,7 +96,7 @@ func RootSpec(rootfs, cgroup string) *specs.Spec {
 			NoNewPrivileges: true,
 		},
 		Root:     &specs.Root{Path: rootfs, Readonly: true},
-		Hostname: "gvx-pool",
+		Hostname: Hostname,
 		Linux: &specs.Linux{
 			// Never nil: runsc's update of the root container (on behalf
 			// of a task started in it) dereferences the spec's resources.

@@ -7,7 +7,8 @@
 //
 // `gvx-pause reset` (api.PauseResetCommand), exec'd in the root container
 // by a pool sandbox's reset, restores what containers share and reports
-// the guest's state (reset.go).
+// the guest's state (reset.go); `gvx-pause uts` (api.PauseUTSCommand)
+// gives the sandbox the hostname of the task that adopted it.
 package main
 
 import (
@@ -21,6 +22,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == api.PauseResetCommand {
 		os.Exit(reset(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == api.PauseUTSCommand {
+		os.Exit(uts(os.Args[2:]))
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

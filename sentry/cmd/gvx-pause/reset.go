@@ -21,6 +21,27 @@ import (
 // reported, and the reset then fails).
 const sysvScan = 4096
 
+// uts is api.PauseUTSCommand: run in the root container of a pool
+// sandbox (with CAP_SYS_ADMIN) before an adopting task starts, it sets
+// the hostname and domain name the task's spec asks for.
+func uts(args []string) int {
+	fs := flag.NewFlagSet(api.PauseUTSCommand, flag.ContinueOnError)
+	host := fs.String("hostname", "", "hostname to set")
+	domain := fs.String("domainname", "", "domain name to set")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := unix.Sethostname([]byte(*host)); err != nil {
+		fmt.Fprintf(os.Stderr, "sethostname %q: %v\n", *host, err)
+		return 1
+	}
+	if err := unix.Setdomainname([]byte(*domain)); err != nil {
+		fmt.Fprintf(os.Stderr, "setdomainname %q: %v\n", *domain, err)
+		return 1
+	}
+	return 0
+}
+
 // reset is api.PauseResetCommand: run in the root container of a pool
 // sandbox (with CAP_SYS_ADMIN and CAP_IPC_OWNER) after a task's container
 // is gone, it restores the hostname and domain name and removes the SysV
