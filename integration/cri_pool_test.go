@@ -74,6 +74,12 @@ func TestCRIPodPool(t *testing.T) {
 	if sb == "" {
 		t.Fatalf("pod %s booted its own sandbox (%s); pool log:\n%s", pod, x.shimSaid(pod, "boots its own sandbox"), p.Log())
 	}
+	// Its sandbox container runs as the pool's gvx-pause, a process in
+	// the sandbox's root container (sentry/exectask), not as a container
+	// of its own (no gofer, no gVisor create of the pause image).
+	if _, err := os.Stat(harness.SandboxDir(sb).Root().TaskRecord(pod)); err != nil {
+		t.Errorf("the pod's sandbox container is no process in pool sandbox %s: %v", sb, err)
+	}
 	// The adopted sandbox left its pool cgroup for the pod's, so the
 	// pod's limits bind it.
 	sentry, err := harness.SandboxPid(sb)

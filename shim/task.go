@@ -416,10 +416,16 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 		return err
 	}
 	why = adopt.ProcessBlocker(t.spec, t.rootfs, sb, t.vols != nil, r.Docker)
-	if why != "" && sb.Pool != nil && sb.Pool.Image != "" {
+	if t.role == oci.RolePause {
+		why = adopt.PauseBlocker(sb, r.Docker)
+	}
+	if why != "" && (sb.Pool != nil && sb.Pool.Image != "" || t.role == oci.RolePause) {
 		log.G(ctx).Infof("gvx shim: %s runs as a container in pool sandbox %s: %s", r.ID, sb.ID, why)
 	}
 	r.PoolProcess = why == ""
+	if r.PoolProcess && t.role == oci.RolePause {
+		adopt.PauseProcess(t.spec, sb)
+	}
 	r.SandboxCgroup = sb.Cgroup
 	if t.role == oci.RolePause {
 		if err := t.enterPodCgroup(ctx, sb); err != nil {

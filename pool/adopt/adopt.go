@@ -117,6 +117,31 @@ func ProcessBlocker(spec *specs.Spec, rootfs []mount.Mount, sb *sandbox.Sandbox,
 	return ""
 }
 
+// PauseBlocker says why a CRI pod's sandbox (pause) container that
+// adopted sb must run as a container inside it ("" if it need not): in
+// any pool's sandbox but a docker-mode one, it runs as a process started
+// in the root container — the pool's own gvx-pause (PauseProcess), which
+// pauses as well as the pod's image's — and saves the container the
+// pause image's gofer and gVisor's create and start of a container. The
+// pod's hostname, cgroup and network namespace come to the sandbox all
+// the same (the shim's startUTS, sentry/exectask's joinPod).
+func PauseBlocker(sb *sandbox.Sandbox, docker bool) string {
+	switch {
+	case docker:
+		return "docker mode"
+	case sb.Pool == nil || sb.Pool.Pause == "":
+		return "the pool sandbox has no gvx-pause"
+	}
+	return ""
+}
+
+// PauseProcess makes spec, a pod's sandbox container's that adopted sb as
+// a process (PauseBlocker), run the pool's gvx-pause: the pause image's
+// own binary is not in the sandbox's root container.
+func PauseProcess(spec *specs.Spec, sb *sandbox.Sandbox) {
+	spec.Process.Args = []string{sb.Pool.Pause}
+}
+
 // Layers returns the read-only layer directories of a root filesystem given
 // as containerd mounts, topmost first: an overlay's lowerdirs (its upper
 // directory is the container's own) or a read-only bind mount's source (a

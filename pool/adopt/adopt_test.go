@@ -159,3 +159,24 @@ func TestLayers(t *testing.T) {
 		}
 	}
 }
+
+// TestPauseBlocker: a pod's sandbox container runs as a process in any
+// pool sandbox with gvx-pause but a docker-mode one, and that process is
+// the pool's gvx-pause.
+func TestPauseBlocker(t *testing.T) {
+	sb := &sandbox.Sandbox{ID: "sb1", Pool: &sandbox.Pool{Pause: "/pause"}}
+	if why := PauseBlocker(sb, false); why != "" {
+		t.Errorf("PauseBlocker of a plain pool's sandbox: %q", why)
+	}
+	if why := PauseBlocker(sb, true); !strings.Contains(why, "docker") {
+		t.Errorf("PauseBlocker in docker mode: %q", why)
+	}
+	if why := PauseBlocker(&sandbox.Sandbox{ID: "sb2"}, false); !strings.Contains(why, "gvx-pause") {
+		t.Errorf("PauseBlocker of a sandbox no pool booted: %q", why)
+	}
+	spec := &specs.Spec{Process: &specs.Process{Args: []string{"/pause"}, User: specs.User{UID: 65535}}}
+	PauseProcess(spec, &sandbox.Sandbox{Pool: &sandbox.Pool{Pause: "/.gvx-pause"}})
+	if len(spec.Process.Args) != 1 || spec.Process.Args[0] != "/.gvx-pause" || spec.Process.User.UID != 65535 {
+		t.Errorf("PauseProcess: %+v", spec.Process)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/google/subcommands"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/sentry/control"
@@ -22,6 +23,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/exectask/record"
 	"github.com/gvxrun/gvx/sentry/fastexec"
 	"github.com/gvxrun/gvx/sentry/monitor"
+	"github.com/gvxrun/gvx/sentry/podjoin"
 	"github.com/gvxrun/gvx/sentry/sandboxctl"
 )
 
@@ -147,6 +149,9 @@ func start(conf *config.Config, id string) (int32, *container.Container, error) 
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := joinPod(conf.RootDir, sb, spec); err != nil {
+		return 0, nil, fmt.Errorf("start task %s in sandbox %s: %w", id, r.Sandbox, err)
+	}
 	e, err := fastexec.ExecArgs(spec.Process, nil, conf.EnableRaw)
 	if err != nil {
 		return 0, nil, fmt.Errorf("task %s: process: %w", id, err)
@@ -162,4 +167,27 @@ func start(conf *config.Config, id string) (int32, *container.Container, error) 
 		return 0, nil, err
 	}
 	return pid, sb, nil
+}
+
+// joinPod gives sandbox sb the pod of a CRI pod's sandbox (pause)
+// container that adopted it as a process (the shim's choice for every
+// pooled pod): the pod's cgroup (api.AnnotationPodCgroup) and the
+// interfaces of its network namespace (api.AnnotationPodNetns), before
+// the process runs — what a pause container created in the sandbox gets
+// at its create (package subcontainer).
+func joinPod(rootDir string, sb *container.Container, spec *specs.Spec) error {
+	moved := func() error { return nil }
+	if to := spec.Annotations[api.AnnotationPodCgroup]; to != "" {
+		var err error
+		if moved, err = podjoin.EnterCgroup(rootDir, sb.Sandbox.ID, to); err != nil {
+			return err
+		}
+	}
+	if ns := spec.Annotations[api.AnnotationPodNetns]; ns != "" {
+		if err := podjoin.AttachNetns(sb, ns); err != nil {
+			_ = moved()
+			return err
+		}
+	}
+	return moved()
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/google/subcommands"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/runsc/cmd"
 	"gvisor.dev/gvisor/runsc/cmd/util"
 	"gvisor.dev/gvisor/runsc/config"
@@ -20,8 +19,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/argv"
 	"github.com/gvxrun/gvx/sentry/bundle"
 	"github.com/gvxrun/gvx/sentry/monitor"
-	"github.com/gvxrun/gvx/sentry/podnet"
-	"github.com/gvxrun/gvx/sentry/sandboxctl"
+	"github.com/gvxrun/gvx/sentry/podjoin"
 )
 
 // IsSubcontainer reports whether spec describes a container to run inside
@@ -128,7 +126,11 @@ func newContainer(conf *config.Config, f *flag.FlagSet, id string, spec *specs.S
 	var err error
 	moved := func() error { return nil }
 	if to := spec.Annotations[api.AnnotationPodCgroup]; to != "" {
-		if moved, err = enterPodCgroup(conf.RootDir, spec, to); err != nil {
+		sbID, ok := specutils.SandboxID(spec)
+		if !ok {
+			return nil, fmt.Errorf("creating container %s: pod cgroup %s for a spec that names no sandbox to join", id, to)
+		}
+		if moved, err = podjoin.EnterCgroup(conf.RootDir, sbID, to); err != nil {
 			return nil, fmt.Errorf("creating container %s: %v", id, err)
 		}
 	}
@@ -150,7 +152,7 @@ func newContainer(conf *config.Config, f *flag.FlagSet, id string, spec *specs.S
 		return nil, fmt.Errorf("creating container: %v", err)
 	}
 	if ns := spec.Annotations[api.AnnotationPodNetns]; ns != "" {
-		if err := attachPodNetns(cont, ns); err != nil {
+		if err := podjoin.AttachNetns(cont, ns); err != nil {
 			_ = moved()
 			_ = cont.Destroy()
 			return nil, fmt.Errorf("creating container %s: %v", id, err)
@@ -162,23 +164,6 @@ func newContainer(conf *config.Config, f *flag.FlagSet, id string, spec *specs.S
 		return nil, fmt.Errorf("creating container %s: %v", id, err)
 	}
 	return cont, nil
-}
-
-// attachPodNetns gives the running sandbox of cont, a pod's sandbox
-// container in an adopted pool sandbox, the interfaces of the pod's network
-// namespace ns (podnet.Attach).
-func attachPodNetns(cont *container.Container, ns string) error {
-	conn, err := sandboxctl.Connect(cont)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	names, err := podnet.Attach(conn, ns)
-	if err != nil {
-		return fmt.Errorf("pod network: %w", err)
-	}
-	log.Infof("container %s: the sandbox has %v of the pod's network namespace %s", cont.ID, names, ns)
-	return nil
 }
 
 // SpawnMonitor starts gvx-sentry's internal command (a monitor: command

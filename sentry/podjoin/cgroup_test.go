@@ -1,4 +1,4 @@
-package subcontainer
+package podjoin
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 	"github.com/gvxrun/gvx/sentry/internal/statetest"
 )
 
-// TestStatePath: enterPodCgroup reads, locks and rewrites the files
+// TestStatePath: EnterCgroup reads, locks and rewrites the files
 // runsc's own save wrote (a gVisor upgrade that renames them fails here,
 // not in a pod).
 func TestStatePath(t *testing.T) {

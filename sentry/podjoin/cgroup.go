@@ -1,4 +1,7 @@
-package subcontainer
+// Package podjoin gives a warm-pool sandbox that a CRI pod's sandbox
+// container adopted to the pod: the pod's cgroup (EnterCgroup) and the
+// interfaces of its network namespace (AttachNetns).
+package podjoin
 
 import (
 	"encoding/json"
@@ -15,28 +18,22 @@ import (
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/runsc/cgroup"
 	"gvisor.dev/gvisor/runsc/container"
-	"gvisor.dev/gvisor/runsc/specutils"
 )
 
-// enterPodCgroup moves the running sandbox that spec's container joins (a
-// warm-pool sandbox a pod's sandbox container adopted) from its cgroup to
-// the cgroupfs path to, created with the limits the sandbox booted with
-// (its root container's resources). Under gVisor's lock of the sandbox's
-// state it records to as the sandbox's cgroup in the root container's
-// state, so that every container created in it from now on (their gofers
-// start in the sandbox's cgroup) and the sandbox's destroy use the new
-// one; it runs before the container's own create, which copies that
+// EnterCgroup moves running sandbox sbID (a warm-pool sandbox a pod's
+// sandbox container adopted) from its cgroup to the cgroupfs path to,
+// created with the limits the sandbox booted with (its root container's
+// resources). Under gVisor's lock of the sandbox's state it records to as
+// the sandbox's cgroup in the root container's state, so that every
+// container created in it from now on (their gofers start in the
+// sandbox's cgroup) and the sandbox's destroy use the new one; it runs
+// before the pause container's own create (or start), which copies that
 // state. The processes then move in the background (the first migration
-// waits out an RCU grace period, ≈ 10 ms on cgroup v1, which the
-// container's create overlaps): wait reports when they have, the pool
-// cgroup removed.
-func enterPodCgroup(rootDir string, spec *specs.Spec, to string) (wait func() error, _ error) {
+// waits out an RCU grace period, ≈ 10 ms on cgroup v1, which the create
+// overlaps): wait reports when they have, the pool cgroup removed.
+func EnterCgroup(rootDir, sbID, to string) (wait func() error, _ error) {
 	if !filepath.IsAbs(to) || strings.Contains(to, ":") {
 		return nil, fmt.Errorf("pod cgroup %q: want an absolute cgroupfs path", to)
-	}
-	sbID, ok := specutils.SandboxID(spec)
-	if !ok {
-		return nil, fmt.Errorf("pod cgroup %s for a spec that names no sandbox to join", to)
 	}
 	from, dst, err := recordPodCgroup(rootDir, sbID, to)
 	if err != nil {
