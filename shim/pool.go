@@ -69,7 +69,9 @@ func enterPoolSandbox(spec *specs.Spec, sb *sandbox.Sandbox, asProcess, reset bo
 // task's spec asks for (a CRI pod's, `nerdctl run`'s), in the background:
 // gVisor runs every container of a sandbox in the root container's UTS
 // namespace, which the pool booted with its own (bootspec.Hostname). The
-// task's Start waits for it (awaitUTS). A reset puts the pool's back.
+// task's Start waits for it, and so does its Delete, so that a reset of
+// the sandbox never runs beside it (awaitUTS). A reset puts the pool's
+// back.
 func (t *gvxTask) startUTS(ctx context.Context, sb *sandbox.Sandbox) {
 	host, domain := t.spec.Hostname, t.spec.Domainname
 	pool, poolDomain := bootspec.Hostname, ""
@@ -79,19 +81,28 @@ func (t *gvxTask) startUTS(ctx context.Context, sb *sandbox.Sandbox) {
 	if host == "" || host == pool && domain == poolDomain {
 		return
 	}
-	done := make(chan error, 1)
-	t.uts = done
-	go func() { done <- sb.SetUTS(context.WithoutCancel(ctx), host, domain) }()
+	u := &utsSet{done: make(chan struct{})}
+	t.uts = u
+	go func() {
+		u.err = sb.SetUTS(context.WithoutCancel(ctx), host, domain)
+		close(u.done)
+	}()
 }
 
-// awaitUTS waits for startUTS's work, if any: its error fails the start.
+// utsSet is startUTS's work: err is set once done is closed.
+type utsSet struct {
+	done chan struct{}
+	err  error
+}
+
+// awaitUTS waits for startUTS's work, if any, and returns its error
+// (which fails the start). Any number of callers may wait.
 func (t *gvxTask) awaitUTS() error {
 	if t == nil || t.uts == nil {
 		return nil
 	}
-	err := <-t.uts
-	t.uts = nil
-	return err
+	<-t.uts.done
+	return t.uts.err
 }
 
 // poolTaskName is the container name (api.CRIContainerName) of a task

@@ -223,6 +223,9 @@ func (s *service) Delete(ctx context.Context, r *task.DeleteRequest) (*task.Dele
 			s.events.publishOOM(ctx, t)
 			// No kill by the task's id may outlive its delete.
 			t.endAll.stop(ctx)
+			// Nor may the setting of its hostname in an adopted pool
+			// sandbox, which the sandbox's reset would race.
+			_ = t.awaitUTS()
 			s.killCutRestore(ctx, t)
 		}
 	}

@@ -69,8 +69,9 @@ type gvxTask struct {
 	target *target
 	binary string // the task's gvx-sentry link
 	front  bool   // the link is to gvx-runtime (frontLink)
-	// uts: the adopted pool sandbox's hostname being set (startUTS).
-	uts chan error
+	// uts: the adopted pool sandbox's hostname being set (startUTS);
+	// set during the create, read after it.
+	uts *utsSet
 	// createFront: the link is to gvx-runtime for the create (and a
 	// restore's start) alone, which mounts in a private mount namespace
 	// (mountsPrivately).
