@@ -66,13 +66,19 @@ func Validate(s *specs.Spec) error {
 	return validatePropagation(s)
 }
 
+// IsBind reports whether m is a bind mount: of type bind, or any type with
+// a bind or rbind option (as runc reads a spec).
+func IsBind(m specs.Mount) bool {
+	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
+}
+
 // validateRRO refuses a recursively read-only ("rro") mount gvx-sentry
 // could not make so: one that is not a bind mount, or also says rw.
 func validateRRO(m specs.Mount) error {
 	if !slices.Contains(m.Options, "rro") {
 		return nil
 	}
-	if m.Type != "bind" && !slices.Contains(m.Options, "bind") && !slices.Contains(m.Options, "rbind") {
+	if !IsBind(m) {
 		return fmt.Errorf("invalid OCI spec: mount %s (type %q) is recursively read-only (rro), which gvx supports for bind mounts only; use ro", m.Destination, m.Type)
 	}
 	if slices.Contains(m.Options, "rw") {

@@ -24,7 +24,7 @@ func VolumeMount(ctx context.Context, m specs.Mount) (isVolume, readOnly bool, e
 			return false, false, fmt.Errorf("volume for %s: source %q must be an absolute path to an ext4 image", m.Destination, m.Source)
 		}
 		return true, readOnly, nil
-	case m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind"):
+	case IsBind(m):
 		st, err := os.Stat(m.Source)
 		if err != nil || !st.Mode().IsRegular() {
 			return false, false, nil // directories, devices, missing: gVisor's business

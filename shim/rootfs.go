@@ -49,7 +49,7 @@ func mountRootfs(ctx context.Context, rootfs []mount.Mount, target string, m oci
 		}
 	}()
 	for _, sm := range specMounts {
-		if sm.Type != "bind" && !slices.Contains(sm.Options, "bind") && !slices.Contains(sm.Options, "rbind") {
+		if !oci.IsBind(sm) {
 			continue
 		}
 		if err := makeMountPoint(target, sm.Destination, sm.Source); err != nil {

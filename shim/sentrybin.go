@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/oci"
 )
 
 // Each task runs gvx-sentry through its own link, with the task's global
@@ -55,8 +55,7 @@ func mountsPrivately(spec *specs.Spec) bool {
 		return true // an ext4lite root filesystem mounts there too
 	}
 	for _, m := range spec.Mounts {
-		bind := m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
-		if bind && filepath.IsAbs(m.Source) {
+		if oci.IsBind(m) && filepath.IsAbs(m.Source) {
 			return true
 		}
 	}

@@ -416,9 +416,10 @@ func (t *gvxTask) adoptPool(ctx context.Context) error {
 	if err := r.save(); err != nil {
 		return err
 	}
-	why = adopt.ProcessBlocker(t.spec, t.rootfs, sb, t.vols != nil, r.Docker)
 	if t.role == oci.RolePause {
 		why = adopt.PauseBlocker(sb, r.Docker)
+	} else {
+		why = adopt.ProcessBlocker(t.spec, t.rootfs, sb, t.vols != nil, r.Docker)
 	}
 	if why != "" && (sb.Pool != nil && sb.Pool.Image != "" || t.role == oci.RolePause) {
 		log.G(ctx).Infof("gvx shim: %s runs as a container in pool sandbox %s: %s", r.ID, sb.ID, why)
