@@ -5,8 +5,32 @@ package api
 // is gone: it puts back the state every container of a gVisor sandbox
 // shares (the root UTS and IPC namespaces) and reports the guest's state
 // as a GuestState (JSON on stdout). Its flags: --hostname and
-// --domainname to restore.
+// --domainname to restore; PauseLeaseFlag.
 const PauseResetCommand = "reset"
+
+// PauseLeaseFlag is PauseResetCommand's flag for a lease pool's sandbox
+// (pool.lease): before the reset, a lease root stacked on the root
+// container's "/" is ended (every guest process but gvx-pause killed,
+// the stack unmounted, its memory freed); after the report, a new one is
+// stacked there — an overlay of the root container's root filesystem
+// with its writes in a fresh tmpfs, and fresh /proc, /dev, /sys, /tmp,
+// /run, /dev/shm and /dev/pts — in which the next lease's commands run
+// (gVisor starts an exec in the mount stacked on its container's root).
+const PauseLeaseFlag = "--lease"
+
+// PauseAgentArg is gvx-pause's argument (argv[1]) as the init of a lease
+// pool's sandbox (pool.lease): its standard input is then a socket to the
+// pool's server, on which it serves resets itself — each a
+// PauseAgentRequest line answered by a GuestState line, the work of
+// PauseResetCommand with PauseLeaseFlag done with no process started.
+const PauseAgentArg = "agent"
+
+// PauseAgentRequest is a reset the pool's server asks of gvx-pause's
+// agent (PauseAgentArg): the hostname and domain name to restore.
+type PauseAgentRequest struct {
+	Hostname   string `json:"hostname"`
+	Domainname string `json:"domainname"`
+}
 
 // PauseUTSCommand is gvx-pause's subcommand (argv[1]) that gives a pool
 // sandbox the hostname and domain name of the task that adopted it (flags

@@ -24,10 +24,11 @@ func TestRootExecArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const kill, raw, admin, ipcOwner = 1 << 5, 1 << 13, 1 << 21, 1 << 15
+	const kill, raw, admin, ipcOwner, ptrace, chroot = 1 << 5, 1 << 13, 1 << 21, 1 << 15, 1 << 19, 1 << 18
+	const reset = kill | admin | ipcOwner | ptrace | chroot
 	c := args.Capabilities
-	if c.BoundingCaps != kill|admin|ipcOwner || c.EffectiveCaps != kill|admin|ipcOwner || c.PermittedCaps != kill|admin|ipcOwner {
-		t.Errorf("capabilities %+v: want CAP_KILL, CAP_SYS_ADMIN, CAP_IPC_OWNER (CAP_NET_RAW dropped without raw sockets)", c)
+	if c.BoundingCaps != reset || c.EffectiveCaps != reset || c.PermittedCaps != reset {
+		t.Errorf("capabilities %+v: want CAP_KILL, CAP_SYS_ADMIN, CAP_IPC_OWNER, CAP_SYS_PTRACE, CAP_SYS_CHROOT (CAP_NET_RAW dropped without raw sockets)", c)
 	}
 	if c.InheritableCaps != 0 || c.AmbientCaps != 0 {
 		t.Errorf("inheritable/ambient %+v: want none (the spec has no inheritable set)", c)
@@ -41,7 +42,7 @@ func TestRootExecArgs(t *testing.T) {
 		t.Errorf("with raw sockets: %+v, %v", args.Capabilities, err)
 	}
 	spec.Process.Capabilities.Inheritable = []string{"CAP_KILL"}
-	if args, err = rootExecArgs(spec, []string{"x"}, probeCaps, false); err != nil || args.Capabilities.AmbientCaps != admin|ipcOwner {
+	if args, err = rootExecArgs(spec, []string{"x"}, probeCaps, false); err != nil || args.Capabilities.AmbientCaps != reset {
 		t.Errorf("with inheritable capabilities, ambient %+v, %v: want the added ones", args.Capabilities, err)
 	}
 	spec.Process.Capabilities.Effective = []string{"CAP_NOPE"}
@@ -70,5 +71,14 @@ func TestControlSocket(t *testing.T) {
 	}
 	if _, err := ControlSocket(state); err == nil || !strings.Contains(err.Error(), "no control socket") {
 		t.Errorf("no socket in the state: %v", err)
+	}
+}
+
+// TestMergeEnv: a RootExec's variables replace the root process's of the
+// same name and add the others.
+func TestMergeEnv(t *testing.T) {
+	got := mergeEnv([]string{"PATH=/bin", "A=1", "B=2"}, []string{"A=3", "C=4", "PATH=/usr/bin"})
+	if want := []string{"B=2", "A=3", "C=4", "PATH=/usr/bin"}; !slices.Equal(got, want) {
+		t.Errorf("mergeEnv: %q, want %q", got, want)
 	}
 }
