@@ -12,9 +12,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
 )
@@ -25,6 +28,18 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == api.PauseUTSCommand {
 		os.Exit(uts(os.Args[2:]))
+	}
+	// Not dumpable: processes of the sandbox's user without
+	// CAP_SYS_PTRACE cannot reach the root container's own root through
+	// /proc/1/root (or /proc/1/cwd): a lease's commands, which run in a
+	// lease root stacked on it, would otherwise write the files every
+	// later lease starts from.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "gvx-pause: PR_SET_DUMPABLE: %v\n", err)
+		os.Exit(1)
+	}
+	if len(os.Args) > 1 && os.Args[1] == api.PauseAgentArg {
+		go leaseAgent(os.Stdin)
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
