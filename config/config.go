@@ -197,6 +197,15 @@ type Pool struct {
 	// before it is destroyed all the same.
 	Reset   bool `toml:"reset"`
 	MaxUses int  `toml:"max_uses"`
+	// Lease makes an image pool serve leases (the SDK's Pool.Lease)
+	// instead of containerd tasks: a lease holds a sandbox while its
+	// connection to the server is open and runs commands in its root
+	// container, in a lease root of its own (the image's files, its
+	// writes in the sandbox's memory); once released, the sandbox's
+	// processes are killed, the lease root dropped and the sandbox
+	// verified back into the pool (Reset), with no host process started
+	// on either side. Tasks do not adopt a lease pool's sandboxes.
+	Lease bool `toml:"lease"`
 }
 
 // DefaultMaxUses is pool.max_uses when unset.
@@ -335,7 +344,7 @@ func knownKeys() []string {
 	return []string{"sentry", "log_level", "platform", "network", "state_dir", "rootfs_overlay", "sentry_flags",
 		"nat.dns", "nat.ports", "nat.egress.default", "nat.egress.allow", "nat.egress.deny", "nat.max_connections", "nat.bandwidth",
 		"userns.host_uid", "userns.host_gid", "userns.size", "resources.memory_bytes", "resources.cpu_millis", "resources.memory_high_percent", "resources.pids", "resources.rootfs_bytes", "resources.max_execs", "docker.enabled",
-		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter", "pool.reset", "pool.max_uses",
+		"pool.size", "pool.max_size", "pool.boot_concurrency", "pool.socket", "pool.image", "pool.containerd", "pool.namespace", "pool.snapshotter", "pool.reset", "pool.max_uses", "pool.lease",
 		"janitor.interval", "janitor.max_lifetime", "janitor.min_age", "janitor.grace", "janitor.containerd", "janitor.volume_dirs",
 		"metrics.listen", "metrics.allow_remote", "admission.memory_percent", "admission.disk_percent", "admission.disk_paths"}
 }
@@ -408,6 +417,9 @@ func (c Config) Validate() error {
 		if c.Pool.Namespace == "" || c.Pool.Snapshotter == "" || !filepath.IsAbs(c.Pool.Containerd) {
 			return fmt.Errorf("pool.image %q needs pool.namespace, pool.snapshotter and an absolute pool.containerd socket path", c.Pool.Image)
 		}
+	}
+	if c.Pool.Lease && c.Pool.Image == "" {
+		return errors.New("pool.lease needs pool.image: a lease's commands run in the image's files (set [pool] image = \"REF\")")
 	}
 	j := c.Janitor
 	if j.Interval < 0 || j.MaxLifetime < 0 || j.MinAge < 0 || j.Grace < 0 {

@@ -49,6 +49,7 @@ func TestParseErrors(t *testing.T) {
 		{"[pool]\nsize = -1", "pool.size -1"},
 		{"[pool]\nsocket = \"pool.sock\"", "pool.socket"},
 		{"[pool]\nsiz = 2", "unknown key(s) pool.siz"},
+		{"[pool]\nsize = 2\nlease = true", "pool.lease needs pool.image"},
 		{"[nat.egress]\ndefualt = \"deny\"", "unknown key(s) nat.egress.defualt"},
 		{"[nat.egress]\ndefault = \"maybe\"", "want allow or deny"},
 		{"[nat]\nports = [\"80\"]", "no guest port"},

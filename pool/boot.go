@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
@@ -40,6 +42,7 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	}
 	defer func() {
 		if retErr != nil {
+			s.dropAgent(sb.ID)
 			_ = sb.Destroy(context.WithoutCancel(ctx), s.sentry)
 		}
 	}()
@@ -55,6 +58,24 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	}
 	if _, err := oci.Prepare(spec, s.cfg); err != nil {
 		return nil, err
+	}
+	var agentEnd *os.File
+	if s.cfg.Pool.Lease {
+		// gvx-pause resets the sandbox itself, told through its
+		// standard input (api.PauseAgentArg): it needs what an exec'd
+		// reset is given (sandbox.Probe's capabilities).
+		a, end, err := newAgent()
+		if err != nil {
+			return nil, err
+		}
+		defer end.Close()
+		s.mu.Lock()
+		s.agents[sb.ID] = a
+		s.mu.Unlock()
+		agentEnd = end
+		spec.Process.Args = append(spec.Process.Args, api.PauseAgentArg)
+		caps := []string{"CAP_SYS_ADMIN", "CAP_IPC_OWNER", "CAP_KILL"}
+		spec.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
 	if s.cfg.Network == api.NetworkNAT {
 		// gvx-sentry gives the sandbox its NAT at create, with the
@@ -75,13 +96,13 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	if err := oci.WriteSpec(sb.Bundle(), spec); err != nil {
 		return nil, err
 	}
-	if err := s.run(ctx, sb, "create", "--bundle", sb.Bundle(), "--pid-file", sb.PidFile, sb.ID); err != nil {
+	if err := s.run(ctx, sb, agentEnd, "create", "--bundle", sb.Bundle(), "--pid-file", sb.PidFile, sb.ID); err != nil {
 		return nil, err
 	}
 	if err := sb.ReadPid(); err != nil {
 		return nil, err
 	}
-	if err := s.run(ctx, sb, "start", sb.ID); err != nil {
+	if err := s.run(ctx, sb, nil, "start", sb.ID); err != nil {
 		return nil, err
 	}
 	// Booted: the sandbox runs at normal priority from now on.
@@ -89,24 +110,58 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
 		return nil, err
 	}
-	if s.cfg.Pool.Reset {
+	if s.cfg.Pool.Reset || s.cfg.Pool.Lease {
 		// What a reset brings it back to (without one it is never reset).
 		if err := sb.RecordBaseline(context.WithoutCancel(ctx)); err != nil {
+			if s.cfg.Pool.Lease {
+				return nil, err
+			}
 			log.G(ctx).WithError(err).Warnf("gvx pool: %s will not be reset", sb.ID)
 		} else if err := sb.Save(api.SandboxDir(sb.Dir).Record()); err != nil {
+			return nil, err
+		}
+	}
+	if s.cfg.Pool.Lease {
+		// The first lease's root.
+		if _, err := s.resetLease(context.WithoutCancel(ctx), sb); err != nil {
 			return nil, err
 		}
 	}
 	return sb, nil
 }
 
-// run runs gvx-sentry against sb's root, booting at bootNice.
-func (s *Server) run(ctx context.Context, sb *sandbox.Sandbox, args ...string) error {
-	return sb.Run(ctx, s.sentry, time.Minute, func(pid int) {
+// run runs gvx-sentry against sb's root, booting at bootNice, with stdin
+// (nil: none) as its standard input.
+func (s *Server) run(ctx context.Context, sb *sandbox.Sandbox, stdin *os.File, args ...string) error {
+	return sb.RunWith(ctx, func(cmd *exec.Cmd) error {
+		if stdin != nil {
+			cmd.Stdin = stdin
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
 		// Boot in the background: at the lowest CPU priority, so that a
 		// refill never slows the tasks running (or being adopted) now.
-		_ = unix.Setpriority(unix.PRIO_PROCESS, pid, bootNice)
-	}, args...)
+		_ = unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, bootNice)
+		return cmd.Wait()
+	}, s.sentry, time.Minute, args...)
+}
+
+// resetLease resets a lease pool's sandbox: through its agent, else by
+// an exec of gvx-pause (sandbox.ResetLease).
+func (s *Server) resetLease(ctx context.Context, sb *sandbox.Sandbox) (*api.GuestState, error) {
+	var host, domain string
+	if b := sb.Baseline; b != nil {
+		host, domain = b.Guest.Hostname, b.Guest.Domainname
+	}
+	st, ok, err := s.agentReset(sb.ID, host, domain)
+	if !ok {
+		return sb.ResetLease(ctx, s.pause)
+	}
+	if err == nil && len(st.Errors) > 0 {
+		err = fmt.Errorf("reset agent of %s: %s", sb.ID, strings.Join(st.Errors, "; "))
+	}
+	return st, err
 }
 
 // bootNice is the CPU niceness sandboxes boot at.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -35,7 +36,9 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	var req client.Request
-	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
+	r := bufio.NewReader(conn)
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&req); err != nil {
 		_ = json.NewEncoder(conn).Encode(client.Response{Error: fmt.Sprintf("bad claim: %v", err), Code: client.CodeBadRequest})
 		return
 	}
@@ -45,6 +48,15 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	if req.Return != nil {
 		_ = json.NewEncoder(conn).Encode(client.Response{Returned: s.takeBack(ctx, req.Return)})
+		return
+	}
+	if req.Lease {
+		// What the decoder read ahead, then the connection.
+		s.serveLease(ctx, conn, bufio.NewReader(io.MultiReader(dec.Buffered(), r)))
+		return
+	}
+	if s.cfg.Pool.Lease {
+		_ = json.NewEncoder(conn).Encode(client.Response{Error: fmt.Sprintf("pool %s serves leases only (pool.lease): tasks boot their own sandbox", s.cfg.PoolSocket()), Code: client.CodeNoSandbox})
 		return
 	}
 	sb, err := s.claim(req.Class, req.Owner)
@@ -67,8 +79,8 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 }
 
 // claim takes the last reset (else the oldest booted) live ready sandbox
-// of the class and marks it as
-// owner's (the claimed marker names it).
+// of the class and marks it as owner's (the claimed marker names it); a
+// lease's (owner empty) is not marked: it stays the server's.
 func (s *Server) claim(class, owner string) (*sandbox.Sandbox, error) {
 	if class != s.class {
 		return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("the pool boots class %s, the task wants %s (its gvx config differs from the pool's)", s.class, class)}
@@ -84,8 +96,10 @@ func (s *Server) claim(class, owner string) (*sandbox.Sandbox, error) {
 		if !sb.Alive() {
 			continue // pruneDead cleans it up
 		}
-		if err := os.WriteFile(api.SandboxDir(sb.Dir).Claimed(), []byte(owner), 0o600); err != nil {
-			return nil, fmt.Errorf("mark %s claimed: %w", sb.ID, err)
+		if owner != "" {
+			if err := os.WriteFile(api.SandboxDir(sb.Dir).Claimed(), []byte(owner), 0o600); err != nil {
+				return nil, fmt.Errorf("mark %s claimed: %w", sb.ID, err)
+			}
 		}
 		s.noteClaim(time.Now())
 		s.claimed++

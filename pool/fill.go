@@ -112,6 +112,7 @@ func (s *Server) pruneDead(ctx context.Context) {
 	for _, sb := range dead {
 		log.G(ctx).Warnf("gvx pool: ready sandbox %s died; replacing it", sb.ID)
 		t0 := time.Now()
+		s.dropAgent(sb.ID)
 		s.Metrics.Observe(metrics.OpDestroy, t0, sb.Destroy(ctx, s.sentry))
 	}
 }

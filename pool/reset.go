@@ -95,7 +95,13 @@ func (s *Server) takeOver(r *client.Return) (*sandbox.Sandbox, error) {
 // and counts why. t0 is when its task's delete began the reset.
 func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) {
 	defer s.verifies.Done()
-	st, err := sb.Probe(ctx, true)
+	var st *api.GuestState
+	var err error
+	if s.cfg.Pool.Lease {
+		st, err = s.resetLease(ctx, sb)
+	} else {
+		st, err = sb.Probe(ctx, true)
+	}
 	if err != nil {
 		err = &sandbox.ResetError{Reason: sandbox.ResetProbe, Detail: err.Error()}
 	} else {
@@ -111,7 +117,11 @@ func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) 
 	}
 	if err == nil {
 		sb.Uses++
-		err = sb.Save(api.SandboxDir(sb.Dir).Record())
+		if !s.cfg.Pool.Lease {
+			// A lease pool's sandboxes are only ever the server's:
+			// their uses are counted in its memory, no file written.
+			err = sb.Save(api.SandboxDir(sb.Dir).Record())
+		}
 	}
 	s.mu.Lock()
 	s.resetting--
@@ -139,5 +149,6 @@ func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) 
 		log.G(ctx).Infof("gvx pool: %s not reset (%s): %v; destroying it", sb.ID, reason, err)
 	}
 	d0 := time.Now()
+	s.dropAgent(sb.ID)
 	s.Metrics.Observe(metrics.OpDestroy, d0, sb.Destroy(context.WithoutCancel(ctx), s.sentry))
 }

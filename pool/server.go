@@ -62,6 +62,12 @@ type Server struct {
 	backoff time.Duration
 	// claims are the times of the claims in the demand window.
 	claims []time.Time
+	// leases are the connections of the leases out (pool.lease), which
+	// leasing counts until each has taken its sandbox back.
+	leases  map[net.Conn]struct{}
+	leasing sync.WaitGroup
+	// agents are the reset agents of a lease pool's sandboxes, by id.
+	agents map[string]*agent
 }
 
 // NewServer checks the configuration and the binaries a pool needs.
@@ -76,7 +82,7 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 		cfg.Pool.BootConcurrency = runtime.NumCPU()
 	}
 	s := &Server{cfg: cfg, sentry: sentry, class: bootspec.Class(cfg, sentry), flags: strings.Join(bootspec.Flags(cfg), " "), wake: make(chan struct{}, 1),
-		backoff: time.Second, Metrics: metrics.New("pool")}
+		leases: map[net.Conn]struct{}{}, agents: map[string]*agent{}, backoff: time.Second, Metrics: metrics.New("pool")}
 	s.Metrics.Pool(cfg.PoolSocket(), func() float64 { return float64(s.status().Ready) }, func() float64 { return float64(s.target()) })
 	// The NAT sandboxes of this state directory (tasks of any runtime
 	// handler sharing it, and the pool's own with network = "nat").
@@ -187,13 +193,16 @@ func (s *Server) drain(ctx context.Context) error {
 	var errs []error
 	for _, sb := range ready {
 		t0 := time.Now()
+		s.dropAgent(sb.ID)
 		err := sb.Destroy(ctx, s.sentry)
 		s.Metrics.Observe(metrics.OpDestroy, t0, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	// Sandboxes being reset see stopping and destroy themselves.
+	// Leases end (their sandboxes destroyed); sandboxes being reset see
+	// stopping and destroy themselves.
+	s.endLeases()
 	s.verifies.Wait()
 	log.G(ctx).Infof("gvx pool: stopped, destroyed %d ready sandboxes", len(ready))
 	s.closeImage(ctx)

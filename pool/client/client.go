@@ -89,3 +89,70 @@ func roundTrip(ctx context.Context, socket string, req Request, resp *Response) 
 	}
 	return nil
 }
+
+// Lease is a sandbox of a lease pool, held while its connection to the
+// pool server is open.
+type Lease struct {
+	Sandbox *sandbox.Sandbox
+	conn    net.Conn
+	dec     *json.Decoder
+}
+
+// ClaimLease asks the lease pool server at socket for a sandbox for owner.
+// The sandbox stays the server's: Release (or the end of the program)
+// hands it back.
+func ClaimLease(ctx context.Context, socket, owner string) (*Lease, error) {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("pool server %s: %w (start it with `gvx pool serve`)", socket, err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	l := &Lease{conn: conn, dec: json.NewDecoder(conn)}
+	var resp Response
+	if err := json.NewEncoder(conn).Encode(Request{Lease: true, Owner: owner}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	if err := l.dec.Decode(&resp); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("pool server %s: %w", socket, err)
+	}
+	if err := resp.err(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("lease from %s: %w", socket, err)
+	}
+	if resp.Sandbox == nil {
+		conn.Close()
+		return nil, fmt.Errorf("lease from %s: empty answer", socket)
+	}
+	conn.SetDeadline(time.Time{})
+	l.Sandbox = resp.Sandbox
+	return l, nil
+}
+
+// Release hands the sandbox back and reports whether the server took it
+// to reset (false: it destroys it).
+func (l *Lease) Release(ctx context.Context) (bool, error) {
+	defer l.conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	l.conn.SetDeadline(deadline)
+	if err := json.NewEncoder(l.conn).Encode(Request{Release: true}); err != nil {
+		return false, fmt.Errorf("release %s: %w", l.Sandbox.ID, err)
+	}
+	var resp Response
+	if err := l.dec.Decode(&resp); err != nil {
+		return false, fmt.Errorf("release %s: %w", l.Sandbox.ID, err)
+	}
+	if err := resp.err(); err != nil {
+		return false, fmt.Errorf("release %s: %w", l.Sandbox.ID, err)
+	}
+	return resp.Returned, nil
+}
+
+// Close ends the lease without waiting for the server's answer (the
+// server takes the sandbox back all the same).
+func (l *Lease) Close() error { return l.conn.Close() }

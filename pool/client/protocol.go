@@ -21,6 +21,13 @@ type Request struct {
 	// Return hands a claimed sandbox back after its task (instead of
 	// claiming one).
 	Return *Return `json:"return,omitempty"`
+	// Lease asks a lease pool (pool.lease) for a sandbox held while the
+	// connection stays open (Class is not checked): the server answers
+	// with the sandbox, then waits for a Release on the same connection
+	// (or its end), resets the sandbox and answers Returned.
+	Lease bool `json:"lease,omitempty"`
+	// Release ends a lease.
+	Release bool `json:"release,omitempty"`
 }
 
 // Return is a task's report on the sandbox it claimed, once the task is
