@@ -14,6 +14,7 @@ import (
 	"time"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
@@ -39,6 +40,12 @@ type PoolConfig struct {
 	// process (volumes, a terminal, published sockets, a hostname) gets a
 	// plain pool anyway.
 	Checkpointable bool
+	// Leases: the pool serves leases (Pool.Lease) instead of sandboxes
+	// (Acquire): the template must be one of an image pool (no terminal,
+	// volumes, docker mode, published sockets or hostname; not
+	// Checkpointable), and its Env, Cwd, User, Resources and Network apply
+	// to the pool's sandboxes as booted.
+	Leases bool
 }
 
 // AcquireOptions are what differs between sandboxes of one pool.
@@ -66,6 +73,9 @@ type Pool struct {
 	exited chan struct{}
 	log    syncBuffer
 	lock   *os.File // flock'd while the pool lives (<dir>.lock)
+
+	// leaseProc is what a lease pool's commands run as.
+	leaseProc *specs.Process
 
 	mu     sync.Mutex
 	out    map[*Sandbox]AcquireOptions
@@ -156,6 +166,15 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 		// filesystem cap (the shim lets a task adopt only such a sandbox).
 		rc.SentryFlags = append(rc.SentryFlags, api.RootfsSizeFlag(t.Resources.DiskBytes))
 	}
+	if pc.Leases && (!imagePoolable(t) || rc.RootfsOverlay != "memory" || pc.Checkpointable) {
+		return nil, errorf("new pool", pc.Name, ErrInvalid, "Leases: a lease pool's template has no terminal, mounts, docker mode, published sockets or hostname, is not Checkpointable, and the config's rootfs_overlay is \"memory\"")
+	}
+	rc.Pool.Lease = pc.Leases
+	if pc.Leases {
+		if p.leaseProc, err = c.leaseProcess(ctx, t, img); err != nil {
+			return nil, newError("new pool", pc.Name, ErrInvalid, err)
+		}
+	}
 	if imagePoolable(t) && rc.RootfsOverlay == "memory" && !pc.Checkpointable {
 		rc.Pool.Image, rc.Pool.Containerd, rc.Pool.Namespace, rc.Pool.Snapshotter = img.Name(), c.opts.Containerd, c.opts.Namespace, c.opts.Snapshotter
 	}
@@ -200,6 +219,9 @@ func imagePoolable(t Config) bool {
 // Acquire returns a sandbox of the pool's template: a booted one from
 // the pool, or, when none is ready, one booted now.
 func (p *Pool) Acquire(ctx context.Context, o AcquireOptions) (*Sandbox, error) {
+	if p.cfg.Leases {
+		return nil, errorf("acquire from pool", p.cfg.Name, ErrInvalid, "a pool of PoolConfig.Leases hands out leases: use Lease")
+	}
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
@@ -254,6 +276,10 @@ func (p *Pool) Reset(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
 	return p.Acquire(ctx, o)
 }
 
+// Socket is where the pool's server answers (package pool/client's
+// protocol: its Query, ClaimLease).
+func (p *Pool) Socket() string { return p.socket }
+
 // Log is what the pool's server has written so far (its boots, claims
 // and errors).
 func (p *Pool) Log() string { return string(p.log.Bytes()) }
@@ -261,8 +287,9 @@ func (p *Pool) Log() string { return string(p.log.Bytes()) }
 // PoolStatus is a pool's fill level.
 type PoolStatus struct {
 	Size, Ready int
-	// Booted and Claimed count since the pool started.
-	Booted, Claimed int
+	// Booted, Claimed and Reset (sandboxes taken back and verified
+	// back into the pool) count since the pool started.
+	Booted, Claimed, Reset int
 	// Image is set for an image pool.
 	Image string
 }
@@ -273,7 +300,7 @@ func (p *Pool) Status(ctx context.Context) (PoolStatus, error) {
 	if err != nil {
 		return PoolStatus{}, newError("pool status", p.cfg.Name, ErrUnavailable, err)
 	}
-	return PoolStatus{Size: st.Size, Ready: st.Ready, Booted: st.Booted, Claimed: st.Claimed, Image: st.Image}, nil
+	return PoolStatus{Size: st.Size, Ready: st.Ready, Booted: st.Booted, Claimed: st.Claimed, Reset: st.Reset, Image: st.Image}, nil
 }
 
 // WaitReady waits until n sandboxes are ready.

@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/gvxrun/gvx"
+	"github.com/gvxrun/gvx/pool/client"
+)
+
+// TestPoolLease: a lease pool's sandbox runs commands in a root of the
+// lease's own (the template's environment and directory; exit codes,
+// stdin, streamed output, a timeout), and once released comes back to
+// the next lease — the same sandbox, its pool of one reset it — with none
+// of what the last one left: files written or removed anywhere in the
+// root filesystem, /tmp and /dev/shm, processes left running — and it
+// cannot reach the files later leases start from (the root container's
+// own root, through gvx-pause's /proc/1/root). A lease
+// whose holder goes away without releasing it is reset all the same; a
+// lease pool refuses Acquire; no containerd container or task is made.
+func TestPoolLease(t *testing.T) {
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	p, err := c.NewPool(ctx, sdk.PoolConfig{Name: "leases", Size: 1, Leases: true,
+		Template: sdk.Config{Image: busyboxArchive(), Env: []string{"MARK=tmpl"}, Workdir: "/etc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("pool log:\n%s", p.Log())
+		}
+	}()
+	if _, err := p.Acquire(ctx, sdk.AcquireOptions{}); !errors.Is(err, sdk.ErrInvalid) {
+		t.Errorf("Acquire from a lease pool: %v, want ErrInvalid", err)
+	}
+	if err := waitReady(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	l, err := p.Lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.ID()
+	res, err := l.Exec(ctx, []string{"sh", "-c", "echo $MARK $X; pwd"}, sdk.ExecOptions{Env: []string{"X=1"}})
+	t.Logf("lease + first command: %s", time.Since(t0))
+	if err != nil || string(res.Stdout) != "tmpl 1\n/etc\n" {
+		t.Errorf("first command: %q %q, %v", res.Stdout, res.Stderr, err)
+	}
+	if res, err := l.Exec(ctx, []string{"sh", "-c", "exit 3"}, sdk.ExecOptions{}); err != nil || res.ExitCode != 3 {
+		t.Errorf("exit 3: %+v, %v", res, err)
+	}
+	var out bytes.Buffer
+	if res, err := l.Exec(ctx, []string{"cat"}, sdk.ExecOptions{Stdin: strings.NewReader("through stdin"), Stdout: &out}); err != nil || res.ExitCode != 0 || out.String() != "through stdin" {
+		t.Errorf("stdin: %q, %+v, %v", out.String(), res, err)
+	}
+	t1 := time.Now()
+	if _, err := l.Exec(ctx, []string{"sleep", "30"}, sdk.ExecOptions{Timeout: 300 * time.Millisecond}); !errors.Is(err, sdk.ErrTimeout) || time.Since(t1) > 5*time.Second {
+		t.Errorf("timeout: %v after %s, want ErrTimeout", err, time.Since(t1))
+	}
+	dirty := `set -e
+echo dirty > /etc/dirty; rm /bin/ls; mkdir /root/made; dd if=/dev/zero of=/tmp/big bs=1M count=8 2>/dev/null
+echo shm > /dev/shm/seg; echo run > /run/file
+sleep 1000 >/dev/null 2>&1 &
+set +e
+ls /proc/1/root/ >/dev/null 2>&1 && echo "reached the root container's own root"
+(echo escaped > /proc/1/root/etc/escaped) 2>/dev/null && echo "wrote through /proc/1/root"
+(cd /proc/1/cwd) 2>/dev/null && echo "entered /proc/1/cwd"
+echo left`
+	if res, err := l.Exec(ctx, []string{"sh", "-c", dirty}, sdk.ExecOptions{}); err != nil || strings.TrimSpace(string(res.Stdout)) != "left" {
+		t.Fatalf("dirtying the lease: %q %q, %v", res.Stdout, res.Stderr, err)
+	}
+	if res, _ := l.Exec(ctx, []string{"sh", "-c", "cat /etc/dirty; ps -o comm | grep -c sleep"}, sdk.ExecOptions{}); string(res.Stdout) != "dirty\n1\n" {
+		t.Errorf("within the lease: %q, want its own file and its sleep", res.Stdout)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Exec(ctx, []string{"true"}, sdk.ExecOptions{}); !errors.Is(err, sdk.ErrClosed) {
+		t.Errorf("exec after release: %v, want ErrClosed", err)
+	}
+	waitReset(t, p, 1)
+	l2, err := p.Lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.ID() != first {
+		t.Errorf("second lease: sandbox %s, want %s again (reset, not booted)", l2.ID(), first)
+	}
+	check := `for f in /etc/dirty /etc/escaped /root/made /tmp/big /dev/shm/seg /run/file; do test -e $f && echo "left: $f"; done
+test -e /bin/ls || echo "gone: /bin/ls"
+ps -o comm | grep sleep
+echo checked`
+	if res, err := l2.Exec(ctx, []string{"sh", "-c", check}, sdk.ExecOptions{}); err != nil || string(res.Stdout) != "checked\n" {
+		t.Errorf("the next lease saw the last one's traces: %q %q, %v", res.Stdout, res.Stderr, err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitReset(t, p, 2)
+
+	// A holder that goes away: its connection ends, the server resets
+	// the sandbox all the same.
+	cl, err := client.ClaimLease(ctx, p.Socket(), "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	waitReset(t, p, 3)
+	if list, err := c.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("containerd holds %d sandboxes (%v) for leases, want none", len(list), err)
+	}
+}
+
+// waitReady waits up to a minute for p's sandbox.
+func waitReady(ctx context.Context, p *sdk.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return p.WaitReady(ctx, 1)
+}
+
+// waitReset waits up to 30 s until p has reset n sandboxes.
+func waitReset(t *testing.T, p *sdk.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := p.Status(context.Background())
+		if err == nil && st.Reset >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool reset %d sandboxes (%v), want %d", st.Reset, err, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
