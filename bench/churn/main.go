@@ -4,8 +4,10 @@
 // It drives every runtime the same way through the containerd client:
 // gvx adopting from a warm pool that follows demand and resets released
 // sandboxes back into it (the default), an image pool of the bench's
-// image (the task a process in the sandbox's root container), the same
-// warm pool destroying each
+// image (the task a process in the sandbox's root container), a lease
+// pool through the SDK (Pool.Lease → Exec → Release: no containerd
+// task, no host process started a cycle), the same warm pool destroying
+// each
 // released sandbox and booting a new one (pool.reset = false), gvx with
 // the pool refilling one sandbox at a time at a fixed size (the pool as it
 // was), gvx without a pool, and runsc of the same gVisor version through
@@ -39,6 +41,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	gvx "github.com/gvxrun/gvx"
 	"github.com/gvxrun/gvx/api"
 	"github.com/gvxrun/gvx/integration/harness"
 	"github.com/gvxrun/gvx/janitor"
@@ -53,6 +56,10 @@ type variant struct {
 	pooled  bool   // runs on a warm pool of its own, started when the variant runs
 	poolCfg string // that pool's config lines beyond the size
 	pool    *harness.Pool
+	// lease: the cycle is the SDK's Pool.Lease → Exec → Release on a
+	// lease pool (pool.lease), started when the variant runs.
+	lease     bool
+	leasePool *gvx.Pool
 }
 
 type result struct {
@@ -124,6 +131,7 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 		{name: "gvx (pool, demand, reset)", runtime: api.RuntimeType, pooled: true},
 		{name: "gvx (image pool, reset)", runtime: api.RuntimeType, pooled: true,
 			poolCfg: fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns)},
+		{name: "gvx (lease pool, SDK)", lease: true},
 		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType, pooled: true, poolCfg: "reset = false\n"},
 		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, pooled: true,
 			poolCfg: fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize)},
@@ -140,6 +148,15 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 		return fmt.Errorf("-only %q matches no variant (they are: %s)", only, variantNames(vs))
 	}
 	for i, v := range chosen {
+		if v.lease {
+			lp, closeSDK, err := leasePool(ctx, bins.GVX, b.Containerd.Socket(), img.Name(), poolSize)
+			if err != nil {
+				return err
+			}
+			defer closeSDK()
+			chosen[i].leasePool = lp
+			continue
+		}
 		if !v.pooled {
 			continue
 		}
@@ -157,6 +174,14 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 	for _, v := range vs {
 		if v.pool != nil {
 			if err := v.pool.WaitReady(interrupted, poolSize, 2*time.Minute); err != nil {
+				return err
+			}
+		}
+		if v.leasePool != nil {
+			wctx, cancel := context.WithTimeout(interrupted, 2*time.Minute)
+			err := v.leasePool.WaitReady(wctx, poolSize)
+			cancel()
+			if err != nil {
 				return err
 			}
 		}
@@ -272,6 +297,9 @@ func churn(ctx, stop context.Context, c *client.Client, img client.Image, v vari
 // it returns create→exec (exec done), create→deleted and whether it
 // adopted.
 func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, id string) (toExec, whole time.Duration, adopted bool, err error) {
+	if v.leasePool != nil {
+		return leaseCycle(ctx, v.leasePool)
+	}
 	t0 := time.Now()
 	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img),
 		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "3600")), client.WithRuntime(v.runtime, v.opts))
@@ -322,6 +350,52 @@ func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, i
 	return toExec, time.Since(t0), adopted, nil
 }
 
+// leasePool starts a lease pool of size through the SDK (its own
+// `gvx pool serve`) on the bench's containerd and image.
+func leasePool(ctx context.Context, bin, socket, image string, size int) (*gvx.Pool, func(), error) {
+	state, err := os.MkdirTemp("", "gvx-churn-sdk-")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := gvx.Connect(ctx, gvx.Options{Containerd: socket, Namespace: ns, StateDir: state, BinDir: bin})
+	if err != nil {
+		os.RemoveAll(state)
+		return nil, nil, err
+	}
+	p, err := c.NewPool(ctx, gvx.PoolConfig{Name: "churn", Size: size, Leases: true, Template: gvx.Config{Image: image}})
+	if err != nil {
+		c.Close(ctx)
+		os.RemoveAll(state)
+		return nil, nil, err
+	}
+	return p, func() {
+		if err := p.Close(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		}
+		c.Close(ctx)
+		os.RemoveAll(state)
+	}, nil
+}
+
+// leaseCycle is a lease pool's create→exec→destroy: Lease, Exec `true`,
+// Release (the sandbox's reset runs after it, in the pool's server).
+func leaseCycle(ctx context.Context, p *gvx.Pool) (toExec, whole time.Duration, adopted bool, err error) {
+	t0 := time.Now()
+	l, err := p.Lease(ctx)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	res, err := l.Exec(ctx, []string{"true"}, gvx.ExecOptions{})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d: %s", res.ExitCode, res.Stderr)
+	}
+	toExec = time.Since(t0)
+	if rerr := l.Release(ctx); err == nil {
+		err = rerr
+	}
+	return toExec, time.Since(t0), true, err
+}
+
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
 
 // leftovers is what a dry-run sweep of the janitor finds once the
@@ -343,7 +417,7 @@ func leftovers(ctx context.Context, socket, state string) int {
 }
 
 func adoptRatio(v variant, r *result) string {
-	if v.pool == nil {
+	if v.pool == nil && v.leasePool == nil {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f%%", 100*float64(r.adopted)/float64(max(r.cycles, 1)))
