@@ -82,6 +82,12 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 // of the class and marks it as owner's (the claimed marker names it); a
 // lease's (owner empty) is not marked: it stays the server's.
 func (s *Server) claim(class, owner string) (*sandbox.Sandbox, error) {
+	return s.claimAgain(class, owner, false)
+}
+
+// claimAgain is claim; again: a lease trying again after it waited,
+// whose first try counted in the demand already.
+func (s *Server) claimAgain(class, owner string, again bool) (*sandbox.Sandbox, error) {
 	if class != s.class {
 		return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("the pool boots class %s, the task wants %s (its gvx config differs from the pool's)", s.class, class)}
 	}
@@ -105,7 +111,9 @@ func (s *Server) claim(class, owner string) (*sandbox.Sandbox, error) {
 		s.claimed++
 		return sb, nil
 	}
-	s.noteClaim(time.Now()) // demand all the same
+	if !again {
+		s.noteClaim(time.Now()) // demand all the same
+	}
 	return nil, &claimError{client.CodeNoSandbox, fmt.Sprintf("all %d handed out, refilling", s.targetLocked())}
 }
 

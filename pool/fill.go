@@ -83,6 +83,7 @@ func (s *Server) bootOne(ctx context.Context) {
 	s.backoff = time.Second
 	// At the front: claims take reset sandboxes (at the back) first.
 	s.ready = append([]*sandbox.Sandbox{sb}, s.ready...)
+	s.readiedLocked()
 	s.booted++
 	// The boot time the target reckons with: a moving average.
 	if s.bootTime == 0 {

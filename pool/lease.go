@@ -47,7 +47,8 @@ func (s *Server) serveLease(ctx context.Context, conn net.Conn, r *bufio.Reader)
 		s.mu.Unlock()
 	}()
 
-	sb, err := s.claim(s.class, "")
+	conn.SetDeadline(time.Now().Add(leaseWait + 10*time.Second))
+	sb, err := s.claimWaiting(ctx)
 	s.Metrics.Claim(s.cfg.PoolSocket(), err == nil)
 	if err != nil {
 		resp := client.Response{Error: err.Error(), Code: client.CodeInternal}
@@ -70,6 +71,43 @@ func (s *Server) serveLease(ctx context.Context, conn net.Conn, r *bufio.Reader)
 	_ = json.NewDecoder(r).Decode(&req)
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	_ = enc.Encode(client.Response{Returned: s.endLease(ctx, sb, t0)})
+}
+
+// leaseWait bounds how long a lease waits for a ready sandbox.
+const leaseWait = 30 * time.Second
+
+// claimWaiting claims a ready sandbox for a lease, waiting for one (up
+// to leaseWait) while every sandbox is out, being reset or booting: the
+// lease is answered as soon as one is ready, not at its next poll.
+func (s *Server) claimWaiting(ctx context.Context) (*sandbox.Sandbox, error) {
+	deadline := time.NewTimer(leaseWait)
+	defer deadline.Stop()
+	for again := false; ; again = true {
+		s.mu.Lock()
+		readied, stopping := s.readied, s.stopping
+		s.mu.Unlock()
+		if stopping {
+			return nil, &claimError{client.CodeNoSandbox, "the pool server is stopping"}
+		}
+		sb, err := s.claimAgain(s.class, "", again)
+		var ce *claimError
+		if !errors.As(err, &ce) || ce.code != client.CodeNoSandbox {
+			return sb, err
+		}
+		select {
+		case <-readied:
+		case <-deadline.C:
+			return nil, err
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// readiedLocked wakes the leases waiting for a ready sandbox (s.mu held).
+func (s *Server) readiedLocked() {
+	close(s.readied)
+	s.readied = make(chan struct{})
 }
 
 // endLease starts the reset of a leased sandbox in the background, or

@@ -128,6 +128,7 @@ func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) 
 	ok := err == nil && !s.stopping
 	if ok {
 		s.ready = append(s.ready, sb)
+		s.readiedLocked()
 		s.reset++
 	}
 	s.mu.Unlock()

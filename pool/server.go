@@ -68,6 +68,9 @@ type Server struct {
 	leasing sync.WaitGroup
 	// agents are the reset agents of a lease pool's sandboxes, by id.
 	agents map[string]*agent
+	// readied is closed (and replaced) when a sandbox joins the ready
+	// list: leases waiting for one try again.
+	readied chan struct{}
 }
 
 // NewServer checks the configuration and the binaries a pool needs.
@@ -82,7 +85,7 @@ func NewServer(cfg config.Config, sentry string) (*Server, error) {
 		cfg.Pool.BootConcurrency = runtime.NumCPU()
 	}
 	s := &Server{cfg: cfg, sentry: sentry, class: bootspec.Class(cfg, sentry), flags: strings.Join(bootspec.Flags(cfg), " "), wake: make(chan struct{}, 1),
-		leases: map[net.Conn]struct{}{}, agents: map[string]*agent{}, backoff: time.Second, Metrics: metrics.New("pool")}
+		leases: map[net.Conn]struct{}{}, agents: map[string]*agent{}, readied: make(chan struct{}), backoff: time.Second, Metrics: metrics.New("pool")}
 	s.Metrics.Pool(cfg.PoolSocket(), func() float64 { return float64(s.status().Ready) }, func() float64 { return float64(s.target()) })
 	// The NAT sandboxes of this state directory (tasks of any runtime
 	// handler sharing it, and the pool's own with network = "nat").

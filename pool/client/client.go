@@ -98,16 +98,24 @@ type Lease struct {
 	dec     *json.Decoder
 }
 
-// ClaimLease asks the lease pool server at socket for a sandbox for owner.
-// The sandbox stays the server's: Release (or the end of the program)
-// hands it back.
+// ClaimLease asks the lease pool server at socket for a sandbox for owner,
+// which the server answers as soon as one is ready (ErrNoSandbox after
+// 30 s, or when ctx ends). The sandbox stays the server's: Release (or
+// the end of the program) hands it back.
 func ClaimLease(ctx context.Context, socket, owner string) (*Lease, error) {
 	d := net.Dialer{Timeout: time.Second}
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("pool server %s: %w (start it with `gvx pool serve`)", socket, err)
 	}
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// The server waits up to 30 s for a sandbox to be ready.
+	deadline := time.Now().Add(45 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
 	l := &Lease{conn: conn, dec: json.NewDecoder(conn)}
 	var resp Response
 	if err := json.NewEncoder(conn).Encode(Request{Lease: true, Owner: owner}); err != nil {
@@ -116,7 +124,10 @@ func ClaimLease(ctx context.Context, socket, owner string) (*Lease, error) {
 	}
 	if err := l.dec.Decode(&resp); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("pool server %s: %w", socket, err)
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("lease from %s: %w", socket, err)
 	}
 	if err := resp.err(); err != nil {
 		conn.Close()
