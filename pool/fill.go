@@ -21,8 +21,14 @@ func (s *Server) fill(ctx context.Context) {
 	tick := time.NewTicker(time.Second) // the demand, and so the target, moves with time
 	defer tick.Stop()
 	defer s.boots.Wait()
+	var pruned time.Time
 	for {
-		s.pruneDead(ctx)
+		// Not at every wake (each claim and reset wakes it): a dead
+		// ready sandbox is skipped by claims anyway.
+		if time.Since(pruned) >= pruneEvery {
+			s.pruneDead(ctx)
+			pruned = time.Now()
+		}
 		s.mu.Lock()
 		n, target := 0, s.targetLocked()
 		var deferred <-chan time.Time
@@ -57,6 +63,9 @@ func (s *Server) fill(ctx context.Context) {
 		}
 	}
 }
+
+// pruneEvery is how often fill looks for dead ready sandboxes at most.
+const pruneEvery = 200 * time.Millisecond
 
 // refillDelay is how long claims must pause before a pool at least half
 // full refills.

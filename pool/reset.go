@@ -102,9 +102,13 @@ func (s *Server) verify(ctx context.Context, sb *sandbox.Sandbox, t0 time.Time) 
 	} else {
 		st, err = sb.Probe(ctx, true)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		err = &sandbox.ResetError{Reason: sandbox.ResetProbe, Detail: err.Error()}
-	} else {
+	case s.cfg.Pool.Lease:
+		// A lease changes nothing on the host (sandbox.VerifyGuest).
+		err = sb.VerifyGuest(st)
+	default:
 		err = sb.Verify(st)
 	}
 	if err == nil && s.cfg.Network == api.NetworkNAT {

@@ -91,6 +91,17 @@ func (s *Sandbox) oomScoreAdj() (int, error) {
 // Verify compares the guest's state after a reset (st) and the sandbox's
 // host processes with its baseline; a *ResetError says what differs.
 func (s *Sandbox) Verify(st *api.GuestState) error {
+	if err := s.VerifyGuest(st); err != nil {
+		return err
+	}
+	return s.verifyHost()
+}
+
+// VerifyGuest is Verify's check of the guest's state alone: enough for
+// a lease pool's sandbox, whose leases change nothing on the host (no
+// task: no containerd update of its cgroup or OOM score, no monitor or
+// gofer of a container).
+func (s *Sandbox) VerifyGuest(st *api.GuestState) error {
 	b := s.Baseline
 	if b == nil {
 		return &ResetError{ResetProbe, "no baseline recorded at boot"}
@@ -112,6 +123,13 @@ func (s *Sandbox) Verify(st *api.GuestState) error {
 	case st.MemUsedKiB > g.MemUsedKiB+MemSlackKiB:
 		return &ResetError{ResetMemory, fmt.Sprintf("%d KiB in use, %d KiB at boot (+ %d allowed)", st.MemUsedKiB, g.MemUsedKiB, MemSlackKiB)}
 	}
+	return nil
+}
+
+// verifyHost is Verify's check of the sandbox's host side: its OOM
+// score, cgroup limits and host processes as at boot.
+func (s *Sandbox) verifyHost() error {
+	b := s.Baseline
 	if b.OOMScoreAdj != nil {
 		if score, err := s.oomScoreAdj(); err != nil || score != *b.OOMScoreAdj {
 			return &ResetError{ResetOOMScore, fmt.Sprintf("%d (%v), %d at boot", score, err, *b.OOMScoreAdj)}
