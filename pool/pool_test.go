@@ -127,3 +127,39 @@ func TestNewServerErrors(t *testing.T) {
 		t.Errorf("image pool whose image does not open: %v", err)
 	}
 }
+
+// TestLeaseRefusals: a lease from a pool without pool.lease is refused
+// naming the setting, and a task's claim from a lease pool is refused
+// (the task boots its own sandbox), handing out nothing either way.
+func TestLeaseRefusals(t *testing.T) {
+	for _, lease := range []bool{false, true} {
+		s := testServer(t, 1)
+		s.cfg.Pool.Lease = lease
+		sock := filepath.Join(t.TempDir(), "pool.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go s.serveConn(context.Background(), conn)
+			}
+		}()
+		ctx := context.Background()
+		if lease {
+			if _, err := client.Claim(ctx, sock, "c1", "t"); !errors.Is(err, client.ErrNoSandbox) || !strings.Contains(err.Error(), "serves leases only") {
+				t.Errorf("a task's claim from a lease pool: %v, want ErrNoSandbox naming leases", err)
+			}
+		} else if _, err := client.ClaimLease(ctx, sock, "l"); err == nil || !strings.Contains(err.Error(), "lease = true") {
+			t.Errorf("a lease from a pool without pool.lease: %v, want an error naming the setting", err)
+		}
+		if len(s.ready) != 1 || s.claimed != 0 {
+			t.Errorf("lease=%t: %d ready, %d claimed after the refusal, want 1 and 0", lease, len(s.ready), s.claimed)
+		}
+		ln.Close()
+	}
+}
