@@ -100,10 +100,7 @@ func (p *Pool) Lease(ctx context.Context) (*Lease, error) {
 	if !p.cfg.Leases {
 		return nil, errorf("lease from pool", p.cfg.Name, ErrInvalid, "the pool was made without PoolConfig.Leases")
 	}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
+	if p.isClosed() {
 		return nil, newError("lease from pool", p.cfg.Name, ErrClosed, nil)
 	}
 	var nonce [6]byte

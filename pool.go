@@ -222,10 +222,7 @@ func (p *Pool) Acquire(ctx context.Context, o AcquireOptions) (*Sandbox, error) 
 	if p.cfg.Leases {
 		return nil, errorf("acquire from pool", p.cfg.Name, ErrInvalid, "a pool of PoolConfig.Leases hands out leases: use Lease")
 	}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
+	if p.isClosed() {
 		return nil, newError("acquire from pool", p.cfg.Name, ErrClosed, nil)
 	}
 	cfg := p.cfg.Template
@@ -255,6 +252,13 @@ func (p *Pool) Acquire(ctx context.Context, o AcquireOptions) (*Sandbox, error) 
 		return nil
 	}
 	return sb, nil
+}
+
+// isClosed reports whether Stop or Close ran.
+func (p *Pool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // Release closes a sandbox of the pool (sandboxes serve once).

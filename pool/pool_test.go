@@ -34,14 +34,15 @@ func testServer(t *testing.T, n int) *Server {
 	return s
 }
 
-func TestClaimOverSocket(t *testing.T) {
-	s := testServer(t, 2)
+// serve answers s's protocol on a socket of the test's, until it ends.
+func serve(t *testing.T, s *Server) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "pool.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -51,6 +52,12 @@ func TestClaimOverSocket(t *testing.T) {
 			go s.serveConn(context.Background(), conn)
 		}
 	}()
+	return sock
+}
+
+func TestClaimOverSocket(t *testing.T) {
+	s := testServer(t, 2)
+	sock := serve(t, s)
 	ctx := context.Background()
 	if _, err := client.Claim(ctx, sock, "other", "t"); !errors.Is(err, client.ErrNoSandbox) {
 		t.Errorf("claim of another class: %v, want ErrNoSandbox", err)
@@ -135,20 +142,7 @@ func TestLeaseRefusals(t *testing.T) {
 	for _, lease := range []bool{false, true} {
 		s := testServer(t, 1)
 		s.cfg.Pool.Lease = lease
-		sock := filepath.Join(t.TempDir(), "pool.sock")
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go s.serveConn(context.Background(), conn)
-			}
-		}()
+		sock := serve(t, s)
 		ctx := context.Background()
 		if lease {
 			if _, err := client.Claim(ctx, sock, "c1", "t"); !errors.Is(err, client.ErrNoSandbox) || !strings.Contains(err.Error(), "serves leases only") {
@@ -160,6 +154,5 @@ func TestLeaseRefusals(t *testing.T) {
 		if len(s.ready) != 1 || s.claimed != 0 {
 			t.Errorf("lease=%t: %d ready, %d claimed after the refusal, want 1 and 0", lease, len(s.ready), s.claimed)
 		}
-		ln.Close()
 	}
 }
