@@ -156,7 +156,7 @@ func (l *Lease) Exec(ctx context.Context, cmd []string, o ExecOptions) (Result, 
 	case len(cmd) == 0:
 		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "no command")
 	case o.User != "":
-		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "User %q: a lease's commands run as its image's user", o.User)
+		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "User %q: a lease's commands run as the template's user (Config.User)", o.User)
 	case o.TTY:
 		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "TTY: a lease's commands have no terminal")
 	}
