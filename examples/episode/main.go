@@ -136,6 +136,9 @@ func run(img, preload, inner, cache string, o gvx.Options) error {
 	if err := treeSearch(ctx, c, preload, golden); err != nil {
 		return err
 	}
+	if err := leaseEpisodes(ctx, c, preload); err != nil {
+		return err
+	}
 	fmt.Printf("==> done in %s; nothing of the episode is left on the host\n", ms(time.Since(start)))
 	return nil
 }
