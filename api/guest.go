@@ -26,10 +26,15 @@ const PauseLeaseFlag = "--lease"
 const PauseAgentArg = "agent"
 
 // PauseAgentRequest is a reset the pool's server asks of gvx-pause's
-// agent (PauseAgentArg): the hostname and domain name to restore.
+// agent (PauseAgentArg): the hostname and domain name to restore, and
+// the files the next lease root gets.
 type PauseAgentRequest struct {
 	Hostname   string `json:"hostname"`
 	Domainname string `json:"domainname"`
+	// Files are written into the next lease root (a path relative to
+	// its "/", and the content), replacing the image's: a NAT pool's
+	// etc/resolv.conf.
+	Files map[string]string `json:"files,omitempty"`
 }
 
 // PauseUTSCommand is gvx-pause's subcommand (argv[1]) that gives a pool

@@ -143,3 +143,43 @@ func waitReset(t *testing.T, p *sdk.Pool, n int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPoolLeaseNAT: a lease pool of a NAT template gives each lease the
+// NAT's eth0 and its resolver in /etc/resolv.conf (written into each
+// lease root, as a task's is into its root filesystem); a lease's own
+// resolv.conf does not reach the next.
+func TestPoolLeaseNAT(t *testing.T) {
+	c := sdkClient(t)
+	checkNoLeaks(t)
+	ctx := context.Background()
+	p, err := c.NewPool(ctx, sdk.PoolConfig{Name: "natleases", Size: 1, Leases: true,
+		Template: sdk.Config{Image: busyboxArchive(), Network: sdk.NetworkNAT}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("pool log:\n%s", p.Log())
+		}
+	}()
+	if err := waitReady(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := l.Exec(ctx, []string{"sh", "-c", "ip -4 addr show eth0 | grep -o 'inet [0-9./]*'; cat /etc/resolv.conf; echo 'nameserver 192.0.2.1' > /etc/resolv.conf"}, sdk.ExecOptions{})
+		if want := "inet 10.0.2.15/24\nnameserver 10.0.2.3\n"; err != nil || string(res.Stdout) != want {
+			t.Errorf("lease %d: %q %q, %v; want %q", i, res.Stdout, res.Stderr, err, want)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitReset(t, p, i+1)
+	}
+}

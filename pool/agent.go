@@ -58,16 +58,16 @@ func (a *agent) reset(req api.PauseAgentRequest, timeout time.Duration) (*api.Gu
 	return &st, nil
 }
 
-// agentReset resets sandbox id through its agent (restoring the pool's
-// hostname), or reports that it has none.
-func (s *Server) agentReset(id string, host, domain string) (*api.GuestState, bool, error) {
+// agentReset resets sandbox id through its agent, or reports that it has
+// none.
+func (s *Server) agentReset(id string, req api.PauseAgentRequest) (*api.GuestState, bool, error) {
 	s.mu.Lock()
 	a := s.agents[id]
 	s.mu.Unlock()
 	if a == nil {
 		return nil, false, nil
 	}
-	st, err := a.reset(api.PauseAgentRequest{Hostname: host, Domainname: domain}, agentTimeout)
+	st, err := a.reset(req, agentTimeout)
 	return st, true, err
 }
 

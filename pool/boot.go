@@ -154,7 +154,13 @@ func (s *Server) resetLease(ctx context.Context, sb *sandbox.Sandbox) (*api.Gues
 	if b := sb.Baseline; b != nil {
 		host, domain = b.Guest.Hostname, b.Guest.Domainname
 	}
-	st, ok, err := s.agentReset(sb.ID, host, domain)
+	req := api.PauseAgentRequest{Hostname: host, Domainname: domain}
+	if s.cfg.Network == api.NetworkNAT {
+		// The guest's resolver is the NAT's (a task's is written into
+		// its root filesystem the same way: the shim's inlineResolvConf).
+		req.Files = map[string]string{"etc/resolv.conf": string(oci.ResolvConf())}
+	}
+	st, ok, err := s.agentReset(sb.ID, req)
 	if !ok {
 		return sb.ResetLease(ctx, s.pause)
 	}

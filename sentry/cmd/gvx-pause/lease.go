@@ -211,6 +211,40 @@ func beginLease() (*os.File, error) {
 	return dir, nil
 }
 
+// writeInto writes files (paths relative to root) into the directory
+// root, replacing what is there (a symlink included), creating a missing
+// parent directory.
+func writeInto(root *os.File, files map[string]string) error {
+	dir := int(root.Fd())
+	for name, content := range files {
+		rel := strings.TrimPrefix(filepath.Clean("/"+name), "/")
+		if rel == "" {
+			return fmt.Errorf("lease: no file name in %q", name)
+		}
+		if parent := filepath.Dir(rel); parent != "." {
+			if err := unix.Mkdirat(dir, parent, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("lease: mkdir %s: %w", parent, err)
+			}
+		}
+		if err := unix.Unlinkat(dir, rel, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("lease: remove %s: %w", rel, err)
+		}
+		fd, err := unix.Openat(dir, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return fmt.Errorf("lease: create %s: %w", rel, err)
+		}
+		f := os.NewFile(uintptr(fd), rel)
+		_, werr := f.WriteString(content)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fmt.Errorf("lease: write %s: %w", rel, werr)
+		}
+	}
+	return nil
+}
+
 // leaseAgent serves a lease pool's resets (api.PauseAgentArg) on conn,
 // gvx-pause's standard input: a socket to the pool's server. For each
 // request (an api.PauseAgentRequest, one JSON line) it ends the lease
@@ -248,6 +282,8 @@ func leaseAgent(conn *os.File) {
 		report(&st, fail)
 		if len(st.Errors) == 0 {
 			if lease, err = beginLease(); err != nil {
+				fail("%v", err)
+			} else if err := writeInto(lease, req.Files); err != nil {
 				fail("%v", err)
 			}
 		}

@@ -51,3 +51,40 @@ func TestUnescape(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteInto: a file replaces a symlink of the same name (which is not
+// followed), a missing parent is made, "../" cannot leave the root, and
+// an empty name is an error.
+func TestWriteInto(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "target")
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "etc", "resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if err := writeInto(dir, map[string]string{"etc/resolv.conf": "nameserver 10.0.2.3\n", "../../new/file": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "etc", "resolv.conf")); err != nil || string(got) != "nameserver 10.0.2.3\n" {
+		t.Errorf("etc/resolv.conf: %q, %v", got, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(root, "etc", "resolv.conf")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("etc/resolv.conf is not a regular file: %v, %v", fi, err)
+	}
+	if _, err := os.Stat(outside); err == nil {
+		t.Error("the symlink's target was written")
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "new", "file")); err != nil || string(got) != "x" {
+		t.Errorf("new/file (from ../../new/file): %q, %v", got, err)
+	}
+	if err := writeInto(dir, map[string]string{"/": "x"}); err == nil {
+		t.Error("an empty name: no error")
+	}
+}
