@@ -5,24 +5,20 @@ package api
 // is gone: it puts back the state every container of a gVisor sandbox
 // shares (the root UTS and IPC namespaces) and reports the guest's state
 // as a GuestState (JSON on stdout). Its flags: --hostname and
-// --domainname to restore; PauseLeaseFlag.
+// --domainname to restore.
 const PauseResetCommand = "reset"
-
-// PauseLeaseFlag is PauseResetCommand's flag for a lease pool's sandbox
-// (pool.lease): before the reset, a lease root stacked on the root
-// container's "/" is ended (every guest process but gvx-pause killed,
-// the stack unmounted, its memory freed); after the report, a new one is
-// stacked there — an overlay of the root container's root filesystem
-// with its writes in a fresh tmpfs, and fresh /proc, /dev, /sys, /tmp,
-// /run, /dev/shm and /dev/pts — in which the next lease's commands run
-// (gVisor starts an exec in the mount stacked on its container's root).
-const PauseLeaseFlag = "--lease"
 
 // PauseAgentArg is gvx-pause's argument (argv[1]) as the init of a lease
 // pool's sandbox (pool.lease): its standard input is then a socket to the
 // pool's server, on which it serves resets itself — each a
-// PauseAgentRequest line answered by a GuestState line, the work of
-// PauseResetCommand with PauseLeaseFlag done with no process started.
+// PauseAgentRequest line answered by a GuestState line: the lease root
+// stacked on the root container's "/" ended (every guest process but
+// gvx-pause killed, the stack unmounted, its memory freed), the work of
+// PauseResetCommand, then a new lease root stacked — an overlay of the
+// root container's root filesystem with its writes in a fresh tmpfs,
+// and fresh /proc, /dev, /sys, /tmp, /run, /dev/shm and /dev/pts — in
+// which the next lease's commands run (gVisor starts an exec in the
+// mount stacked on its container's root). No process is started for it.
 const PauseAgentArg = "agent"
 
 // PauseAgentRequest is a reset the pool's server asks of gvx-pause's

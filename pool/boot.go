@@ -62,8 +62,8 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 	var agentEnd *os.File
 	if s.cfg.Pool.Lease {
 		// gvx-pause resets the sandbox itself, told through its
-		// standard input (api.PauseAgentArg): it needs what an exec'd
-		// reset is given (sandbox.Probe's capabilities).
+		// standard input (api.PauseAgentArg): mounts and the hostname,
+		// SysV IPC objects of any owner, the lease's processes.
 		a, end, err := newAgent()
 		if err != nil {
 			return nil, err
@@ -147,8 +147,7 @@ func (s *Server) run(ctx context.Context, sb *sandbox.Sandbox, stdin *os.File, a
 	}, s.sentry, time.Minute, args...)
 }
 
-// resetLease resets a lease pool's sandbox: through its agent, else by
-// an exec of gvx-pause (sandbox.ResetLease).
+// resetLease resets a lease pool's sandbox through its agent.
 func (s *Server) resetLease(ctx context.Context, sb *sandbox.Sandbox) (*api.GuestState, error) {
 	var host, domain string
 	if b := sb.Baseline; b != nil {
@@ -162,7 +161,7 @@ func (s *Server) resetLease(ctx context.Context, sb *sandbox.Sandbox) (*api.Gues
 	}
 	st, ok, err := s.agentReset(sb.ID, req)
 	if !ok {
-		return sb.ResetLease(ctx, s.pause)
+		return nil, fmt.Errorf("lease pool sandbox %s has no reset agent", sb.ID)
 	}
 	if err == nil && len(st.Errors) > 0 {
 		err = fmt.Errorf("reset agent of %s: %s", sb.ID, strings.Join(st.Errors, "; "))

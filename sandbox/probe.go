@@ -27,12 +27,9 @@ var goEnv = []string{"GOMAXPROCS=1"}
 const probeTimeout = 20 * time.Second
 
 // probeCaps are what gvx-pause's reset needs beyond the root container's
-// process's own capabilities: CAP_SYS_ADMIN (hostname, mounts),
-// CAP_IPC_OWNER (SysV IPC objects of any owner), and for a lease root's
-// end CAP_KILL (its processes killed), CAP_SYS_PTRACE (the root
-// container's own root reached through gvx-pause's /proc/1/root: it is
-// not dumpable) and CAP_SYS_CHROOT (moved to).
-var probeCaps = []string{"CAP_SYS_ADMIN", "CAP_IPC_OWNER", "CAP_KILL", "CAP_SYS_PTRACE", "CAP_SYS_CHROOT"}
+// process's own capabilities: CAP_SYS_ADMIN (hostname, mounts) and
+// CAP_IPC_OWNER (SysV IPC objects of any owner).
+var probeCaps = []string{"CAP_SYS_ADMIN", "CAP_IPC_OWNER"}
 
 // Probe runs gvx-pause's reset (restore) or only its report in the
 // sandbox's root container and returns the guest's state.
@@ -43,30 +40,6 @@ var probeCaps = []string{"CAP_SYS_ADMIN", "CAP_IPC_OWNER", "CAP_KILL", "CAP_SYS_
 // capabilities, plus those two) — instead of starting gvx-sentry, whose
 // start-up alone (≈ 30 ms of CPU) was most of a reset's cost.
 func (s *Sandbox) Probe(ctx context.Context, restore bool) (*api.GuestState, error) {
-	return s.probe(ctx, restore, nil)
-}
-
-// ResetLease is Probe's restore for a sandbox of a lease pool
-// (api.PauseLeaseFlag): the lease root stacked on the root container's
-// "/" ended first — every guest process but gvx-pause killed, the
-// lease's files gone with it — and, if the guest's report came without
-// errors, a new one stacked for the next lease.
-//
-// pause is gvx-pause on the host, which runs from that file: the lease's
-// commands could have changed the guest's copy in the lease root it runs
-// in.
-func (s *Sandbox) ResetLease(ctx context.Context, pause string) (*api.GuestState, error) {
-	exe, err := os.Open(pause)
-	if err != nil {
-		return nil, fmt.Errorf("reset lease of sandbox %s: %w", s.ID, err)
-	}
-	defer exe.Close()
-	return s.probe(ctx, true, exe)
-}
-
-// probe runs gvx-pause's reset; with exe (gvx-pause on the host), in a
-// lease pool's sandbox.
-func (s *Sandbox) probe(ctx context.Context, restore bool, exe *os.File) (*api.GuestState, error) {
 	if s.Pool == nil || s.Pool.Pause == "" {
 		return nil, fmt.Errorf("sandbox %s: not a pool sandbox with gvx-pause", s.ID)
 	}
@@ -75,10 +48,7 @@ func (s *Sandbox) probe(ctx context.Context, restore bool, exe *os.File) (*api.G
 		argv = append(argv, "--hostname", b.Guest.Hostname, "--domainname", b.Guest.Domainname)
 	}
 	argv = append(argv, fmt.Sprintf("--restore=%t", restore))
-	if exe != nil {
-		argv = append(argv, api.PauseLeaseFlag)
-	}
-	out, err := s.execRoot(ctx, argv, exe, probeCaps, probeTimeout)
+	out, err := s.execRoot(ctx, argv, probeCaps, probeTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("probe sandbox %s: %w", s.ID, err)
 	}
@@ -98,7 +68,7 @@ func (s *Sandbox) SetUTS(ctx context.Context, hostname, domainname string) error
 		return fmt.Errorf("sandbox %s: not a pool sandbox with gvx-pause", s.ID)
 	}
 	argv := []string{s.Pool.Pause, api.PauseUTSCommand, "--hostname", hostname, "--domainname", domainname}
-	if _, err := s.execRoot(ctx, argv, nil, []string{"CAP_SYS_ADMIN"}, probeTimeout); err != nil {
+	if _, err := s.execRoot(ctx, argv, []string{"CAP_SYS_ADMIN"}, probeTimeout); err != nil {
 		return fmt.Errorf("hostname %q for sandbox %s: %w", hostname, s.ID, err)
 	}
 	return nil
@@ -109,16 +79,16 @@ func (s *Sandbox) SetUTS(ctx context.Context, hostname, domainname string) error
 // its bounding, effective and permitted sets, as runsc's exec --cap does),
 // through the control socket, and returns its standard output. A process
 // that does not end within timeout (or ctx) is killed.
-func (s *Sandbox) execRoot(ctx context.Context, argv []string, exe *os.File, extraCaps []string, timeout time.Duration) ([]byte, error) {
+func (s *Sandbox) execRoot(ctx context.Context, argv, extraCaps []string, timeout time.Duration) ([]byte, error) {
 	r, err := s.RootRunner()
 	if err != nil {
 		return nil, err
 	}
-	return r.run(ctx, argv, exe, extraCaps, timeout)
+	return r.run(ctx, argv, extraCaps, timeout)
 }
 
 // run is execRoot on r.
-func (r *RootRunner) run(ctx context.Context, argv []string, exe *os.File, extraCaps []string, timeout time.Duration) ([]byte, error) {
+func (r *RootRunner) run(ctx context.Context, argv, extraCaps []string, timeout time.Duration) ([]byte, error) {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
@@ -135,7 +105,7 @@ func (r *RootRunner) run(ctx context.Context, argv []string, exe *os.File, extra
 		return nil, err
 	}
 	defer errR.Close()
-	p, err := r.Start(RootExec{Argv: argv, Env: goEnv, Executable: exe, ExtraCaps: extraCaps, Stdio: []*os.File{null, outW, errW}})
+	p, err := r.Start(RootExec{Argv: argv, Env: goEnv, ExtraCaps: extraCaps, Stdio: []*os.File{null, outW, errW}})
 	// The sandbox holds its own copies now: the pipes end when the
 	// process (and anything it left holding them) is gone.
 	outW.Close()

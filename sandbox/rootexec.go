@@ -60,10 +60,6 @@ type RootExec struct {
 	// Stdio become the process's descriptors 0, 1, 2, … (the sandbox
 	// keeps copies: close yours once Start returns).
 	Stdio []*os.File
-	// Executable, if set, is the program, a host file (Argv[0] is then
-	// only its name): what the guest's files say cannot change what
-	// runs.
-	Executable *os.File
 }
 
 // RootProcess is a process RootRunner.Start started.
@@ -101,7 +97,7 @@ func (r *RootRunner) Start(e RootExec) (*RootProcess, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socket of %s: %w", r.id, err)
 	}
-	pid, err := ctl.ExecuteFile(args, e.Executable, e.Stdio...)
+	pid, err := ctl.ExecuteAsync(args, e.Stdio...)
 	if err != nil {
 		ctl.Close()
 		return nil, fmt.Errorf("exec %s in %s: %w", e.Argv[0], r.id, err)

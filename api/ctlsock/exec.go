@@ -1,9 +1,6 @@
 package ctlsock
 
-import (
-	"os"
-	"slices"
-)
+import "os"
 
 // The exec, wait and signal calls of gVisor's containerManager, with
 // argument types written from the JSON of gVisor's own (runsc/boot,
@@ -73,26 +70,13 @@ type signalArgs struct {
 // ExecuteAsync starts args's process with stdio (passed to the sandbox as
 // the guest's descriptors 0, 1, …) and returns its pid in the sandbox.
 func (c *Client) ExecuteAsync(args *ExecArgs, stdio ...*os.File) (int32, error) {
-	return c.ExecuteFile(args, nil, stdio...)
-}
-
-// ExecuteFile is ExecuteAsync of the program in exe, a host file (nil:
-// args.Argv[0] in the guest), which the sandbox loads from the file
-// instead of looking the program up in its container's filesystem.
-func (c *Client) ExecuteFile(args *ExecArgs, exe *os.File, stdio ...*os.File) (int32, error) {
 	a := *args
 	a.GuestFDs = make([]int, len(stdio))
 	for i := range stdio {
 		a.GuestFDs[i] = i
 	}
-	files := stdio
-	if exe != nil {
-		// gVisor's control.ExecArgs: one file more than GuestFDs is
-		// the program.
-		files = append(slices.Clone(stdio), exe)
-	}
 	var pid int32
-	if err := c.Call(methodExecuteAsync, &a, files, &pid); err != nil {
+	if err := c.Call(methodExecuteAsync, &a, stdio, &pid); err != nil {
 		return 0, err
 	}
 	return pid, nil

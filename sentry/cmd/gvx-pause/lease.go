@@ -73,64 +73,6 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// leaseDepth is how many mounts are stacked on the root container's "/"
-// beyond its root filesystem (pid 1, gvx-pause, sees the root
-// container's own root).
-func leaseDepth() (int, error) {
-	ms, err := readMounts("/proc/1/mountinfo")
-	if err != nil {
-		return 0, err
-	}
-	n := -1
-	for _, m := range ms {
-		if m.point == "/" {
-			n++
-		}
-	}
-	return max(n, 0), nil
-}
-
-// endLease ends a lease root, if one is stacked on "/": it kills every
-// guest process but pid 1 and this one, waits for them to go, unmounts
-// the stack (lazily: this process's own root is in it) and moves this
-// process to the root container's own root, so that what follows sees
-// the sandbox as its pool booted it.
-func endLease(fail func(string, ...any)) {
-	depth, err := leaseDepth()
-	if err != nil {
-		fail("lease: %v", err)
-		return
-	}
-	if depth == 0 {
-		return
-	}
-	killAll(fail)
-	// pid 1's root is the root container's own, under the stack.
-	root, err := os.Open("/proc/1/root")
-	if err != nil {
-		fail("lease: open the root container's root: %v", err)
-		return
-	}
-	defer root.Close()
-	for i := 0; i < depth; i++ {
-		if err := unix.Unmount("/", unix.MNT_DETACH); err != nil {
-			fail("lease: unmount the lease root: %v", err)
-			return
-		}
-	}
-	if err := unix.Fchdir(int(root.Fd())); err != nil {
-		fail("lease: fchdir: %v", err)
-		return
-	}
-	if err := unix.Chroot("."); err != nil {
-		fail("lease: chroot to the root container's root: %v", err)
-		return
-	}
-	if err := unix.Chdir("/"); err != nil {
-		fail("lease: chdir: %v", err)
-	}
-}
-
 // killAll SIGKILLs every guest process but pid 1 and this one, and waits
 // (up to 5 s) until /proc lists none of them.
 func killAll(fail func(string, ...any)) {
@@ -162,10 +104,10 @@ var newInstance = map[string]bool{"proc": true, "sysfs": true, "devpts": true, "
 // beginLease stacks a new lease root on "/": an overlay whose lower layer
 // is the root container's root filesystem and whose upper layer is a
 // fresh tmpfs, with every submount of the root container made again in
-// it (fresh instances; binds bound again). It runs in the root
-// container's own root (after endLease), and returns the lease root's
-// root directory (O_PATH): a process whose own root is under the stack
-// can unmount it only through that (leaseAgent).
+// it (fresh instances; binds bound again). It runs in gvx-pause, whose
+// root is the root container's own, and returns the lease root's root
+// directory (O_PATH): gvx-pause, its root under the stack, can unmount
+// the stack only through that (leaseAgent).
 func beginLease() (*os.File, error) {
 	ms, err := readMounts("/proc/self/mountinfo")
 	if err != nil {

@@ -43,38 +43,26 @@ func uts(args []string) int {
 }
 
 // reset is api.PauseResetCommand: run in the root container of a pool
-// sandbox (with CAP_SYS_ADMIN, CAP_IPC_OWNER and CAP_SYS_CHROOT) after a
-// task's container is gone, it ends a lease root stacked on "/" if there
-// is one (lease.go), restores the hostname and domain name and removes
-// the SysV IPC objects left — every container of a gVisor sandbox shares
-// the root container's UTS and IPC namespaces — then prints the guest's
-// state; with api.PauseLeaseFlag it then stacks a new lease root.
+// sandbox (with CAP_SYS_ADMIN and CAP_IPC_OWNER) after a task's container
+// is gone, it restores the hostname and domain name and removes the SysV
+// IPC objects left — every container of a gVisor sandbox shares the root
+// container's UTS and IPC namespaces — then prints the guest's state.
 func reset(args []string) int {
 	fs := flag.NewFlagSet(api.PauseResetCommand, flag.ContinueOnError)
 	host := fs.String("hostname", "", "hostname to restore")
 	domain := fs.String("domainname", "", "domain name to restore")
 	restore := fs.Bool("restore", true, "restore (false: only report)")
-	lease := fs.Bool(strings.TrimPrefix(api.PauseLeaseFlag, "--"), false, "end the lease root stacked on / before the reset, stack a new one after the report")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	var st api.GuestState
 	fail := func(format string, a ...any) { st.Errors = append(st.Errors, fmt.Sprintf(format, a...)) }
 	if *restore {
-		endLease(fail)
 		restoreShared(*host, *domain, fail)
 	}
 	report(&st, fail)
 	if err := json.NewEncoder(os.Stdout).Encode(&st); err != nil {
 		return 1
-	}
-	if *lease && len(st.Errors) == 0 {
-		root, err := beginLease()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		root.Close()
 	}
 	return 0
 }
