@@ -26,19 +26,7 @@ func TestPoolLease(t *testing.T) {
 	c := sdkClient(t)
 	checkNoLeaks(t)
 	ctx := context.Background()
-	p, err := c.NewPool(ctx, sdk.PoolConfig{Name: "leases", Size: 1, Leases: true,
-		Template: sdk.Config{Image: busyboxArchive(), Env: []string{"MARK=tmpl"}, Workdir: "/etc"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := p.Close(ctx); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("pool log:\n%s", p.Log())
-		}
-	}()
+	p := leasePool(t, c, "leases", sdk.Config{Image: busyboxArchive(), Env: []string{"MARK=tmpl"}, Workdir: "/etc"})
 	if _, err := p.Acquire(ctx, sdk.AcquireOptions{}); !errors.Is(err, sdk.ErrInvalid) {
 		t.Errorf("Acquire from a lease pool: %v, want ErrInvalid", err)
 	}
@@ -152,19 +140,7 @@ func TestPoolLeaseNAT(t *testing.T) {
 	c := sdkClient(t)
 	checkNoLeaks(t)
 	ctx := context.Background()
-	p, err := c.NewPool(ctx, sdk.PoolConfig{Name: "natleases", Size: 1, Leases: true,
-		Template: sdk.Config{Image: busyboxArchive(), Network: sdk.NetworkNAT}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := p.Close(ctx); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("pool log:\n%s", p.Log())
-		}
-	}()
+	p := leasePool(t, c, "natleases", sdk.Config{Image: busyboxArchive(), Network: sdk.NetworkNAT})
 	if err := waitReady(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -182,4 +158,24 @@ func TestPoolLeaseNAT(t *testing.T) {
 		}
 		waitReset(t, p, i+1)
 	}
+}
+
+// leasePool starts a lease pool of one sandbox of template, closed (its
+// log shown if the test failed) when the test ends.
+func leasePool(t *testing.T, c *sdk.Client, name string, template sdk.Config) *sdk.Pool {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.NewPool(ctx, sdk.PoolConfig{Name: name, Size: 1, Leases: true, Template: template})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("pool log:\n%s", p.Log())
+		}
+	})
+	return p
 }
