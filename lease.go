@@ -6,20 +6,24 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
+	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/log"
+	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/gvxrun/gvx/api"
+	"github.com/gvxrun/gvx/internal/cgroups"
 	poolclient "github.com/gvxrun/gvx/pool/client"
 	"github.com/gvxrun/gvx/sandbox"
 )
@@ -40,14 +44,14 @@ type Lease struct {
 
 	mu       sync.Mutex
 	released bool
+	paused   bool
+	procs    map[*LeaseProcess]struct{} // started, not yet ended
 	running  sync.WaitGroup
 }
 
 // leaseProcess is what a lease's commands run as: the template's
 // environment, directory and user over its image's (the pool's sandboxes
-// boot gvx-pause, whose own process says nothing of the image). A user
-// must be numeric (uid[:gid]): a name would be looked up in files the
-// pool's server has not mounted yet.
+// boot gvx-pause, whose own process says nothing of the image).
 func (c *Client) leaseProcess(ctx context.Context, t Config, img client.Image) (*specs.Process, error) {
 	ispec, err := img.Spec(c.Context(ctx))
 	if err != nil {
@@ -70,18 +74,60 @@ func (c *Client) leaseProcess(ctx context.Context, t Config, img client.Image) (
 		name = t.User
 	}
 	if name != "" {
-		u, g, _ := strings.Cut(name, ":")
-		uid, uerr := strconv.ParseUint(u, 10, 32)
-		gid, gerr := strconv.ParseUint(g, 10, 32)
-		if g == "" {
-			gid, gerr = 0, nil
+		if p.User, err = c.imageUser(ctx, img, name); err != nil {
+			return nil, err
 		}
-		if uerr != nil || gerr != nil {
-			return nil, fmt.Errorf("user %q: a lease pool's user must be numeric (uid[:gid])", name)
-		}
-		p.User = specs.User{UID: uint32(uid), GID: uint32(gid)}
 	}
 	return p, nil
+}
+
+// imageUser resolves user name (a name or uid, with an optional :group
+// or :gid) in img's /etc/passwd and /etc/group, read from a view of its
+// unpacked snapshot; "uid:gid" needs no files.
+func (c *Client) imageUser(ctx context.Context, img client.Image, name string) (specs.User, error) {
+	if u, g, ok := strings.Cut(name, ":"); ok {
+		uid, uerr := strconv.ParseUint(u, 10, 32)
+		gid, gerr := strconv.ParseUint(g, 10, 32)
+		if uerr == nil && gerr == nil {
+			return specs.User{UID: uint32(uid), GID: uint32(gid)}, nil
+		}
+	}
+	ctx, done, err := c.ctrd.WithLease(c.Context(ctx))
+	if err != nil {
+		return specs.User{}, fmt.Errorf("user %q: %w", name, err)
+	}
+	defer done(context.WithoutCancel(ctx))
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return specs.User{}, fmt.Errorf("user %q: the image's layers: %w", name, err)
+	}
+	key := "gvx-user-" + randomSuffix()
+	sn := c.ctrd.SnapshotService(c.opts.Snapshotter)
+	if _, err := sn.View(ctx, key, identity.ChainID(diffIDs).String()); err != nil {
+		return specs.User{}, fmt.Errorf("user %q: a view of the image's files: %w", name, err)
+	}
+	defer sn.Remove(context.WithoutCancel(ctx), key)
+	info := containers.Container{Snapshotter: c.opts.Snapshotter, SnapshotKey: key}
+	spec := &oci.Spec{Process: &specs.Process{}, Root: &specs.Root{Path: "rootfs"}, Linux: &specs.Linux{}}
+	for _, opt := range []oci.SpecOpts{oci.WithUser(name), oci.WithAdditionalGIDs(name)} {
+		if err := opt(ctx, c.ctrd, &info, spec); err != nil {
+			return specs.User{}, fmt.Errorf("user %q of image %s: %w", name, img.Name(), err)
+		}
+	}
+	return spec.Process.User, nil
+}
+
+// user resolves a user of the lease pool's image (cached).
+func (p *Pool) user(ctx context.Context, name string) (specs.User, error) {
+	if u, ok := p.users.Load(name); ok {
+		return u.(specs.User), nil
+	}
+	u, err := p.c.imageUser(ctx, p.img, name)
+	if err != nil {
+		return specs.User{}, err
+	}
+	p.users.Store(name, u)
+	return u, nil
 }
 
 // leaseCaps are a lease's commands' capabilities: containerd's default
@@ -144,160 +190,96 @@ func (p *Pool) Lease(ctx context.Context) (*Lease, error) {
 // ID is the leased sandbox's id (a pool sandbox's).
 func (l *Lease) ID() string { return l.l.Sandbox.ID }
 
-// Exec runs cmd in the lease and waits for it: a non-zero exit is not an
-// error. Env, Dir, Stdin, Stdout, Stderr and Timeout are as for
-// Sandbox.Exec (at the timeout or the context's end the command is
-// killed; what it started runs on until Release); User and TTY are not
-// supported (the command runs as the template's user, with its
-// environment and directory: Config.User, Env and Workdir over the
-// image's).
-func (l *Lease) Exec(ctx context.Context, cmd []string, o ExecOptions) (Result, error) {
-	switch {
-	case len(cmd) == 0:
-		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "no command")
-	case o.User != "":
-		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "User %q: a lease's commands run as the template's user (Config.User)", o.User)
-	case o.TTY:
-		return Result{}, errorf("exec in", l.ID(), ErrInvalid, "TTY: a lease's commands have no terminal")
-	}
+// Pause freezes every process of the lease (the whole sandbox stops);
+// Resume thaws them. Pausing a paused lease, or resuming a running one,
+// is a no-op. Release resumes a paused lease first.
+func (l *Lease) Pause(ctx context.Context) error { return l.setPaused(true) }
+
+// Resume thaws a paused lease.
+func (l *Lease) Resume(ctx context.Context) error { return l.setPaused(false) }
+
+func (l *Lease) setPaused(paused bool) error {
 	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		return Result{}, newError("exec in", l.ID(), ErrClosed, errors.New("the lease was released"))
-	}
-	l.running.Add(1)
-	l.mu.Unlock()
-	defer l.running.Done()
-
-	var files, mine []*os.File // the sandbox's ends, and ours
-	defer func() {
-		for _, f := range append(files, mine...) {
-			f.Close()
-		}
-	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			mine = append(mine, r, w)
-		}
-		return r, w, err
-	}
-	var stdinW *os.File
-	if o.Stdin != nil {
-		r, w, err := pipe()
-		if err != nil {
-			return Result{}, newError("exec in", l.ID(), nil, err)
-		}
-		files, stdinW = append(files, r), w
-	} else {
-		null, err := os.Open(os.DevNull)
-		if err != nil {
-			return Result{}, newError("exec in", l.ID(), nil, err)
-		}
-		files = append(files, null)
-	}
-	var outs [2]*os.File
-	for i := range outs {
-		r, w, err := pipe()
-		if err != nil {
-			return Result{}, newError("exec in", l.ID(), nil, err)
-		}
-		files, outs[i] = append(files, w), r
-	}
-	started := time.Now()
-	tp := l.p.leaseProc
-	dir := tp.Cwd
-	if o.Dir != "" {
-		dir = o.Dir
-	}
-	proc, err := l.runner.Start(sandbox.RootExec{Argv: cmd, Env: append(slices.Clone(tp.Env), o.Env...), Dir: dir, User: &tp.User, Caps: leaseCaps, Stdio: files})
-	// The sandbox has its copies: our write ends must go for the output
-	// to end with the command.
-	for _, f := range files {
-		f.Close()
-	}
-	files = nil
-	if err != nil {
-		return Result{}, newError("exec in", l.ID(), nil, err)
-	}
-	defer proc.Close()
-	var stdout, stderr syncBuffer
-	sinks := [2]io.Writer{o.Stdout, o.Stderr}
-	if sinks[0] == nil {
-		sinks[0] = &stdout
-	}
-	if sinks[1] == nil {
-		sinks[1] = &stderr
-	}
-	var copies sync.WaitGroup
-	for i := range outs {
-		copies.Add(1)
-		go func() { defer copies.Done(); _, _ = io.Copy(sinks[i], outs[i]) }()
-	}
-	if stdinW != nil {
-		go func() { _, _ = io.Copy(stdinW, o.Stdin); stdinW.Close() }()
-	}
-
-	type waited struct {
-		ws  syscall.WaitStatus
-		err error
-	}
-	done := make(chan waited, 1)
-	go func() { ws, err := proc.Wait(); done <- waited{ws, err} }()
-	var timeout <-chan time.Time
-	if o.Timeout > 0 {
-		t := time.NewTimer(o.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var why error
-	var w waited
-	select {
-	case w = <-done:
-	case <-ctx.Done():
-		why = newError("exec in", l.ID(), nil, ctx.Err())
-	case <-timeout:
-		why = errorf("exec in", l.ID(), ErrTimeout, "%s: killed after its %s timeout", cmd[0], o.Timeout)
-	}
-	if why != nil {
-		_ = proc.Signal(unix.SIGKILL)
-		select {
-		case w = <-done:
-		case <-time.After(10 * time.Second):
-			proc.Close()
-			w = <-done
-		}
-	}
-	// Output left in the pipes, for up to a second after the exit (a
-	// process the command left running may hold them).
-	copied := make(chan struct{})
-	go func() { copies.Wait(); close(copied) }()
-	select {
-	case <-copied:
-	case <-time.After(time.Second):
-		for _, f := range outs {
-			f.Close()
-		}
-		<-copied
-	}
-	res := Result{ExitCode: api.ExitCode(w.ws), Duration: time.Since(started), Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
-	if o.Stdout != nil {
-		res.Stdout = nil
-	}
-	if o.Stderr != nil {
-		res.Stderr = nil
-	}
+	defer l.mu.Unlock()
+	op := map[bool]string{true: "pause", false: "resume"}[paused]
 	switch {
-	case why != nil:
-		return res, why
-	case w.err != nil:
-		return res, newError("exec in", l.ID(), ErrUnavailable, w.err)
+	case l.released:
+		return newError(op, l.ID(), ErrClosed, errors.New("the lease was released"))
+	case l.paused == paused:
+		return nil
 	}
-	return res, nil
+	f := l.runner.Resume
+	if paused {
+		f = l.runner.Pause
+	}
+	if err := f(); err != nil {
+		return newError(op, l.ID(), ErrUnavailable, err)
+	}
+	l.paused = paused
+	return nil
 }
 
-// Release hands the sandbox back to its pool (waiting for commands under
-// way to end: cancel their contexts first). Releasing twice is a no-op.
+// Stats reads the lease's resource use now: its sandbox's host cgroup
+// (gVisor's processes and the guest's together).
+func (l *Lease) Stats(ctx context.Context) (Stats, error) {
+	u, err := cgroups.ReadUsage(l.l.Sandbox.Cgroup)
+	if err != nil {
+		return Stats{}, newError("stats", l.ID(), ErrUnavailable, err)
+	}
+	return Stats{CPUNanos: u.CPUNanos, MemoryBytes: u.MemoryBytes, MemoryCache: u.MemoryCache, MemoryLimit: u.MemoryLimit, Pids: u.Pids}, nil
+}
+
+// natSocket is the lease's NAT's control socket (op names the caller).
+func (l *Lease) natSocket(op string) (string, error) {
+	sb := l.l.Sandbox
+	sock := sb.Root.NATControl(sb.ID)
+	if _, err := os.Stat(sock); err != nil {
+		return "", errorf(op, l.ID(), ErrUnsupported, "the lease's sandbox has no NAT (%v): make the pool's template with Network %q", err, NetworkNAT)
+	}
+	return sock, nil
+}
+
+// DialPort connects to TCP port of a NetworkNAT lease's guest, as
+// Sandbox.DialPort does (the guest sees it come from 10.0.2.2).
+func (l *Lease) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, errorf("dial port", l.ID(), ErrInvalid, "port %d: want 1 to 65535", port)
+	}
+	sock, err := l.natSocket("dial port")
+	if err != nil {
+		return nil, err
+	}
+	c, err := api.DialNATPort(ctx, sock, uint16(port))
+	if err != nil {
+		return nil, newError("dial port", l.ID(), nil, err)
+	}
+	return c, nil
+}
+
+// NarrowEgress narrows a NetworkNAT lease's egress policy while it runs,
+// as Sandbox.NarrowEgress does (all empty: none). The pool's reset
+// takes the narrowing off before the sandbox's next lease.
+func (l *Lease) NarrowEgress(ctx context.Context, def string, allow, deny []string) error {
+	var n *api.Narrow
+	if def != "" || allow != nil || deny != nil {
+		n = &api.Narrow{Default: def, Allow: allow, Deny: deny}
+		if err := n.Check(); err != nil {
+			return newError("narrow egress", l.ID(), ErrInvalid, err)
+		}
+	}
+	sock, err := l.natSocket("narrow egress")
+	if err != nil {
+		return err
+	}
+	if err := api.SetNATNarrow(ctx, sock, n); err != nil {
+		return newError("narrow egress", l.ID(), nil, err)
+	}
+	return nil
+}
+
+// Release hands the sandbox back to its pool, killing the commands still
+// running (their Wait returns ErrClosed; the pool's reset kills what
+// they started). Releasing twice is a no-op.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -305,7 +287,18 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	paused := l.paused
+	procs := slices.Collect(maps.Keys(l.procs))
 	l.mu.Unlock()
+	if paused {
+		// Thawed, so that its commands can end and the reset can run.
+		if err := l.runner.Resume(); err != nil {
+			log.G(ctx).WithError(err).Warnf("gvx: resume lease %s to release it", l.ID())
+		}
+	}
+	for _, p := range procs {
+		p.terminate(newError("exec in", l.ID(), ErrClosed, errors.New("the lease was released")))
+	}
 	l.running.Wait()
 	if _, err := l.l.Release(ctx); err != nil {
 		return newError("release lease", l.ID(), ErrUnavailable, err)

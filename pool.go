@@ -14,6 +14,7 @@ import (
 	"time"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/containerd/v2/client"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -74,8 +75,11 @@ type Pool struct {
 	log    syncBuffer
 	lock   *os.File // flock'd while the pool lives (<dir>.lock)
 
-	// leaseProc is what a lease pool's commands run as.
+	// leaseProc is what a lease pool's commands run as, img its image
+	// and users the users of it looked up so far (name → specs.User).
 	leaseProc *specs.Process
+	img       client.Image
+	users     sync.Map
 
 	mu     sync.Mutex
 	out    map[*Sandbox]AcquireOptions
@@ -165,12 +169,15 @@ func (c *Client) NewPool(ctx context.Context, pc PoolConfig) (_ *Pool, retErr er
 		// The pool boots its sandboxes with the template's root
 		// filesystem cap (the shim lets a task adopt only such a sandbox).
 		rc.SentryFlags = append(rc.SentryFlags, api.RootfsSizeFlag(t.Resources.DiskBytes))
+		// And a lease root's writes (its tmpfs) are capped alike.
+		rc.Resources.RootfsBytes = t.Resources.DiskBytes
 	}
 	if pc.Leases && (!imagePoolable(t) || rc.RootfsOverlay != "memory" || pc.Checkpointable) {
 		return nil, errorf("new pool", pc.Name, ErrInvalid, "Leases: a lease pool's template has no terminal, mounts, docker mode, published sockets or hostname, is not Checkpointable, and the config's rootfs_overlay is \"memory\"")
 	}
 	rc.Pool.Lease = pc.Leases
 	if pc.Leases {
+		p.img = img
 		if p.leaseProc, err = c.leaseProcess(ctx, t, img); err != nil {
 			return nil, newError("new pool", pc.Name, ErrInvalid, err)
 		}

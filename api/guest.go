@@ -31,6 +31,10 @@ type PauseAgentRequest struct {
 	// its "/", and the content), replacing the image's: a NAT pool's
 	// etc/resolv.conf.
 	Files map[string]string `json:"files,omitempty"`
+	// RootBytes, if positive, caps what the next lease writes to its
+	// root filesystem (the lease root's upper layer, in the sandbox's
+	// memory): a write past it fails with ENOSPC.
+	RootBytes int64 `json:"root_bytes,omitempty"`
 }
 
 // PauseUTSCommand is gvx-pause's subcommand (argv[1]) that gives a pool

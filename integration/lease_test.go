@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,44 @@ func TestPoolLease(t *testing.T) {
 	if _, err := l.Exec(ctx, []string{"sleep", "30"}, sdk.ExecOptions{Timeout: 300 * time.Millisecond}); !errors.Is(err, sdk.ErrTimeout) || time.Since(t1) > 5*time.Second {
 		t.Errorf("timeout: %v after %s, want ErrTimeout", err, time.Since(t1))
 	}
+	// A user of the image by name; a terminal, resized while it runs.
+	if res, err := l.Exec(ctx, []string{"id"}, sdk.ExecOptions{User: "nobody"}); err != nil || !strings.HasPrefix(string(res.Stdout), "uid=65534(nobody) gid=65534(") {
+		t.Errorf("as nobody: %q %q, %v", res.Stdout, res.Stderr, err)
+	}
+	if _, err := l.Exec(ctx, []string{"id"}, sdk.ExecOptions{User: "nosuchuser"}); !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "nosuchuser") {
+		t.Errorf("an unknown user: %v, want ErrInvalid naming it", err)
+	}
+	var term syncBuffer
+	inR, inW := io.Pipe()
+	tp, err := l.Start(ctx, []string{"sh"}, sdk.ExecOptions{TTY: true, Cols: 80, Rows: 24, Stdin: inR, Stdout: &term})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Resize(ctx, 100, 30); err != nil {
+		t.Error(err)
+	}
+	fmt.Fprintf(inW, "stty size; exit 4\n")
+	if res, err := tp.Wait(ctx); err != nil || res.ExitCode != 4 || !strings.Contains(term.String(), "\n30 100\r\n") {
+		t.Errorf("terminal: %+v %v, output %q; want exit 4, a terminal of 30 rows, 100 columns", res, err, term.String())
+	}
+	inW.Close()
+	// Pause freezes it (a clock that does not move), Resume thaws it;
+	// Stats reads its cgroup.
+	if err := l.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Pause(ctx); err != nil {
+		t.Errorf("second pause: %v, want a no-op", err)
+	}
+	if st, err := l.Stats(ctx); err != nil || st.MemoryBytes == 0 || st.CPUNanos == 0 {
+		t.Errorf("stats: %+v, %v", st, err)
+	}
+	if err := l.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := l.Exec(ctx, []string{"true"}, sdk.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Errorf("after resume: %+v, %v", res, err)
+	}
 	dirty := `set -e
 echo dirty > /etc/dirty; rm /bin/ls; mkdir /root/made; dd if=/dev/zero of=/tmp/big bs=1M count=8 2>/dev/null
 echo shm > /dev/shm/seg; echo run > /run/file
@@ -70,8 +110,17 @@ echo left`
 	if res, _ := l.Exec(ctx, []string{"sh", "-c", "cat /etc/dirty; ps -o comm | grep -c sleep"}, sdk.ExecOptions{}); string(res.Stdout) != "dirty\n1\n" {
 		t.Errorf("within the lease: %q, want its own file and its sleep", res.Stdout)
 	}
+	// A command still running at the release is killed by it.
+	bg, err := l.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := bg.Wait(ctx); !errors.Is(err, sdk.ErrClosed) || time.Since(t2) > 15*time.Second {
+		t.Errorf("a command running at the release: %v after %s, want ErrClosed at once", err, time.Since(t2))
 	}
 	if _, err := l.Exec(ctx, []string{"true"}, sdk.ExecOptions{}); !errors.Is(err, sdk.ErrClosed) {
 		t.Errorf("exec after release: %v, want ErrClosed", err)
@@ -140,7 +189,7 @@ func TestPoolLeaseNAT(t *testing.T) {
 	c := sdkClient(t)
 	checkNoLeaks(t)
 	ctx := context.Background()
-	p := leasePool(t, c, "natleases", sdk.Config{Image: busyboxArchive(), Network: sdk.NetworkNAT})
+	p := leasePool(t, c, "natleases", sdk.Config{Image: busyboxArchive(), Network: sdk.NetworkNAT, Resources: sdk.Resources{DiskBytes: 16 << 20}})
 	if err := waitReady(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +201,40 @@ func TestPoolLeaseNAT(t *testing.T) {
 		res, err := l.Exec(ctx, []string{"sh", "-c", "ip -4 addr show eth0 | grep -o 'inet [0-9./]*'; cat /etc/resolv.conf; echo 'nameserver 192.0.2.1' > /etc/resolv.conf"}, sdk.ExecOptions{})
 		if want := "inet 10.0.2.15/24\nnameserver 10.0.2.3\n"; err != nil || string(res.Stdout) != want {
 			t.Errorf("lease %d: %q %q, %v; want %q", i, res.Stdout, res.Stderr, err, want)
+		}
+		if i == 0 {
+			// The template's DiskBytes caps what a lease writes to its root.
+			res, err = l.Exec(ctx, []string{"sh", "-c", "dd if=/dev/zero of=/root/big bs=1M count=32"}, sdk.ExecOptions{})
+			if err != nil || res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "No space left on device") {
+				t.Errorf("32 MiB written to a lease root capped at 16 MiB: %+v %q, %v; want ENOSPC", res, res.Stderr, err)
+			}
+			// A guest server reached through the lease's NAT (DialPort);
+			// a narrowing (the pool's reset takes it off before the next
+			// lease).
+			srv, err := l.Start(ctx, []string{"sh", "-c", "echo hi-from-lease | nc -l -p 7000"}, sdk.ExecOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			for try := 0; try < 100; try++ {
+				conn, err := l.DialPort(ctx, 7000)
+				if err == nil {
+					got, _ = io.ReadAll(conn)
+					conn.Close()
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if string(got) != "hi-from-lease\n" {
+				t.Errorf("through DialPort: %q", got)
+			}
+			_, _ = srv.Wait(ctx)
+			if err := l.NarrowEgress(ctx, "deny", nil, nil); err != nil {
+				t.Errorf("narrow a lease's egress: %v", err)
+			}
+			if err := l.NarrowEgress(ctx, "sometimes", nil, nil); !errors.Is(err, sdk.ErrInvalid) {
+				t.Errorf("a bad narrowing: %v, want ErrInvalid", err)
+			}
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -153,7 +153,7 @@ func (s *Server) resetLease(ctx context.Context, sb *sandbox.Sandbox) (*api.Gues
 	if b := sb.Baseline; b != nil {
 		host, domain = b.Guest.Hostname, b.Guest.Domainname
 	}
-	req := api.PauseAgentRequest{Hostname: host, Domainname: domain}
+	req := api.PauseAgentRequest{Hostname: host, Domainname: domain, RootBytes: s.cfg.Resources.RootfsBytes}
 	if s.cfg.Network == api.NetworkNAT {
 		// The guest's resolver is the NAT's (a task's is written into
 		// its root filesystem the same way: the shim's inlineResolvConf).

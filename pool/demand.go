@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gvxrun/gvx/internal/cgroups"
 )
 
 // demandWindow is how far back the claim rate looks.
@@ -91,16 +92,11 @@ func (s *Server) sandboxMemory() int64 {
 
 // cgroupMemory is the memory charged to the cgroup at path (v1 or v2).
 func cgroupMemory(path string) int64 {
-	for _, f := range []string{
-		filepath.Join("/sys/fs/cgroup/memory", path, "memory.usage_in_bytes"),
-		filepath.Join("/sys/fs/cgroup", path, "memory.current"),
-	} {
-		if data, err := os.ReadFile(f); err == nil {
-			v, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-			return v
-		}
+	u, err := cgroups.ReadUsage(path)
+	if err != nil {
+		return 0
 	}
-	return 0
+	return int64(u.MemoryBytes)
 }
 
 // spareMemory is the host's available memory less a reserve (a tenth of

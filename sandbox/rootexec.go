@@ -60,6 +60,9 @@ type RootExec struct {
 	// Stdio become the process's descriptors 0, 1, 2, … (the sandbox
 	// keeps copies: close yours once Start returns).
 	Stdio []*os.File
+	// TTY says Stdio's first three are one host terminal (a pty's
+	// replica): the process gets it as its controlling terminal.
+	TTY bool
 }
 
 // RootProcess is a process RootRunner.Start started.
@@ -90,6 +93,7 @@ func (r *RootRunner) Start(e RootExec) (*RootProcess, error) {
 	if e.Dir != "" {
 		args.WorkingDirectory = e.Dir
 	}
+	args.StdioIsPty = e.TTY
 	if u := e.User; u != nil {
 		args.KUID, args.KGID, args.ExtraKGIDs = u.UID, u.GID, slices.Clone(u.AdditionalGids)
 	}
@@ -131,6 +135,27 @@ func (p *RootProcess) Signal(sig unix.Signal) error {
 
 // Close closes the process's control connection.
 func (p *RootProcess) Close() error { return p.ctl.Close() }
+
+// Pause freezes every process of the sandbox (the whole of it: its
+// kernel stops); Resume thaws it. Pauses nest: the caller pairs them
+// (gVisor's kernel panics at a Resume with no Pause to undo).
+func (r *RootRunner) Pause() error { return r.call((*control.Client).Pause) }
+
+// Resume thaws a sandbox Pause froze.
+func (r *RootRunner) Resume() error { return r.call((*control.Client).Resume) }
+
+// call runs f on a control connection of its own.
+func (r *RootRunner) call(f func(*control.Client) error) error {
+	c, err := control.Dial(r.sock)
+	if err != nil {
+		return fmt.Errorf("control socket of %s: %w", r.id, err)
+	}
+	defer c.Close()
+	if err := f(c); err != nil {
+		return fmt.Errorf("sandbox %s: %w", r.id, err)
+	}
+	return nil
+}
 
 // mergeEnv is base with add's variables set (replacing those of the same
 // name).

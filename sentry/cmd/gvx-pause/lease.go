@@ -107,8 +107,10 @@ var newInstance = map[string]bool{"proc": true, "sysfs": true, "devpts": true, "
 // it (fresh instances; binds bound again). It runs in gvx-pause, whose
 // root is the root container's own, and returns the lease root's root
 // directory (O_PATH): gvx-pause, its root under the stack, can unmount
-// the stack only through that (leaseAgent).
-func beginLease() (*os.File, error) {
+// the stack only through that (leaseAgent). A positive size caps the
+// upper layer (what the lease's commands write): a write past it fails
+// with ENOSPC.
+func beginLease(size int64) (*os.File, error) {
 	ms, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -117,7 +119,11 @@ func beginLease() (*os.File, error) {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	defer os.Remove(leaseStage)
-	if err := unix.Mount("tmpfs", leaseStage, "tmpfs", 0, "mode=0700"); err != nil {
+	opts := "mode=0700"
+	if size > 0 {
+		opts += fmt.Sprintf(",size=%d", size)
+	}
+	if err := unix.Mount("tmpfs", leaseStage, "tmpfs", 0, opts); err != nil {
 		return nil, fmt.Errorf("lease: tmpfs at %s: %w", leaseStage, err)
 	}
 	// The stage goes once the root is stacked; the overlay keeps its
@@ -223,7 +229,7 @@ func leaseAgent(conn *os.File) {
 		}
 		report(&st, fail)
 		if len(st.Errors) == 0 {
-			if lease, err = beginLease(); err != nil {
+			if lease, err = beginLease(req.RootBytes); err != nil {
 				fail("%v", err)
 			} else if err := writeInto(lease, req.Files); err != nil {
 				fail("%v", err)
