@@ -61,6 +61,14 @@ func TestPoolLease(t *testing.T) {
 	if res, err := l.Exec(ctx, []string{"id"}, sdk.ExecOptions{User: "nobody"}); err != nil || !strings.HasPrefix(string(res.Stdout), "uid=65534(nobody) gid=65534(") {
 		t.Errorf("as nobody: %q %q, %v", res.Stdout, res.Stderr, err)
 	}
+	// A user other than root writes (gVisor's overlay copies up and
+	// creates with gvx-pause's credentials, then gives the file away).
+	if res, err := l.Exec(ctx, []string{"sh", "-c", "mkdir -p /home/nb && chown nobody /home/nb"}, sdk.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Errorf("a directory for nobody: %+v %q, %v", res, res.Stderr, err)
+	}
+	if res, err := l.Exec(ctx, []string{"sh", "-c", "echo x > /home/nb/f && stat -c %U /home/nb/f"}, sdk.ExecOptions{User: "nobody"}); err != nil || string(res.Stdout) != "nobody\n" {
+		t.Errorf("nobody writes its own file: %q %q, %v", res.Stdout, res.Stderr, err)
+	}
 	if _, err := l.Exec(ctx, []string{"id"}, sdk.ExecOptions{User: "nosuchuser"}); !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "nosuchuser") {
 		t.Errorf("an unknown user: %v, want ErrInvalid naming it", err)
 	}

@@ -21,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
 	"github.com/gvxrun/gvx/integration/harness"
 )
 
@@ -618,5 +621,65 @@ func TestServeHot(t *testing.T) {
 	t.Logf("e2b SDK on the pooled template:\n%s", out)
 	if err != nil || !strings.Contains(out, "13 passed, 0 failed") {
 		t.Fatalf("the e2b SDK's steps on hot sandboxes: %v\n%s\ngvx serve's log:\n%s", err, out, s.stderr)
+	}
+}
+
+// TestServeLease: a lease template serves E2B sandboxes as leases of its
+// pool. The official SDK's steps and its terminal pass on it; a create
+// makes no containerd container; a killed sandbox is reset and serves the
+// next create — the same sandbox (booted before the kill), with nothing
+// of the last one's left.
+func TestServeLease(t *testing.T) {
+	requireEnv(t)
+	checkNoLeaks(t)
+	dir := t.TempDir()
+	tmpl := fmt.Sprintf("[[template]]\nname = \"leased\"\nimage = %q\npool_size = 1\nlease = true\n", filepath.Join(e.images, "e2b-base.tar"))
+	writeServeFiles(t, dir, tmpl)
+	s := startGvxServe(t, dir)
+	defer s.stopWithPools()
+	deadline := time.Now().Add(2 * time.Minute)
+	for st := s.poolStatus("leased"); st.Ready < st.Size || st.Hot != 0; st = s.poolStatus("leased") {
+		if time.Now().After(deadline) {
+			t.Fatalf("template leased's pool never filled: %+v\n%s", st, s.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t0 := time.Now()
+	sb := s.create(s.key, `{"templateID":"leased","envVars":{"FOO":"bar"}}`)
+	if code, out, err := s.run(sb, "whoami; pwd; echo $FOO; echo mark > /home/user/mark && echo written; sleep 1000 &"); err != nil || code != 0 || out != "user\n/home/user\nbar\nwritten\n" {
+		t.Fatalf("a command in a lease: %d %q %v\n%s", code, out, err, s.stderr)
+	}
+	t.Logf("create + first command: %s", time.Since(t0))
+	cc, err := client.New(e.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if list, err := cc.Containers(namespaces.WithNamespace(context.Background(), "gvx-serve")); err != nil || len(list) != 0 {
+		t.Errorf("containerd holds %d containers (%v) for a lease, want none", len(list), err)
+	}
+	time.Sleep(2 * time.Second)
+	tKill := time.Now()
+	if c := s.call("DELETE", "/sandboxes/"+sb.SandboxID, s.key, "", nil); c != 204 {
+		t.Fatalf("kill: %d", c)
+	}
+	next := s.create(s.key, `{"templateID":"leased"}`)
+	code, out, err := s.run(next, "test -e /home/user/mark && echo 'left: mark'; for p in /proc/[0-9]*; do grep -qx sleep $p/comm 2>/dev/null && echo 'left: sleep'; done; echo ${FOO:-clean}; cut -d. -f1 /proc/uptime")
+	var up int
+	if _, serr := fmt.Sscanf(strings.TrimPrefix(out, "clean\n"), "%d", &up); err != nil || code != 0 || !strings.HasPrefix(out, "clean\n") || serr != nil {
+		t.Fatalf("the next lease: %d %q %v; want clean", code, out, err)
+	}
+	if since := time.Since(tKill); float64(up) < since.Seconds()+1 {
+		t.Errorf("the next create's sandbox is up %d s, %s after the kill: booted anew, not the reset one", up, since)
+	}
+	if c := s.call("DELETE", "/sandboxes/"+next.SandboxID, s.key, "", nil); c != 204 {
+		t.Fatalf("kill: %d", c)
+	}
+	for _, script := range []string{"e2b/sdk.mjs", "e2b/pty.mjs"} {
+		out, err := s.node(t, script, "E2B_TEMPLATE=leased")
+		t.Logf("%s on the lease template:\n%s", script, out)
+		if want := map[bool]string{true: "13 passed, 0 failed", false: "1 passed, 0 failed"}[script == "e2b/sdk.mjs"]; err != nil || !strings.Contains(out, want) {
+			t.Fatalf("%s on leases: %v\n%s\ngvx serve's log:\n%s", script, err, out, s.stderr)
+		}
 	}
 }

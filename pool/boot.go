@@ -74,7 +74,13 @@ func (s *Server) boot(ctx context.Context) (_ *sandbox.Sandbox, retErr error) {
 		s.mu.Unlock()
 		agentEnd = end
 		spec.Process.Args = append(spec.Process.Args, api.PauseAgentArg)
-		caps := []string{"CAP_SYS_ADMIN", "CAP_IPC_OWNER", "CAP_KILL"}
+		// And the file capabilities a lease root's overlay works with:
+		// gVisor's overlay does its copy-ups and creates (a file made,
+		// then given to its creator) with the credentials of whoever
+		// mounted it, gvx-pause — without these a non-root command
+		// could write nothing. They are the guest root's, which the
+		// lease's commands have too (leaseCaps).
+		caps := []string{"CAP_SYS_ADMIN", "CAP_IPC_OWNER", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID"}
 		spec.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
 	if s.cfg.Network == api.NetworkNAT {

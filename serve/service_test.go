@@ -756,3 +756,34 @@ func TestRestartRetriesRemovals(t *testing.T) {
 		t.Errorf("%d of the 3 failing removals were never tried: the retry did not happen", left)
 	}
 }
+
+// TestTemplateLease: a lease template needs a pool and takes no docker
+// mode, checkpointing, cmd or hot sandboxes, each refusal naming what to
+// change; it keeps no hot sandbox; lease = true reads from TOML.
+func TestTemplateLease(t *testing.T) {
+	n := func(v int) *int { return &v }
+	ok := backend.Template{Name: "l", Image: "img", PoolSize: 4, Lease: true}
+	if err := CheckTemplate(ok); err != nil || ok.HotSize() != 0 {
+		t.Fatalf("a lease template: %v, hot %d; want accepted, no hot", err, ok.HotSize())
+	}
+	for _, c := range []struct {
+		change func(*backend.Template)
+		want   string
+	}{
+		{func(t *backend.Template) { t.PoolSize = 0 }, "set pool_size"},
+		{func(t *backend.Template) { t.Docker = true }, "drop docker"},
+		{func(t *backend.Template) { t.Checkpointable = true }, "checkpointable"},
+		{func(t *backend.Template) { t.Cmd = []string{"sleep", "1"} }, "cmd"},
+		{func(t *backend.Template) { t.Hot = n(1) }, "drop hot"},
+	} {
+		tm := ok
+		c.change(&tm)
+		if err := CheckTemplate(tm); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want a refusal saying %q", tm, err, c.want)
+		}
+	}
+	var f templatesFile
+	if _, err := toml.Decode("[[template]]\nname = \"a\"\nimage = \"i\"\npool_size = 2\nlease = true\n", &f); err != nil || !f.Template[0].Lease || CheckTemplate(f.Template[0]) != nil {
+		t.Fatalf("lease = true in TOML: %v %+v", err, f.Template)
+	}
+}

@@ -57,6 +57,16 @@ func CheckTemplate(t backend.Template) error {
 	if t.Golden != "" && !t.Docker {
 		return fmt.Errorf("template %s: a golden volume is docker mode's /var/lib/docker: set docker = true", t.Name)
 	}
+	if t.Lease {
+		switch {
+		case t.PoolSize == 0:
+			return fmt.Errorf("template %s: lease = true serves leases of the template's pool: set pool_size", t.Name)
+		case t.Docker || t.Checkpointable || len(t.Cmd) > 0:
+			return fmt.Errorf("template %s: a lease template's sandboxes run its image's files with no init of their own: drop docker, checkpointable and cmd, or lease", t.Name)
+		case t.Hot != nil && *t.Hot > 0:
+			return fmt.Errorf("template %s: hot %d: a lease is handed out at once; drop hot", t.Name, *t.Hot)
+		}
+	}
 	return checkNetwork(t)
 }
 

@@ -10,8 +10,10 @@
 // measured twice: as configured by default (one hot sandbox, acquired
 // from the pool ahead of the create) and with hot = 0 (each create
 // acquires from the pool), and a third time as a checkpointable template
-// (a plain pool: the sandbox's container created at acquire, one hot).
-// The service's overhead is the difference. Then
+// (a plain pool: the sandbox's container created at acquire, one hot),
+// and a fourth as a lease template (lease = true: a create leases a
+// sandbox of the pool, no containerd task; the Go SDK's Pool.Lease beside
+// it). The service's overhead is the difference. Then
 // -concurrent commands.run at once through the service. `make bench` runs
 // it; -plain=false leaves out the template without a pool.
 //
@@ -30,6 +32,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -100,7 +103,7 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	defer srv.stop()
 	// The paths take turns, rounds times, so that a drift of the
 	// machine's load does not favour one.
-	var goPlain, goPool, rawPlain, rawPool, rawCold, rawCk, jsPlain, jsPool, jsCold, jsCk sdkResult
+	var goPlain, goPool, goLease, rawPlain, rawPool, rawCold, rawCk, rawLease, jsPlain, jsPool, jsCold, jsCk, jsLease sdkResult
 	per := (runs + rounds - 1) / rounds
 	plainRuns := per
 	if !plain {
@@ -108,18 +111,19 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	}
 	for r := 0; r < rounds; r++ {
 		fmt.Printf("bench/serve: round %d of %d: the Go SDK, HTTP to gvx serve, the e2b JS SDK to gvx serve (%d cycles each, without a pool, with one (hot = 0), with one (one hot))\n", r+1, rounds, per)
-		gp, gq, err := goSDK(ctx, ctrd.Socket(), filepath.Join(dir, "sdk"), bins.GVX, image, plainRuns, per, poolSize)
+		gp, gq, gl, err := goSDK(ctx, ctrd.Socket(), filepath.Join(dir, "sdk"), bins.GVX, image, plainRuns, per, poolSize)
 		if err != nil {
 			return fmt.Errorf("go SDK: %w", err)
 		}
 		goPlain.add(gp)
 		goPool.add(gq)
+		goLease.add(gl)
 		for _, p := range []struct {
 			tmpl string
 			runs int
 			raw  *sdkResult
 			js   *sdkResult
-		}{{"base", plainRuns, &rawPlain, &jsPlain}, {"cold", per, &rawCold, &jsCold}, {"pooled", per, &rawPool, &jsPool}, {"ckpooled", per, &rawCk, &jsCk}} {
+		}{{"base", plainRuns, &rawPlain, &jsPlain}, {"cold", per, &rawCold, &jsCold}, {"pooled", per, &rawPool, &jsPool}, {"ckpooled", per, &rawCk, &jsCk}, {"leased", per, &rawLease, &jsLease}} {
 			if p.runs == 0 {
 				continue
 			}
@@ -165,6 +169,10 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	ck := pooled + ", checkpointable (a plain pool; 1 hot)"
 	row("HTTP (Go) → gvx serve", ck, rawCk.CreateRun, rawCk.Cycle)
 	row("e2b JS SDK → gvx serve", ck, jsCk.CreateRun, jsCk.Cycle)
+	leased := pooled + ", lease = true"
+	row("Go SDK", pooled+" (Lease)", goLease.CreateRun, goLease.Cycle)
+	row("HTTP (Go) → gvx serve", leased, rawLease.CreateRun, rawLease.Cycle)
+	row("e2b JS SDK → gvx serve", leased, jsLease.CreateRun, jsLease.Cycle)
 	diff := func(what string, a, b sdkResult) {
 		fmt.Printf("%s, p50 difference: create + first command %.1f ms, full cycle %.1f ms\n", what,
 			pct(a.CreateRun, 50)-pct(b.CreateRun, 50), pct(a.Cycle, 50)-pct(b.Cycle, 50))
@@ -180,6 +188,9 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	diff("hot sandbox (HTTP, default − hot = 0)", rawPool, rawCold)
 	diff("checkpointable pool (e2b JS SDK, checkpointable − image pool, 1 hot each)", jsCk, jsPool)
 	diff("checkpointable pool (HTTP, checkpointable − image pool, 1 hot each)", rawCk, rawPool)
+	diff("lease template (e2b JS SDK, lease − image pool with 1 hot)", jsLease, jsPool)
+	diff("lease template (HTTP, lease − image pool with 1 hot)", rawLease, rawPool)
+	diff("service overhead on leases (HTTP → gvx serve − Go SDK)", rawLease, goLease)
 	if c := jsPool.Concurrent; c != nil {
 		fmt.Printf("%d concurrent commands.run over %d sandboxes: %.0f ms, %d errors", c.Commands, c.Sandboxes, c.MS, c.Errors)
 		if c.FirstError != nil {
@@ -195,10 +206,10 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 
 // goSDK measures the Go SDK: New + Exec + Close, then a pool's Acquire +
 // Exec + Release.
-func goSDK(ctx context.Context, socket, state, bin, image string, plainRuns, runs, poolSize int) (plain, pooled sdkResult, err error) {
+func goSDK(ctx context.Context, socket, state, bin, image string, plainRuns, runs, poolSize int) (plain, pooled, leased sdkResult, err error) {
 	c, err := gvx.Connect(ctx, gvx.Options{Containerd: socket, Namespace: "gvxbenchgo", StateDir: state, BinDir: bin})
 	if err != nil {
-		return plain, pooled, err
+		return plain, pooled, leased, err
 	}
 	defer c.Close(ctx)
 	cfg := gvx.Config{Image: image, Entrypoint: []string{"sleep", "infinity"}}
@@ -226,36 +237,74 @@ func goSDK(ctx context.Context, socket, state, bin, image string, plainRuns, run
 	var warm sdkResult
 	if plainRuns > 0 {
 		if err := cycle(newSB, &warm); err != nil {
-			return plain, pooled, err
+			return plain, pooled, leased, err
 		}
 	}
 	for i := 0; i < plainRuns; i++ {
 		if err := cycle(newSB, &plain); err != nil {
-			return plain, pooled, err
+			return plain, pooled, leased, err
 		}
 	}
 	p, err := c.NewPool(ctx, gvx.PoolConfig{Name: "benchgo", Template: cfg, Size: poolSize})
 	if err != nil {
-		return plain, pooled, err
+		return plain, pooled, leased, err
 	}
-	defer p.Close(ctx)
+	closePool := sync.OnceValue(func() error { return p.Close(ctx) })
+	defer closePool()
 	acquire := func() (*gvx.Sandbox, error) { return p.Acquire(ctx, gvx.AcquireOptions{}) }
 	for i := 0; i <= runs; i++ {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err := p.WaitReady(wctx, poolSize)
 		cancel()
 		if err != nil {
-			return plain, pooled, err
+			return plain, pooled, leased, err
 		}
 		r := &pooled
 		if i == 0 {
 			r = &warm
 		}
 		if err := cycle(acquire, r); err != nil {
-			return plain, pooled, err
+			return plain, pooled, leased, err
 		}
 	}
-	return plain, pooled, nil
+	if err := closePool(); err != nil {
+		return plain, pooled, leased, err
+	}
+	// A lease pool's Lease + Exec + Release.
+	lp, err := c.NewPool(ctx, gvx.PoolConfig{Name: "benchgolease", Template: gvx.Config{Image: image}, Size: poolSize, Leases: true})
+	if err != nil {
+		return plain, pooled, leased, err
+	}
+	defer lp.Close(ctx)
+	for i := 0; i <= runs; i++ {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := lp.WaitReady(wctx, poolSize)
+		cancel()
+		if err != nil {
+			return plain, pooled, leased, err
+		}
+		t0 := time.Now()
+		l, err := lp.Lease(ctx)
+		if err != nil {
+			return plain, pooled, leased, err
+		}
+		res, err := l.Exec(ctx, cmd, eo)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d: %s", res.ExitCode, res.Stderr)
+		}
+		t1 := time.Now()
+		if rerr := l.Release(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return plain, pooled, leased, err
+		}
+		if i > 0 {
+			leased.CreateRun = append(leased.CreateRun, ms(t1.Sub(t0)))
+			leased.Cycle = append(leased.Cycle, ms(time.Since(t0)))
+		}
+	}
+	return plain, pooled, leased, nil
 }
 
 type service struct {
@@ -280,7 +329,7 @@ func startServe(dir string, bins harness.Bins, socket, image string, poolSize in
 	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" bench\n"), 0o600); err != nil {
 		return nil, err
 	}
-	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %[1]q\n\n[[template]]\nname = \"pooled\"\nimage = %[1]q\npool_size = %[2]d\n\n[[template]]\nname = \"cold\"\nimage = %[1]q\npool_size = %[2]d\nhot = 0\n\n[[template]]\nname = \"ckpooled\"\nimage = %[1]q\npool_size = %[2]d\ncheckpointable = true\n", image, poolSize)
+	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %[1]q\n\n[[template]]\nname = \"pooled\"\nimage = %[1]q\npool_size = %[2]d\n\n[[template]]\nname = \"cold\"\nimage = %[1]q\npool_size = %[2]d\nhot = 0\n\n[[template]]\nname = \"ckpooled\"\nimage = %[1]q\npool_size = %[2]d\ncheckpointable = true\n\n[[template]]\nname = \"leased\"\nimage = %[1]q\npool_size = %[2]d\nlease = true\n", image, poolSize)
 	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
 		return nil, err
 	}

@@ -58,6 +58,13 @@ type Template struct {
 	// than an image pool's, whose sandboxes cannot be checkpointed. Only
 	// meaningful with a pool (a sandbox booted at create can be).
 	Checkpointable bool `json:"checkpointable,omitempty" toml:"checkpointable"`
+	// Lease serves the template's sandboxes as leases of its pool
+	// (gvx.PoolConfig.Leases; PoolSize > 0): a create takes a booted
+	// sandbox with no containerd task made for it, its commands start
+	// through the sandbox's control socket, and a kill resets it and
+	// hands it to the next create. Not with Docker, Golden, Cmd or
+	// Checkpointable; its sandboxes end with the service's process.
+	Lease bool `json:"lease,omitempty" toml:"lease"`
 }
 
 // Network modes of a Template.
@@ -99,7 +106,7 @@ type Egress struct {
 // (Template.Hot).
 func (t Template) HotSize() int {
 	switch {
-	case t.PoolSize == 0:
+	case t.PoolSize == 0 || t.Lease:
 		return 0
 	case t.Hot == nil:
 		return 1

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -113,10 +114,11 @@ func natConfig(n *backend.NAT, narrow *api.Narrow) *gvx.NAT {
 	return out
 }
 
-// Create starts sandbox id from t: a hot sandbox of t's when one is
-// ready and o has no env (its id is the backend's own: BackendID), else
-// from t's pool if it has one (a booted sandbox, or one booted now when
-// none is ready), else booted now. A sandbox booted ahead gets o's
+// Create starts sandbox id from t: a lease of t's pool for a lease
+// template (waiting for one while every sandbox is out), else a hot
+// sandbox of t's when one is ready and o has no env (its id is the
+// backend's own: BackendID), else from t's pool if it has one (a booted
+// sandbox, or one booted now when none is ready), else booted now. A sandbox booted ahead gets o's
 // narrowing of its NAT's policy before it is returned (one that cannot
 // is closed, and a sandbox booted with it instead).
 func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o backend.CreateOptions) (backend.Sandbox, error) {
@@ -130,6 +132,9 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o b
 		}
 	}
 	var err error
+	if t.Lease && p != nil {
+		return leaseOf(ctx, p, o)
+	}
 	if sb == nil && p != nil {
 		sb, err = p.Acquire(ctx, gvx.AcquireOptions{ID: id, Env: o.Env})
 		if err != nil {
@@ -232,7 +237,7 @@ func (b *Backend) Prepare(ctx context.Context, t backend.Template) error {
 		}
 		return nil
 	}
-	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, backend.CreateOptions{}), Size: t.PoolSize, Checkpointable: t.Checkpointable})
+	p, err := b.c.NewPool(ctx, gvx.PoolConfig{Name: poolName(t.Name), Template: config("", t, backend.CreateOptions{}), Size: t.PoolSize, Checkpointable: t.Checkpointable, Leases: t.Lease})
 	if err != nil {
 		if errors.Is(err, gvx.ErrInvalid) {
 			return err
@@ -327,22 +332,24 @@ func (b *Backend) ClosePools(ctx context.Context) {
 
 type sandbox struct {
 	sb *gvx.Sandbox
-
-	mu      sync.Mutex
-	lastCPU uint64
-	lastAt  time.Time
+	cpuMeter
 }
 
 func (s *sandbox) Exec(ctx context.Context, c backend.Cmd) (backend.Process, error) {
-	p, err := s.sb.Start(ctx, c.Args, gvx.ExecOptions{
-		Env: c.Env, Dir: c.Dir, User: c.User, Stdin: c.Stdin,
-		Stdout: orDiscard(c.Stdout), Stderr: orDiscard(c.Stderr),
-		TTY: c.Tty, Cols: c.Cols, Rows: c.Rows, Timeout: c.Timeout,
-	})
+	p, err := s.sb.Start(ctx, c.Args, execOptions(c, nil))
 	if err != nil {
 		return nil, err
 	}
 	return &process{p: p}, nil
+}
+
+// execOptions are the SDK's options of command c, with env before its own.
+func execOptions(c backend.Cmd, env []string) gvx.ExecOptions {
+	return gvx.ExecOptions{
+		Env: append(slices.Clone(env), c.Env...), Dir: c.Dir, User: c.User, Stdin: c.Stdin,
+		Stdout: orDiscard(c.Stdout), Stderr: orDiscard(c.Stderr),
+		TTY: c.Tty, Cols: c.Cols, Rows: c.Rows, Timeout: c.Timeout,
+	}
 }
 
 func orDiscard(w io.Writer) io.Writer {
@@ -367,26 +374,44 @@ func (s *sandbox) Pause(ctx context.Context) error  { return s.sb.Pause(ctx) }
 func (s *sandbox) Resume(ctx context.Context) error { return s.sb.Resume(ctx) }
 func (s *sandbox) Close(ctx context.Context) error  { return s.sb.Close(ctx) }
 
-// Stats is the sandbox's use now; the CPU share is over the time since
-// the last call.
 func (s *sandbox) Stats(ctx context.Context) (backend.Stats, error) {
 	st, err := s.sb.Stats(ctx)
 	if err != nil {
 		return backend.Stats{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.measure(st), nil
+}
+
+// cpuMeter turns the SDK's stats into the service's; the CPU share is
+// over the time since the last call.
+type cpuMeter struct {
+	mu      sync.Mutex
+	lastCPU uint64
+	lastAt  time.Time
+}
+
+func (m *cpuMeter) measure(st gvx.Stats) backend.Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	out := backend.Stats{CPUCount: 1, MemUsed: int64(st.MemoryBytes), MemCache: int64(st.MemoryCache), MemTotal: int64(st.MemoryLimit)}
 	now := time.Now()
-	if !s.lastAt.IsZero() && st.CPUNanos >= s.lastCPU {
-		out.CPUUsedPct = 100 * float64(st.CPUNanos-s.lastCPU) / float64(now.Sub(s.lastAt).Nanoseconds())
+	if !m.lastAt.IsZero() && st.CPUNanos >= m.lastCPU {
+		out.CPUUsedPct = 100 * float64(st.CPUNanos-m.lastCPU) / float64(now.Sub(m.lastAt).Nanoseconds())
 	}
-	s.lastCPU, s.lastAt = st.CPUNanos, now
-	return out, nil
+	m.lastCPU, m.lastAt = st.CPUNanos, now
+	return out
+}
+
+// sdkProcess is a command the SDK runs: a sandbox's (gvx.Process) or a
+// lease's (gvx.LeaseProcess).
+type sdkProcess interface {
+	Signal(ctx context.Context, sig syscall.Signal) error
+	Resize(ctx context.Context, cols, rows uint32) error
+	Wait(ctx context.Context) (gvx.Result, error)
 }
 
 type process struct {
-	p       *gvx.Process
+	p       sdkProcess
 	failure error // what Wait reported as an exit code: a timeout, an OOM kill
 }
 
