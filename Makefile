@@ -4,7 +4,7 @@
 #   make test      unit + integration tests against a real containerd
 #   make bench     benchmarks against runsc (via containerd's runc shim) and runc
 #   make critest   critest (CRI conformance) against gvx and runc: docs/compatibility.md
-#   make fuzz      every fuzz target until it had FUZZCPU of CPU (default 10m, one worker each)
+#   make fuzz      every fuzz target until it had FUZZCPU of CPU (default 10m, one worker each; FUZZJOBS=2 two at a time)
 #   make install   PREFIX=/usr/local
 #   make installer-image   the node installer's image (deploy/, docs/kubernetes.md)
 SHELL := /bin/bash
@@ -181,12 +181,13 @@ lint:
 # The fuzz targets' seed corpora (testdata/fuzz/) run in make unit; this
 # fuzzes each target until it has had FUZZCPU of CPU, in rounds of
 # FUZZROUND (FUZZTIME=<duration>: one round of that wall time instead;
-# FUZZ=regexp picks targets).
+# FUZZ=regexp picks targets; FUZZJOBS targets at a time, one worker each).
 FUZZCPU ?= 10m
 FUZZROUND ?= 2m
 FUZZTIME ?=
+FUZZJOBS ?= 1
 fuzz:
-	FUZZCPU=$(FUZZCPU) FUZZROUND=$(FUZZROUND) FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+	FUZZCPU=$(FUZZCPU) FUZZROUND=$(FUZZROUND) FUZZTIME=$(FUZZTIME) FUZZJOBS=$(FUZZJOBS) hack/fuzz.sh
 
 bench: deps build tools images
 	GVX_BIN=$(BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) RUNSC_BIN=$(RUNSC_BIN) IMAGES=$(IMAGES) \

@@ -48,8 +48,9 @@ type leaseExit struct {
 }
 
 // Exec runs cmd in the lease and waits for it: a non-zero exit is not an
-// error. When ctx ends or the timeout passes the command is killed (what
-// it started runs on until Release: a lease's reset kills everything).
+// error. When ctx ends or the timeout passes the command is killed with
+// what it started in its process group (anything else it started runs
+// on until Release: a lease's reset kills everything).
 // ExecOptions are as for Sandbox.Exec: User is a name or uid of the
 // template's image (names are looked up in the image's /etc/passwd and
 // /etc/group, not in what the lease wrote); without User the command runs
@@ -257,11 +258,14 @@ func (p *LeaseProcess) run(ctx context.Context) {
 	}
 }
 
-// terminate kills the process (once) for why.
+// terminate kills the process and its process group — what it started,
+// unless that left the group — (once) for why.
 func (p *LeaseProcess) terminate(why error) {
 	p.kill.Do(func() {
 		p.why = why
-		_ = p.proc.Signal(unix.SIGKILL)
+		if err := p.proc.SignalGroup(unix.SIGKILL); err != nil {
+			_ = p.proc.Signal(unix.SIGKILL)
+		}
 		close(p.killed)
 	})
 }
@@ -305,8 +309,9 @@ func (p *LeaseProcess) Wait(ctx context.Context) (Result, error) {
 // Done is closed when the process has ended and Wait returns at once.
 func (p *LeaseProcess) Done() <-chan struct{} { return p.done }
 
-// Kill kills the process (not what it started: the lease's release
-// does) and waits until it is gone; Wait then returns ErrNotRunning.
+// Kill kills the process and what it started in its process group (the
+// release kills the rest) and waits until it is gone; Wait then returns
+// ErrNotRunning.
 func (p *LeaseProcess) Kill(ctx context.Context) error {
 	p.terminate(errorf("exec in", p.l.ID(), ErrNotRunning, "%s was killed", p.name))
 	select {

@@ -54,8 +54,12 @@ func TestPoolLease(t *testing.T) {
 		t.Errorf("stdin: %q, %+v, %v", out.String(), res, err)
 	}
 	t1 := time.Now()
-	if _, err := l.Exec(ctx, []string{"sleep", "30"}, sdk.ExecOptions{Timeout: 300 * time.Millisecond}); !errors.Is(err, sdk.ErrTimeout) || time.Since(t1) > 5*time.Second {
+	if _, err := l.Exec(ctx, []string{"sh", "-c", "sleep 1000 & sleep 30"}, sdk.ExecOptions{Timeout: 300 * time.Millisecond}); !errors.Is(err, sdk.ErrTimeout) || time.Since(t1) > 5*time.Second {
 		t.Errorf("timeout: %v after %s, want ErrTimeout", err, time.Since(t1))
+	}
+	// The timeout killed what the command started (its process group).
+	if res, _ := l.Exec(ctx, []string{"sh", "-c", "ps -o comm | grep -c '^sleep'"}, sdk.ExecOptions{}); string(res.Stdout) != "0\n" {
+		t.Errorf("sleeps left by a timed-out command: %q, want none", res.Stdout)
 	}
 	// A user of the image by name; a terminal, resized while it runs.
 	if res, err := l.Exec(ctx, []string{"id"}, sdk.ExecOptions{User: "nobody"}); err != nil || !strings.HasPrefix(string(res.Stdout), "uid=65534(nobody) gid=65534(") {

@@ -133,6 +133,18 @@ func (p *RootProcess) Signal(sig unix.Signal) error {
 	return k.Signal(p.r.id, p.pid, int(sig), ctlsock.DeliverToProcess)
 }
 
+// SignalGroup sends sig to the process's process group: gVisor starts
+// each exec'd process as the leader of a session and group of its own,
+// which what it starts stays in unless it leaves (setsid, setpgid).
+func (p *RootProcess) SignalGroup(sig unix.Signal) error {
+	k, err := control.Dial(p.r.sock)
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	return k.Signal(p.r.id, p.pid, int(sig), ctlsock.DeliverToProcessGroup)
+}
+
 // Close closes the process's control connection.
 func (p *RootProcess) Close() error { return p.ctl.Close() }
 

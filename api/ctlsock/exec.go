@@ -22,6 +22,9 @@ const (
 	DeliverToProcess Mode = 0
 	// DeliverToAllProcesses signals every process of the container.
 	DeliverToAllProcesses Mode = 1
+	// DeliverToProcessGroup signals every process of the process group
+	// PID (a PGID) of the container.
+	DeliverToProcessGroup Mode = 3
 )
 
 // ExecArgs is what an exec tells the sandbox (the JSON of gVisor's

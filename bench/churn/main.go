@@ -6,9 +6,10 @@
 // sandboxes back into it (the default), an image pool of the bench's
 // image (the task a process in the sandbox's root container), a lease
 // pool through the SDK (Pool.Lease → Exec → Release: no containerd
-// task, no host process started a cycle), the same warm pool destroying
-// each
-// released sandbox and booting a new one (pool.reset = false), gvx with
+// task, no host process started a cycle), E2B sandboxes of a lease
+// template through `gvx serve` (create → process.Process/Start → kill
+// over HTTP, as the e2b SDKs speak it), the same warm pool destroying
+// each released sandbox and booting a new one (pool.reset = false), gvx with
 // the pool refilling one sandbox at a time at a fixed size (the pool as it
 // was), gvx without a pool, and runsc of the same gVisor version through
 // containerd's runc shim. For each it prints the sustained rate, p50/p99
@@ -60,6 +61,11 @@ type variant struct {
 	// lease pool (pool.lease), started when the variant runs.
 	lease     bool
 	leasePool *gvx.Pool
+	// serve: the cycle is an E2B sandbox's create → command → kill
+	// through `gvx serve` (HTTP, as the e2b SDKs speak it) on a lease
+	// template of its own, started when the variant runs.
+	serve   bool
+	service *harness.Serve
 }
 
 type result struct {
@@ -132,6 +138,7 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 		{name: "gvx (image pool, reset)", runtime: api.RuntimeType, pooled: true,
 			poolCfg: fmt.Sprintf("image = %q\ncontainerd = %q\nnamespace = %q\n", img.Name(), b.Containerd.Socket(), ns)},
 		{name: "gvx (lease pool, SDK)", lease: true},
+		{name: "gvx serve (lease, E2B HTTP)", serve: true},
 		{name: "gvx (pool, demand, recreate)", runtime: api.RuntimeType, pooled: true, poolCfg: "reset = false\n"},
 		{name: "gvx (pool, 1 boot at a time)", runtime: api.RuntimeType, pooled: true,
 			poolCfg: fmt.Sprintf("max_size = %d\nboot_concurrency = 1\nreset = false\n", poolSize)},
@@ -148,6 +155,15 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 		return fmt.Errorf("-only %q matches no variant (they are: %s)", only, variantNames(vs))
 	}
 	for i, v := range chosen {
+		if v.serve {
+			srv, stopServe, err := leaseService(bins, b.Containerd.Socket(), filepath.Join(b.Images, "busybox.tar"), poolSize)
+			if err != nil {
+				return err
+			}
+			defer stopServe()
+			chosen[i].service = srv
+			continue
+		}
 		if v.lease {
 			lp, closeSDK, err := leasePool(ctx, bins.GVX, b.Containerd.Socket(), img.Name(), poolSize)
 			if err != nil {
@@ -175,6 +191,11 @@ func run(dur time.Duration, workers, poolSize int, only *regexp.Regexp) error {
 		if v.pool != nil {
 			if err := v.pool.WaitReady(interrupted, poolSize, 2*time.Minute); err != nil {
 				return err
+			}
+		}
+		if v.service != nil {
+			if err := v.service.PoolFull(interrupted, "lease"); err != nil {
+				return v.service.Failed(err)
 			}
 		}
 		if v.leasePool != nil {
@@ -231,6 +252,11 @@ func printRatios(res map[string]*result) {
 	}
 	if ip != nil && rs != nil {
 		fmt.Printf("image pool: sustained rate/runsc %.2f×, p99 create→exec/runsc %.2f×\n", rate(ip)/rate(rs), p99(ip)/p99(rs))
+	}
+	for _, name := range []string{"gvx (lease pool, SDK)", "gvx serve (lease, E2B HTTP)"} {
+		if l := res[name]; l != nil && rs != nil {
+			fmt.Printf("%s: sustained rate/runsc %.2f×, p99 create→exec/runsc %.2f×\n", name, rate(l)/rate(rs), p99(l)/p99(rs))
+		}
 	}
 	if g != nil && rc != nil {
 		fmt.Printf("reset vs recreate: sustained rate %.2f×, p50 cycle %.2f×, p95 cycle %.2f×, CPU/cycle %.2f×\n", rate(g)/rate(rc),
@@ -299,6 +325,10 @@ func churn(ctx, stop context.Context, c *client.Client, img client.Image, v vari
 func cycle(ctx context.Context, c *client.Client, img client.Image, v variant, id string) (toExec, whole time.Duration, adopted bool, err error) {
 	if v.leasePool != nil {
 		return leaseCycle(ctx, v.leasePool)
+	}
+	if v.service != nil {
+		toExec, whole, err := v.service.Cycle(ctx, "lease", "true")
+		return toExec, whole, true, err
 	}
 	t0 := time.Now()
 	cont, err := c.NewContainer(ctx, id, client.WithNewSnapshot(id, img),
@@ -377,6 +407,25 @@ func leasePool(ctx context.Context, bin, socket, image string, size int) (*gvx.P
 	}, nil
 }
 
+// leaseService starts gvx serve with one lease template, "lease", of
+// image (an archive) with a pool of size.
+func leaseService(bins harness.Bins, socket, image string, size int) (*harness.Serve, func(), error) {
+	dir, err := os.MkdirTemp("", "gvx-churn-serve-")
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := fmt.Sprintf("[[template]]\nname = \"lease\"\nimage = %q\npool_size = %d\nlease = true\nuser = \"root\"\nworkdir = \"/\"\n", image, size)
+	s, err := harness.StartServe(dir, bins, socket, tmpl)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s, func() {
+		s.Stop()
+		os.RemoveAll(dir)
+	}, nil
+}
+
 // leaseCycle is a lease pool's create→exec→destroy: Lease, Exec `true`,
 // Release (the sandbox's reset runs after it, in the pool's server).
 func leaseCycle(ctx context.Context, p *gvx.Pool) (toExec, whole time.Duration, adopted bool, err error) {
@@ -417,7 +466,7 @@ func leftovers(ctx context.Context, socket, state string) int {
 }
 
 func adoptRatio(v variant, r *result) string {
-	if v.pool == nil && v.leasePool == nil {
+	if v.pool == nil && v.leasePool == nil && v.service == nil {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f%%", 100*float64(r.adopted)/float64(max(r.cycles, 1)))

@@ -25,15 +25,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gvxrun/gvx"
@@ -100,7 +97,7 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	// The paths take turns, rounds times, so that a drift of the
 	// machine's load does not favour one.
 	var goPlain, goPool, goLease, rawPlain, rawPool, rawCold, rawCk, rawLease, jsPlain, jsPool, jsCold, jsCk, jsLease sdkResult
@@ -129,7 +126,7 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 			}
 			rr, err := srv.raw(ctx, p.tmpl, p.runs)
 			if err != nil {
-				return srv.failed(err)
+				return srv.Failed(err)
 			}
 			c := 0
 			if r == rounds-1 && p.tmpl == "pooled" {
@@ -137,7 +134,7 @@ func run(runs, rounds, poolSize, conc int, plain bool) (retErr error) {
 			}
 			jr, err := srv.node(mods, p.tmpl, p.runs, c)
 			if err != nil {
-				return srv.failed(err)
+				return srv.Failed(err)
 			}
 			p.raw.add(rr)
 			p.js.add(jr)
@@ -307,75 +304,23 @@ func goSDK(ctx context.Context, socket, state, bin, image string, plainRuns, run
 	return plain, pooled, leased, nil
 }
 
-type service struct {
-	cmd *exec.Cmd
-	url string
-	key string
-	log string // its log file
-}
-
-// failed adds the end of the service's log to err.
-func (s *service) failed(err error) error {
-	b, _ := os.ReadFile(s.log)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
-	}
-	return fmt.Errorf("%w\ngvx serve's log (%s):\n%s", err, s.log, strings.Join(lines, "\n"))
-}
+// service is the bench's gvx serve.
+type service struct{ *harness.Serve }
 
 func startServe(dir string, bins harness.Bins, socket, image string, poolSize int) (*service, error) {
-	key := "e2b_" + strings.Repeat("0123456789", 4)
-	if err := os.WriteFile(filepath.Join(dir, "keys"), []byte(key+" bench\n"), 0o600); err != nil {
-		return nil, err
-	}
 	tmpl := fmt.Sprintf("[[template]]\nname = \"base\"\nimage = %[1]q\n\n[[template]]\nname = \"pooled\"\nimage = %[1]q\npool_size = %[2]d\n\n[[template]]\nname = \"cold\"\nimage = %[1]q\npool_size = %[2]d\nhot = 0\n\n[[template]]\nname = \"ckpooled\"\nimage = %[1]q\npool_size = %[2]d\ncheckpointable = true\n\n[[template]]\nname = \"leased\"\nimage = %[1]q\npool_size = %[2]d\nlease = true\n", image, poolSize)
-	if err := os.WriteFile(filepath.Join(dir, "templates.toml"), []byte(tmpl), 0o644); err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := harness.StartServe(dir, bins, socket, tmpl)
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
-	s := &service{url: "http://" + addr, key: key, log: filepath.Join(dir, "serve.log")}
-	logf, err := os.Create(filepath.Join(dir, "serve.log"))
-	if err != nil {
-		return nil, err
-	}
-	s.cmd = exec.Command(filepath.Join(bins.GVX, "gvx"), "serve", "--listen", "tcp://"+addr, "--state-dir", filepath.Join(dir, "serve"),
-		"--keys", filepath.Join(dir, "keys"), "--templates", filepath.Join(dir, "templates.toml"), "--containerd", socket, "--kill-on-exit", "--log-level", "warn")
-	s.cmd.Env = append(os.Environ(), "PATH="+bins.Path())
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if resp, err := http.Get(s.url + "/healthz"); err == nil {
-			resp.Body.Close()
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			b, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
-			return nil, fmt.Errorf("gvx serve did not answer:\n%s", b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *service) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
+	return &service{s}, nil
 }
 
 // node runs bench.mjs for template.
 func (s *service) node(mods, template string, runs, conc int) (sdkResult, error) {
 	var r sdkResult
 	cmd := exec.Command("node", "bench/serve/bench.mjs")
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url, "E2B_SANDBOX_URL="+s.url, "E2B_API_KEY="+s.key,
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key,
 		"E2B_MODULE="+filepath.Join(mods, "e2b", "dist", "index.mjs"), "TEMPLATE="+template,
 		fmt.Sprintf("N=%d", runs), fmt.Sprintf("CONCURRENT=%d", conc))
 	cmd.Stderr = os.Stderr
