@@ -52,7 +52,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	if req.Lease {
 		// What the decoder read ahead, then the connection.
-		s.serveLease(ctx, conn, bufio.NewReader(io.MultiReader(dec.Buffered(), r)))
+		s.serveLease(ctx, conn, bufio.NewReader(io.MultiReader(dec.Buffered(), r)), req.Owner)
 		return
 	}
 	if s.cfg.Pool.Lease {

@@ -92,11 +92,11 @@ func (s *Server) sandboxMemory() int64 {
 
 // cgroupMemory is the memory charged to the cgroup at path (v1 or v2).
 func cgroupMemory(path string) int64 {
-	u, err := cgroups.ReadUsage(path)
+	v, err := cgroups.ReadMemory(path)
 	if err != nil {
 		return 0
 	}
-	return int64(u.MemoryBytes)
+	return int64(v)
 }
 
 // spareMemory is the host's available memory less a reserve (a tenth of

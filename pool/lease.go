@@ -25,7 +25,7 @@ import (
 // written for a lease): a server that finds it at its start destroys it
 // as it does the ready ones, and so does the janitor once no server
 // answers for its pool.
-func (s *Server) serveLease(ctx context.Context, conn net.Conn, r *bufio.Reader) {
+func (s *Server) serveLease(ctx context.Context, conn net.Conn, r *bufio.Reader, owner string) {
 	enc := json.NewEncoder(conn)
 	if !s.cfg.Pool.Lease {
 		_ = enc.Encode(client.Response{Error: fmt.Sprintf("pool %s does not serve leases: set [pool] lease = true in its config", s.cfg.PoolSocket()), Code: client.CodeBadRequest})
@@ -60,11 +60,11 @@ func (s *Server) serveLease(ctx context.Context, conn net.Conn, r *bufio.Reader)
 	}
 	t0 := time.Now()
 	if err := enc.Encode(client.Response{Sandbox: sb}); err != nil {
-		log.G(ctx).WithError(err).Warnf("gvx pool: lease of %s not delivered", sb.ID)
+		log.G(ctx).WithError(err).Warnf("gvx pool: lease of %s to %s not delivered", sb.ID, owner)
 		s.endLease(ctx, sb, t0)
 		return
 	}
-	log.G(ctx).Debugf("gvx pool: leased out %s (use %d)", sb.ID, sb.Uses+1)
+	log.G(ctx).Debugf("gvx pool: leased out %s (use %d) to %s", sb.ID, sb.Uses+1, owner)
 	// Held until a Release or the connection's end, whichever comes.
 	conn.SetDeadline(time.Time{})
 	var req client.Request

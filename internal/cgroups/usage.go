@@ -38,6 +38,19 @@ func ReadUsage(path string) (Usage, error) {
 	return readV2(dir)
 }
 
+// ReadMemory reads only the memory charged to the cgroup at path (v1 or
+// v2): one file, for callers that sample it often.
+func ReadMemory(path string) (uint64, error) {
+	if path == "" {
+		return 0, fmt.Errorf("no cgroup path")
+	}
+	v, err := readUint(filepath.Join(mountRoot, "memory", path, "memory.usage_in_bytes"))
+	if err == nil {
+		return v, nil
+	}
+	return readUint(filepath.Join(mountRoot, path, "memory.current"))
+}
+
 func readV1(path string) (Usage, error) {
 	var u Usage
 	var err error

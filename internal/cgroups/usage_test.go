@@ -33,6 +33,9 @@ func TestReadUsage(t *testing.T) {
 	if want := (Usage{CPUNanos: 123456789, MemoryBytes: 4096, MemoryCache: 1024, Pids: 7}); u != want {
 		t.Fatalf("v1: got %+v, want %+v", u, want)
 	}
+	if m, err := ReadMemory("gvx/a"); err != nil || m != 4096 {
+		t.Fatalf("v1 memory: %d, %v", m, err)
+	}
 
 	mountRoot = t.TempDir()
 	write(filepath.Join(mountRoot, "gvx/b/memory.current"), "8192\n")
@@ -45,6 +48,9 @@ func TestReadUsage(t *testing.T) {
 	}
 	if want := (Usage{CPUNanos: 1500000, MemoryBytes: 8192, MemoryCache: 512, MemoryLimit: 65536}); u != want {
 		t.Fatalf("v2: got %+v, want %+v", u, want)
+	}
+	if m, err := ReadMemory("gvx/b"); err != nil || m != 8192 {
+		t.Fatalf("v2 memory: %d, %v", m, err)
 	}
 
 	if _, err := ReadUsage("gvx/none"); err == nil {

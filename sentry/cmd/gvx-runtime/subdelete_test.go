@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/pkg/unet"
@@ -89,11 +90,23 @@ func controlServer(t *testing.T, cm *containerManager) string {
 // command line has "gofer"); it is killed and reaped at the end.
 func sleeper(t *testing.T, extra ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("sh", append([]string{"-c", "sleep 60"}, extra...)...)
+	// " & wait": sh stays (it would exec a lone last command, and its
+	// command line — what the test reads — would become sleep's); the
+	// group goes at the end, sleep with it.
+	cmd := exec.Command("sh", append([]string{"-c", "sleep 60 & wait"}, extra...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	// Start returns once the exec closed its close-on-exec descriptors,
+	// which the kernel does before it sets the new command line up:
+	// wait for it, as the test reads it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); len(b) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	return cmd
 }
 
@@ -236,8 +249,9 @@ func TestSubDelete(t *testing.T) {
 			t.Errorf("%q was killed as c1's gofer: %v", args, err)
 		}
 	}
-	if !isGofer(sleeper(t, "gofer", "--bundle=/bundles/c1").Process.Pid, "/bundles/c1") {
-		t.Error("a re-executed gofer (--bundle=DIR) not taken for its container's")
+	if g := sleeper(t, "gofer", "--bundle=/bundles/c1"); !isGofer(g.Process.Pid, "/bundles/c1") {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", g.Process.Pid))
+		t.Errorf("a re-executed gofer (--bundle=DIR) not taken for its container's: command line %q", cmdline)
 	}
 
 	dead := statetest.DeadPid(t)
