@@ -260,12 +260,9 @@ func (l *Lease) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // as Sandbox.NarrowEgress does (all empty: none). The pool's reset
 // takes the narrowing off before the sandbox's next lease.
 func (l *Lease) NarrowEgress(ctx context.Context, def string, allow, deny []string) error {
-	var n *api.Narrow
-	if def != "" || allow != nil || deny != nil {
-		n = &api.Narrow{Default: def, Allow: allow, Deny: deny}
-		if err := n.Check(); err != nil {
-			return newError("narrow egress", l.ID(), ErrInvalid, err)
-		}
+	n, err := narrowing(def, allow, deny)
+	if err != nil {
+		return newError("narrow egress", l.ID(), ErrInvalid, err)
 	}
 	sock, err := l.natSocket("narrow egress")
 	if err != nil {

@@ -20,12 +20,9 @@ import (
 // left alone. The container's spec carries it on, so a checkpoint taken
 // afterwards keeps it. A sandbox without a NAT is ErrUnsupported.
 func (s *Sandbox) NarrowEgress(ctx context.Context, def string, allow, deny []string) error {
-	var n *api.Narrow
-	if def != "" || allow != nil || deny != nil {
-		n = &api.Narrow{Default: def, Allow: allow, Deny: deny}
-		if err := n.Check(); err != nil {
-			return newError("narrow egress", s.id, ErrInvalid, err)
-		}
+	n, err := narrowing(def, allow, deny)
+	if err != nil {
+		return newError("narrow egress", s.id, ErrInvalid, err)
 	}
 	ctx = s.c.Context(ctx)
 	cont, sock, err := s.natControl("narrow egress")
@@ -73,6 +70,19 @@ func (s *Sandbox) NarrowEgress(ctx context.Context, def string, allow, deny []st
 		return newError("narrow egress", s.id, nil, fmt.Errorf("the NAT has it, but the container's spec (what a checkpoint keeps) does not: %w", err))
 	}
 	return nil
+}
+
+// narrowing is the narrowing of NarrowEgress's arguments, checked (nil:
+// none, all empty).
+func narrowing(def string, allow, deny []string) (*api.Narrow, error) {
+	if def == "" && allow == nil && deny == nil {
+		return nil, nil
+	}
+	n := &api.Narrow{Default: def, Allow: allow, Deny: deny}
+	if err := n.Check(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // natControl is the sandbox's current container and its NAT's control

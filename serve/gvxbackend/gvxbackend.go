@@ -157,8 +157,13 @@ func (b *Backend) Create(ctx context.Context, id string, t backend.Template, o b
 	return &sandbox{sb: sb}, nil
 }
 
-// narrow sets n as sb's NAT's narrowing.
-func narrow(ctx context.Context, sb *gvx.Sandbox, n *api.Narrow) error {
+// narrower is a sandbox or lease whose NAT's policy can be narrowed.
+type narrower interface {
+	NarrowEgress(ctx context.Context, def string, allow, deny []string) error
+}
+
+// narrow sets n as sb's NAT's narrowing (a gvx.Sandbox or gvx.Lease).
+func narrow(ctx context.Context, sb narrower, n *api.Narrow) error {
 	if n == nil {
 		return sb.NarrowEgress(ctx, "", nil, nil)
 	}

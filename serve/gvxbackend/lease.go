@@ -67,8 +67,5 @@ func (s *leaseSandbox) DialPort(ctx context.Context, port int) (net.Conn, error)
 // NarrowEgress replaces the narrowing of the sandbox's NAT's policy (the
 // pool's reset takes it off).
 func (s *leaseSandbox) NarrowEgress(ctx context.Context, n *api.Narrow) error {
-	if n == nil {
-		return s.l.NarrowEgress(ctx, "", nil, nil)
-	}
-	return s.l.NarrowEgress(ctx, n.Default, n.Allow, n.Deny)
+	return narrow(ctx, s.l, n)
 }
